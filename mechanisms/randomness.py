@@ -1,0 +1,65 @@
+"""Where every random draw comes from.
+
+A root ``numpy.random.SeedSequence`` is built from the user's seed (reproducible) or from the OS
+CSPRNG (the default). Each client gets its own child stream through ``SeedSequence.spawn``, so work
+done in parallel gives the same result as work done in order. The seed itself is never written to any
+output: only the *mode* is.
+
+Note: the bit generator is PCG64. Its seed comes from the OS CSPRNG, but PCG64 is a statistical
+generator, not a cryptographic one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+CSPRNG = "csprng"
+SEEDED = "seeded"
+
+RANDOMNESS_DESCRIPTIONS = {
+    CSPRNG: "seeded from the OS CSPRNG (not reproducible)",
+    SEEDED: "user-seeded: reproducible, for testing and research only",
+}
+
+
+@dataclass(frozen=True)
+class Randomness:
+    """A root seed sequence plus how it was obtained (``mode`` is ``csprng`` or ``seeded``)."""
+
+    seed_sequence: np.random.SeedSequence
+    mode: str
+
+    @property
+    def description(self) -> str:
+        return RANDOMNESS_DESCRIPTIONS[self.mode]
+
+    def generator(self) -> np.random.Generator:
+        """A generator on the root stream."""
+        return np.random.Generator(np.random.PCG64(self.seed_sequence))
+
+    def child_sequences(self, count: int) -> list[np.random.SeedSequence]:
+        """``count`` independent child seed sequences, the same ones on every call."""
+        return [
+            np.random.SeedSequence(self.seed_sequence.entropy, spawn_key=(*self.seed_sequence.spawn_key, i))
+            for i in range(count)
+        ]
+
+    def child_generators(self, count: int) -> list[np.random.Generator]:
+        """One independent generator per client (index ``i`` always maps to the same stream)."""
+        return [np.random.Generator(np.random.PCG64(s)) for s in self.child_sequences(count)]
+
+
+def make_randomness(seed: int | None = None) -> Randomness:
+    """Build the root randomness: from ``seed`` if given (reproducible), else from the OS CSPRNG."""
+    if seed is None:
+        return Randomness(np.random.SeedSequence(), CSPRNG)
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+    return Randomness(np.random.SeedSequence(seed), SEEDED)
+
+
+def default_rng(seed: int | None = None) -> np.random.Generator:
+    """Shorthand for ``make_randomness(seed).generator()``."""
+    return make_randomness(seed).generator()

@@ -1,0 +1,78 @@
+"""Parameter validation shared by every mechanism.
+
+Each check raises ``ValueError`` that quotes the offending value and the allowed range, so that a
+CLI can show it as a one-line usage error.
+"""
+
+from __future__ import annotations
+
+import math
+from numbers import Integral, Real
+
+import numpy as np
+
+
+def require_finite_positive(name: str, value: float) -> float:
+    """Return ``value`` as float if it is a finite real number > 0."""
+    if isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+    return float(value)
+
+
+def require_finite(name: str, value: float) -> float:
+    """Return ``value`` as float if it is a finite real number."""
+    if isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite number, got {value!r}")
+    return float(value)
+
+
+def require_open_unit_interval(name: str, value: float) -> float:
+    """Return ``value`` as float if 0 < value < 1."""
+    if isinstance(value, bool) or not isinstance(value, Real) or not (0.0 < value < 1.0):
+        raise ValueError(f"{name} must lie in the open interval (0, 1), got {value!r}")
+    return float(value)
+
+
+def require_int_in_range(name: str, value: int, low: int, high: int | None = None) -> int:
+    """Return ``value`` if it is an integer with ``low <= value <= high``."""
+    if isinstance(value, bool) or not isinstance(value, Integral) or value < low or (
+        high is not None and value > high
+    ):
+        allowed = f"an integer >= {low}" if high is None else f"an integer in [{low}, {high}]"
+        raise ValueError(f"{name} must be {allowed}, got {value!r}")
+    return int(value)
+
+
+def require_choice(name: str, value: str, choices: tuple[str, ...]) -> str:
+    """Return ``value`` if it is one of ``choices``."""
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {', '.join(choices)}; got {value!r}")
+    return value
+
+
+def require_bits(bits: np.ndarray, width: int) -> np.ndarray:
+    """Return ``bits`` as a uint8 array of 0/1 whose last axis has ``width`` entries."""
+    bits = np.asarray(bits)
+    if bits.dtype == np.bool_:
+        bits = bits.view(np.uint8)
+    elif bits.dtype != np.uint8:
+        if not np.issubdtype(bits.dtype, np.integer):
+            raise ValueError(f"bits must be an integer or boolean array of 0/1, got dtype {bits.dtype}")
+        bits = bits.astype(np.uint8) if bits.size == 0 or (bits.min() >= 0 and bits.max() <= 1) else bits
+    if bits.ndim == 0 or bits.shape[-1] != width:
+        raise ValueError(f"bits must have {width} entries on the last axis (r*l), got shape {bits.shape}")
+    if bits.size and bits.max() > 1:
+        raise ValueError(f"bits must be 0 or 1, found the value {int(bits.max())}")
+    return bits
+
+
+def require_real_array(x: np.ndarray) -> np.ndarray:
+    """Return ``x`` as a floating array (float32 is kept; other numbers become float64)."""
+    x = np.asarray(x)
+    if not np.issubdtype(x.dtype, np.floating):
+        if not np.issubdtype(x.dtype, np.number) or np.issubdtype(x.dtype, np.complexfloating):
+            raise ValueError(f"expected a real-valued array, got dtype {x.dtype}")
+        x = x.astype(np.float64)
+    if x.size and not np.all(np.isfinite(x)):
+        raise ValueError("input holds NaN or infinite values; randomize only finite numbers")
+    return x
