@@ -10,16 +10,41 @@ import json
 import os
 import sys
 
+import importlib
+import importlib.util
+
 import click
 
 from . import __version__
-from .mechanisms_cli import mechanisms_command
 
 DEBUG_VARIABLE = "LDPFL_DEBUG"
 
 
+# Subcommands load on demand, so `ldpfl mechanisms` and `ldpfl inspect` never pay for TensorFlow or torch.
+LAZY_COMMANDS = {
+    "export": "stage1_features.cli:export_command",
+    "federate": "stage2_federate.cli:federate_command",
+    "inspect": "ldpfl.inspect_cli:inspect_command",
+    "mechanisms": "ldpfl.mechanisms_cli:mechanisms_command",
+    "demo": "ldpfl.demo:demo_command",
+}
+
+
 class LdpflGroup(click.Group):
-    """A group whose errors are one line each: usage and input errors exit 2, I/O errors exit 1."""
+    """A lazily loaded group whose errors are one line each: usage and input errors exit 2, I/O errors 1."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        available = [name for name, target in LAZY_COMMANDS.items()
+                     if importlib.util.find_spec(target.split(":")[0]) is not None]
+        return sorted(set(available) | set(super().list_commands(ctx)))
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name in LAZY_COMMANDS:
+            module_name, attribute = LAZY_COMMANDS[name].split(":")
+            if importlib.util.find_spec(module_name) is None:
+                return None
+            return getattr(importlib.import_module(module_name), attribute)
+        return super().get_command(ctx, name)
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
         if not standalone_mode or os.environ.get(DEBUG_VARIABLE):
@@ -48,6 +73,7 @@ def cli() -> None:
     """Federated learning over locally differentially private (LDP) features.
 
     \b
+    demo        the whole pipeline on the embedded MNIST-5k data: export, federate, inspect
     export      stage 1: train a CNN per client, encode and randomize its features, write HDF5
     federate    stage 2: federated training of a fully-connected model over the HDF5 files
     inspect     what a randomized HDF5 file is, what privacy it carries, whether its bits look right
@@ -55,9 +81,6 @@ def cli() -> None:
 
     Set LDPFL_DEBUG=1 to see full tracebacks.
     """
-
-
-cli.add_command(mechanisms_command)
 
 
 def echo_json(payload: object) -> None:
