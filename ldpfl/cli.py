@@ -6,12 +6,11 @@ inside the commands that need them. Bad input gives one line on stderr and exit 
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import json
 import os
 import sys
-
-import importlib
-import importlib.util
 
 import click
 

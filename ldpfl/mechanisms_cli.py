@@ -64,7 +64,7 @@ def _show_options(func):
 
 
 @mechanisms_command.command("show")
-@click.argument("name", type=click.Choice(mech.mechanism_names()))
+@click.argument("name", metavar="NAME", type=click.Choice(mech.mechanism_names()))
 @_show_options
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 def show_command(name: str, as_json: bool, **given: object) -> None:
@@ -85,4 +85,7 @@ def show_command(name: str, as_json: bool, **given: object) -> None:
         report = mech.create_mechanism(name, **parameters).report()
     except ValueError as error:
         raise click.BadParameter(str(error)) from None
+    except OverflowError:  # e.g. e^epsilon for epsilon > 709: a usage error, not a crash
+        raise click.BadParameter(f"numeric overflow computing the report of {name!r} with {parameters}; "
+                                 "use smaller values") from None
     click.echo(report.to_json() if as_json else report.format_text())

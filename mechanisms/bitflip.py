@@ -22,7 +22,7 @@ from .base import Mechanism, param, require_generator
 from .calibration import BitClass, bit_epsilon
 from .encoding import FixedPointEncoding
 from .report import PrivacyReport
-from .validation import require_bits, require_choice, require_finite_positive, require_int_in_range
+from .validation import require_bits, require_choice, require_epsilon, require_int_in_range
 
 THRESHOLD_BITS = 32
 THRESHOLD_SCALE = float(1 << THRESHOLD_BITS)
@@ -71,7 +71,7 @@ class BitMechanism(Mechanism):
     sensitivity_rule: str = param("paper", "paper: s = r*l; reference-code: s = r*l/2")
 
     def __post_init__(self) -> None:
-        require_finite_positive("epsilon", self.epsilon)
+        require_epsilon(self.epsilon)
         require_int_in_range("features (r)", self.features, 1)
         require_choice("sensitivity_rule", self.sensitivity_rule, SENSITIVITY_RULES)
         self.encoding  # validates m and n  # noqa: B018

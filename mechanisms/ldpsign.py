@@ -83,5 +83,7 @@ def sign_aggregate(updates: np.ndarray, weights: np.ndarray | None = None) -> np
         return sign(updates.mean(axis=0))
     w = np.asarray(weights, dtype=np.float64)
     if w.shape != updates.shape[:1] or np.any(w < 0) or w.sum() <= 0:
-        raise ValueError(f"weights must be {updates.shape[0]} non-negative numbers with a positive sum, got {weights!r}")
+        raise ValueError(
+            f"weights must be {updates.shape[0]} non-negative numbers with a positive sum, got {weights!r}"
+        )
     return sign(np.tensordot(w / w.sum(), updates, axes=1))

@@ -12,6 +12,7 @@ generator, not a cryptographic one.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from numbers import Integral
 
 import numpy as np
 
@@ -55,9 +56,9 @@ def make_randomness(seed: int | None = None) -> Randomness:
     """Build the root randomness: from ``seed`` if given (reproducible), else from the OS CSPRNG."""
     if seed is None:
         return Randomness(np.random.SeedSequence(), CSPRNG)
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+    if isinstance(seed, bool) or not isinstance(seed, Integral) or seed < 0:
         raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
-    return Randomness(np.random.SeedSequence(seed), SEEDED)
+    return Randomness(np.random.SeedSequence(int(seed)), SEEDED)
 
 
 def default_rng(seed: int | None = None) -> np.random.Generator:

@@ -12,7 +12,7 @@ from .base import Mechanism, param, require_generator
 from .calibration import gaussian_exact_epsilon
 from .report import PrivacyReport
 from .validation import (
-    require_finite_positive,
+    require_epsilon,
     require_int_in_range,
     require_open_unit_interval,
     require_real_array,
@@ -29,7 +29,7 @@ class RealMechanism(Mechanism):
     dim: int | None = param(None, "coordinates per record, for the per-record ε (default: unknown)")
 
     def __post_init__(self) -> None:
-        require_finite_positive("epsilon", self.epsilon)
+        require_epsilon(self.epsilon)
         if self.dim is not None:
             require_int_in_range("dim", self.dim, 1)
 

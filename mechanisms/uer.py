@@ -41,7 +41,7 @@ class UER(BitMechanism):
     def extra_notes(self) -> tuple[str, ...]:
         return (
             f"eq. 17 keeps an even-position 1 with probability alpha/(1+alpha) = {self.alpha / (1 + self.alpha):.4g} "
-            f"whatever epsilon is: one bit alone loses about ln(alpha) = {math.log(self.alpha):.3g} (even) "
-            f"to 2 ln(alpha) = {2 * math.log(self.alpha):.3g} (odd), so the epsilon-LDP claim of eq. 18 "
-            "does not follow from the probabilities of eq. 17",
+            f"whatever epsilon is: an even bit alone loses about ln(alpha) = {math.log(self.alpha):.3g} "
+            "(see the per-class exact epsilons above), so the epsilon-LDP claim of eq. 18 does not follow "
+            "from the probabilities of eq. 17",
         )

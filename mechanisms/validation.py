@@ -19,6 +19,17 @@ def require_finite_positive(name: str, value: float) -> float:
     return float(value)
 
 
+MAX_EPSILON = 500.0
+
+
+def require_epsilon(value: float) -> float:
+    """A privacy budget: finite, > 0 and at most ``MAX_EPSILON`` (beyond it e^ε overflows and means nothing)."""
+    require_finite_positive("epsilon", value)
+    if value > MAX_EPSILON:
+        raise ValueError(f"epsilon must be at most {MAX_EPSILON:g}, got {value!r}")
+    return float(value)
+
+
 def require_finite(name: str, value: float) -> float:
     """Return ``value`` as float if it is a finite real number."""
     if isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(value):
@@ -58,6 +69,8 @@ def require_bits(bits: np.ndarray, width: int) -> np.ndarray:
     elif bits.dtype != np.uint8:
         if not np.issubdtype(bits.dtype, np.integer):
             raise ValueError(f"bits must be an integer or boolean array of 0/1, got dtype {bits.dtype}")
+        if bits.size and bits.min() < 0:
+            raise ValueError(f"bits must be 0 or 1, found the value {int(bits.min())}")
         bits = bits.astype(np.uint8) if bits.size == 0 or (bits.min() >= 0 and bits.max() <= 1) else bits
     if bits.ndim == 0 or bits.shape[-1] != width:
         raise ValueError(f"bits must have {width} entries on the last axis (r*l), got shape {bits.shape}")

@@ -1,0 +1,35 @@
+"""Shared test helpers: small mechanisms and inputs that fit their domain."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import mechanisms as mech
+
+SMALL_FEATURES = 8  # bit mechanisms: r = 8 values, r·l = 80 bits per record
+
+
+@pytest.fixture
+def small_mechanism():
+    """Build mechanism ``name`` with its defaults (bit mechanisms with r = 8 features)."""
+
+    def build(name: str, **params):
+        if mech.mechanism_class(name).DOMAIN == "bits":
+            params.setdefault("features", SMALL_FEATURES)
+        return mech.create_mechanism(name, **params)
+
+    return build
+
+
+@pytest.fixture
+def sample_input():
+    """A seeded batch for mechanism ``m``: uint8 bits for bit mechanisms, float32 values otherwise."""
+
+    def build(m, rows: int = 32) -> np.ndarray:
+        rng = mech.default_rng(12345)
+        if m.DOMAIN == "bits":
+            return rng.integers(0, 2, size=(rows, m.width), dtype=np.uint8)
+        return rng.normal(0.0, 2.0, size=(rows, 24)).astype(np.float32)
+
+    return build
