@@ -6,7 +6,6 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
-from scipy import special
 
 from .base import param, require_generator
 from .calibration import gaussian_sigma_classic, ldpsign_epsilon_per_coordinate
@@ -49,6 +48,8 @@ class LDPSign(RealMechanism):
 
     def probability_of_plus_one(self, x: np.ndarray) -> np.ndarray:
         """Φ(p/σ) for clipped entries p (eq. 6)."""
+        from scipy import special  # lazy: keeps `import mechanisms` fast
+
         return special.ndtr(clip_elementwise(np.asarray(x, dtype=np.float64), self.clip) / self.sigma)
 
     def randomize(self, x: np.ndarray, *, rng: np.random.Generator) -> np.ndarray:
