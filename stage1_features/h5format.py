@@ -251,13 +251,17 @@ class ClientFileWriter:
                 group.create_dataset(name, shape=shape, dtype=dt, chunks=chunks, fletcher32=True,
                                      maxshape=(None, *shape[1:]) if count == 0 else None)
         if input_bit_density is not None:
-            density = np.asarray(input_bit_density, dtype=np.float32)
-            if density.shape != (metadata.feature_width,):
-                raise ValueError(f"input_bit_density must have shape ({metadata.feature_width},), got {density.shape}")
-            self._file.create_group("stats").create_dataset("input_bit_density", data=density, fletcher32=True,
-                                                           chunks=density.shape)
+            self.write_input_bit_density(input_bit_density)
         for key, value in metadata.to_attrs().items():
             self._file.attrs[key] = value
+
+    def write_input_bit_density(self, input_bit_density: np.ndarray) -> None:
+        """Store /stats/input_bit_density (float32, shape (r*l,)); for densities known only after streaming."""
+        density = np.asarray(input_bit_density, dtype=np.float32)
+        if density.shape != (self.metadata.feature_width,):
+            raise ValueError(f"input_bit_density must have shape ({self.metadata.feature_width},), got {density.shape}")
+        self._file.require_group("stats").create_dataset("input_bit_density", data=density, fletcher32=True,
+                                                         chunks=density.shape)
 
     def write_rows(self, split: str, start: int, features: np.ndarray, labels: np.ndarray) -> None:
         """Write ``features`` (packed bits or float32, as the metadata says) and ``labels`` at row ``start``."""

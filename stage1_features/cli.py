@@ -1,0 +1,176 @@
+"""``ldpfl export``: stage 1 of LDPFL as one command (Algorithm 1 lines 1-10).
+
+A thin click command: it parses and checks options, builds an ``ExportConfig`` and calls
+``stage1_features.export.run_export``. At import time it loads click and numpy-level modules only
+(the registries of datasets, partitions, extractors and mechanisms); TensorFlow loads when a CNN trains.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import click
+
+import mechanisms
+from stage1_features import cnn
+from stage1_features.datasets import dataset_names
+from stage1_features.partition import PARTITION_KINDS
+
+MECHANISM_CHOICES = sorted(set(mechanisms.mechanism_names("bits")) | set(mechanisms.mechanism_names("real"))
+                           | {"none"})
+DEDICATED = {"epsilon": "--epsilon", "alpha": "--alpha", "integer_bits": "-m", "fraction_bits": "-n"}
+
+
+def parse_param(text: str) -> tuple[str, Any]:
+    """``KEY=VALUE`` → (key, int | float | str); dashes in KEY become underscores."""
+    key, sep, raw = text.partition("=")
+    key = key.strip().replace("-", "_")
+    if not sep or not key or not key.isidentifier():
+        raise click.BadParameter(f"expected KEY=VALUE, got {text!r}", param_hint="--param")
+    raw = raw.strip()
+    for convert in (int, float):
+        try:
+            return key, convert(raw)
+        except ValueError:
+            continue
+    return key, raw
+
+
+def mechanism_parameters(epsilon: float | None, alpha: float | None, integer_bits: int | None,
+                         fraction_bits: int | None, extra: tuple[str, ...]) -> dict[str, Any]:
+    """IV-D defaults, overridden by the dedicated options, plus every ``--param``."""
+    from stage1_features.export import DEFAULT_MECHANISM_PARAMS
+
+    params = dict(DEFAULT_MECHANISM_PARAMS)
+    for key, value in (("epsilon", epsilon), ("alpha", alpha), ("integer_bits", integer_bits),
+                       ("fraction_bits", fraction_bits)):
+        if value is not None:
+            params[key] = value
+    for text in extra:
+        key, value = parse_param(text)
+        if key in DEDICATED:
+            raise click.BadParameter(f"use {DEDICATED[key]} for {key}", param_hint="--param")
+        params[key] = value
+    return params
+
+
+def _format_accuracy(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4f}"
+
+
+def _print_table(result: Any) -> None:
+    from stage1_features.export import describe_privacy
+
+    click.echo(f"run directory  {result.run_dir}")
+    width = (f"r·l = {result.feature_width} bits" if result.feature_format == "packed-bits"
+             else f"{result.features} float32 values")
+    click.echo(f"dataset {result.dataset}, extractor {result.extractor} (r = {result.features}), "
+               f"mechanism {result.mechanism}, {width} per record")
+    click.echo(f"{'client':>6}  {'train':>7}  {'test':>6}  {'local acc':>9}  {'file':<16} status")
+    for c in result.clients:
+        click.echo(f"{c.index:>6}  {c.rows.get('train', 0):>7}  {c.rows.get('test', 0):>6}  "
+                   f"{_format_accuracy(c.local_accuracy):>9}  {c.file:<16} {c.status}")
+    click.echo(f"privacy: {describe_privacy(result.privacy_report)}")
+    click.echo(f"randomness: {result.randomness}; {len(result.clients)} clients ({result.new} new) in "
+               f"{result.seconds:.1f} s; manifest {result.manifest.name}")
+
+
+@click.command("export", context_settings={"max_content_width": 100})
+@click.option("--dataset", type=click.Choice(dataset_names()), default="mnist5k", show_default=True,
+              help="Dataset (train and test splits pooled). mnist5k is embedded and needs no download.")
+@click.option("--data-dir", type=click.Path(file_okay=False, path_type=str), default=None,
+              help="Directory holding the dataset files (default: data/<dataset>/).")
+@click.option("--clients", type=int, default=2, show_default=True, help="Number of clients N to export.")
+@click.option("--max-clients", type=int, default=None,
+              help="N_h: cut the pool into this many equal groups (LDPFL IV-B); default --clients.")
+@click.option("--partition", type=click.Choice(PARTITION_KINDS), default="iid", show_default=True,
+              help="How records are split among clients.")
+@click.option("--beta", type=float, default=0.5, show_default=True, help="Dirichlet concentration (dirichlet).")
+@click.option("--unb", type=float, default=0.5, show_default=True, help="Fraction of non-IID clients (shards).")
+@click.option("--shards-per-client", type=int, default=2, show_default=True, help="Blocks per client (shards).")
+@click.option("--test-fraction", type=float, default=0.1, show_default=True,
+              help="Each client's hold-out share (IV-C: 10 %).")
+@click.option("--extractor", type=click.Choice([cnn.AUTO, *cnn.extractor_names()]), default=cnn.AUTO,
+              show_default=True,
+              help="Feature extractor: mnist-cnn (Fig. 3), cifar-cnn (Fig. 4), none (raw inputs). auto: the "
+                   "paper's choice (mnist-cnn for mnist/mnist5k, cifar-cnn for fashion-mnist/cifar10/svhn(-extra), "
+                   "none otherwise).")
+@click.option("--epochs", type=int, default=50, show_default=True,
+              help="CNN training epochs (IV-C: 50). CPU runs often use a few.")
+@click.option("--batch-size", type=int, default=64, show_default=True, help="CNN batch size (IV-C: 64).")
+@click.option("--no-augment", is_flag=True, help="Train without rotation/shift augmentation.")
+@click.option("--mechanism", type=click.Choice(MECHANISM_CHOICES), default="uer", show_default=True,
+              help="Randomization: a bit mechanism over the fixed-point encoding, a float mechanism over the "
+                   "features, or none (NOT private).")
+@click.option("--epsilon", type=float, default=None, help="Nominal privacy budget ε  [default: 0.5, IV-D]")
+@click.option("--alpha", type=float, default=None, help="α of uer/moue  [default: 10, IV-D]")
+@click.option("-m", "--integer-bits", type=int, default=None, help="m, integer bits  [default: 4, IV-D]")
+@click.option("-n", "--fraction-bits", type=int, default=None, help="n, fraction bits  [default: 5, IV-D]")
+@click.option("--param", "params", multiple=True, metavar="KEY=VALUE",
+              help="Another mechanism parameter, e.g. sensitivity_rule=reference-code or safe_range_length=2 "
+                   "(repeatable; see 'ldpfl mechanisms').")
+@click.option("--limit", type=int, default=None, help="Use only this many pooled records (random), for quick runs.")
+@click.option("--save-models", is_flag=True,
+              help="Also save each client's CNN as client_XXX.keras. WARNING: trained on raw data, NOT covered by "
+                   "the LDP guarantee.")
+@click.option("--store-input-density", is_flag=True,
+              help="Store the density of 1s of the UNRANDOMIZED encoding per bit (train split) in "
+                   "/stats/input_bit_density, for 'ldpfl inspect'. WARNING: this aggregate is NOT covered by "
+                   "the LDP guarantee; do not release such files.")
+@click.option("--clients-parallel", type=int, default=1, show_default=True,
+              help="Export this many clients at once, in separate processes. Same partition and randomness "
+                   "as sequential; CNN features may differ in float rounding (fewer TensorFlow threads each).")
+@click.option("--overwrite", is_flag=True,
+              help="Redo every client (removes this run's client files, models, manifest and partition first).")
+@click.option("--seed", type=int, default=None,
+              help="Reproducible run (testing and research only); never stored. Default: the OS CSPRNG.")
+@click.option("--out", "out", type=click.Path(path_type=Path), default=None,
+              help="Run directory  [default: runs/<dataset>]")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON summary on stdout.")
+@click.option("--quiet", is_flag=True, help="No progress bars.")
+def export_command(dataset: str, data_dir: str | None, clients: int, max_clients: int | None, partition: str,
+                   beta: float, unb: float, shards_per_client: int, test_fraction: float, extractor: str,
+                   epochs: int, batch_size: int, no_augment: bool, mechanism: str, epsilon: float | None,
+                   alpha: float | None, integer_bits: int | None, fraction_bits: int | None, params: tuple[str, ...],
+                   limit: int | None, save_models: bool, store_input_density: bool, clients_parallel: int,
+                   overwrite: bool, seed: int | None, out: Path | None, as_json: bool, quiet: bool) -> None:
+    """Stage 1: per client, train a CNN, encode and randomize its flatten features, write HDF5.
+
+    Each client gets its share of the pooled dataset, holds out 10 % for testing, trains the CNN of
+    LDPFL Fig. 3/4, and releases the flatten-layer output of every sample: fixed-point encoded (m, n)
+    and randomized (UER by default, ε = 0.5, α = 10). Files go to OUT/client_XXX.h5 with
+    OUT/manifest.json. A rerun resumes: finished clients are kept (never randomized twice) and only
+    missing ones are done.
+
+    \b
+    Examples:
+      ldpfl export --dataset mnist5k --clients 2 --epochs 1 --out runs/mnist5k
+      ldpfl export --dataset fashion-mnist --clients 10 --out runs/fmnist --clients-parallel 2
+      ldpfl export --extractor none --mechanism pdpm --param safe_range_length=2
+    """
+    from stage1_features.export import ExportConfig, run_export
+
+    for name, value in (("--epsilon", epsilon), ("--alpha", alpha)):
+        if value is not None and not math.isfinite(value):
+            raise click.BadParameter(f"must be a finite number, got {value!r}", param_hint=name)
+    config = ExportConfig(
+        dataset=dataset, data_dir=data_dir, clients=clients, max_clients=max_clients, partition=partition,
+        beta=beta, unb=unb, shards_per_client=shards_per_client, test_fraction=test_fraction, extractor=extractor,
+        epochs=epochs, batch_size=batch_size, augment=not no_augment, mechanism=mechanism,
+        mechanism_params=mechanism_parameters(epsilon, alpha, integer_bits, fraction_bits, params), limit=limit,
+        save_models=save_models, store_input_density=store_input_density, clients_parallel=clients_parallel,
+        overwrite=overwrite, seed=seed)
+    result = run_export(config, out if out is not None else Path("runs") / dataset, progress=not quiet)
+    for note in result.notes:
+        click.echo(f"warning: {note}", err=True)
+    if mechanism == "none":
+        click.echo("warning: --mechanism none writes the UNRANDOMIZED encoding: these files are NOT private",
+                   err=True)
+    if as_json:
+        from ldpfl.cli import echo_json
+
+        echo_json(result.to_dict())
+    else:
+        _print_table(result)
