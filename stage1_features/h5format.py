@@ -371,8 +371,10 @@ def check_structure(path: str | os.PathLike, handle: h5py.File, metadata: Client
             raise FormatError(path, f"dataset '{split}/features' has shape {features.shape}, expected "
                                     f"(rows, {metadata.stored_width})")
         if labels.shape != (features.shape[0],):
-            raise FormatError(path, f"dataset '{split}/labels' has shape {labels.shape}, expected ({features.shape[0]},)")
-        if features.shape[0] > MAX_ROWS or features.shape[0] * features.shape[1] * features.dtype.itemsize > MAX_SPLIT_BYTES:
+            raise FormatError(path, f"dataset '{split}/labels' has shape {labels.shape}, "
+                                    f"expected ({features.shape[0]},)")
+        declared_bytes = features.shape[0] * features.shape[1] * features.dtype.itemsize
+        if features.shape[0] > MAX_ROWS or declared_bytes > MAX_SPLIT_BYTES:
             raise FormatError(path, f"dataset '{split}/features' declares {features.shape[0]} rows, beyond the limits")
         rows[split] = int(features.shape[0])
     if "stats" in handle:
@@ -481,7 +483,8 @@ def write_manifest(run_dir: str | os.PathLike, records: list[FileRecord], run_in
         "schema_version": SCHEMA_VERSION,
         "updated_utc": utc_now(),
         **dict(run_info),
-        "files": [dataclasses.asdict(r) | {"rows": dict(r.rows)} for r in sorted(records, key=lambda r: r.client_index)],
+        "files": [dataclasses.asdict(r) | {"rows": dict(r.rows)}
+                  for r in sorted(records, key=lambda r: r.client_index)],
     }
     target = run_dir / MANIFEST_NAME
     tmp = run_dir / f".{MANIFEST_NAME}.{os.getpid()}.tmp"

@@ -1,0 +1,148 @@
+"""Aggregation math as pure functions over numpy arrays (no state, no I/O, no torch).
+
+Every function takes the clients' vectors as a sequence of 1-D arrays (or a 2-D array whose rows are
+clients) and returns new arrays. Randomness, where a rule needs it, comes from a Generator passed in.
+Paper keys: LDPFL = Chamikara et al. (004), WU = Wu, Xu, Zhu (000), PLDP = Shen et al. (002),
+FEDAW = Tan et al. (003).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+import mechanisms as mech
+from mechanisms.base import require_generator
+
+
+def _as_weights(weights: Sequence[float] | np.ndarray, count: int) -> np.ndarray:
+    """Validate ``count`` non-negative finite weights with a positive sum."""
+    w = np.asarray(weights, dtype=np.float64)
+    if w.shape != (count,) or not np.all(np.isfinite(w)) or np.any(w < 0) or not w.sum() > 0:
+        raise ValueError(f"weights must be {count} finite numbers >= 0 with a positive sum, got {w.tolist()!r}")
+    return w
+
+
+def weighted_average(vectors: Sequence[np.ndarray] | np.ndarray, weights: Sequence[float] | np.ndarray
+                     ) -> np.ndarray:
+    """Σ_i w_i x_i / Σ_i w_i.
+
+    The one weighted mean behind WU eq. 12 (w = α_i), FEDAW eq. 2 (w = n_k) and eq. 10 (w = g_k), and,
+    with equal weights, LDPFL Algorithm 1 line 21, WU eq. 15 and PLDP eq. 7. Accumulates in float64
+    (one client at a time, so a stack of clients is never materialized) and returns the dtype of the
+    first vector (float32 model vectors stay float32).
+    """
+    if len(vectors) == 0:
+        raise ValueError("weighted_average needs at least one vector, got none")
+    w = _as_weights(weights, len(vectors))
+    first = np.asarray(vectors[0])
+    if first.ndim != 1:
+        raise ValueError(f"each vector must be 1-D, got shape {first.shape}")
+    total = np.zeros(first.shape, dtype=np.float64)
+    for weight, vector in zip(w / w.sum(), vectors, strict=True):
+        vector = np.asarray(vector)
+        if vector.shape != first.shape:
+            raise ValueError(f"vectors differ in shape: {first.shape} and {vector.shape}")
+        if weight:
+            total += weight * vector
+    out_dtype = first.dtype if np.issubdtype(first.dtype, np.floating) else np.float64
+    return total.astype(out_dtype, copy=False)
+
+
+def mean(vectors: Sequence[np.ndarray] | np.ndarray) -> np.ndarray:
+    """Arithmetic mean 1/n Σ_i x_i: LDPFL Algorithm 1 line 21 (LDPFL eq. 1), WU method A, PLDP eq. 7."""
+    return weighted_average(vectors, np.ones(len(vectors)))
+
+
+def sample_size_weights(counts: Sequence[int] | np.ndarray) -> np.ndarray:
+    """n_k / n (FEDAW eq. 2, the FedAvg weights)."""
+    n = np.asarray(counts, dtype=np.float64)
+    return _as_weights(n, n.size) / n.sum()
+
+
+def inverse_sigma_weights(sigmas: Sequence[float] | np.ndarray) -> np.ndarray:
+    """ρ_i / Σ_j ρ_j with ρ_i = 1/σ_i.
+
+    This is WU eq. 11 (the weights α_i of the weighted average) and eq. 14 (the selection
+    probabilities P_i): the two equations are the same formula, written once here.
+    """
+    s = np.asarray(sigmas, dtype=np.float64)
+    if s.ndim != 1 or s.size == 0 or not np.all(np.isfinite(s)) or np.any(s <= 0):
+        raise ValueError(f"sigmas must be a non-empty list of finite numbers > 0, got {s.tolist()!r}")
+    rho = 1.0 / s
+    return rho / rho.sum()
+
+
+def probability_selection_mask(probabilities: Sequence[float] | np.ndarray, omega: float) -> np.ndarray:
+    """WU 4.2: client i is selected when P_i > ω (boolean mask)."""
+    p = np.asarray(probabilities, dtype=np.float64)
+    if not 0.0 <= omega <= 1.0:
+        raise ValueError(f"omega must lie in [0, 1], got {omega!r}")
+    return p > omega
+
+
+def draw_omega(probabilities: Sequence[float] | np.ndarray, rng: np.random.Generator) -> float:
+    """Draw WU 4.2's uniform ω so that at least one client is selected.
+
+    Decision (WU 4.2 is silent): the P_i sum to 1, so one ω ~ U[0, 1] drawn above max_i P_i selects
+    nobody. We redraw ω until somebody is selected; the redrawn ω is then uniform on [0, max_i P_i),
+    so we draw that directly: ω = max_i P_i · U with U ~ U[0, 1). The client with the largest P_i is
+    therefore always selected, and every client's selection probability keeps its order in P_i.
+    """
+    p = np.asarray(probabilities, dtype=np.float64)
+    if p.ndim != 1 or p.size == 0 or np.any(p < 0) or not p.max() > 0:
+        raise ValueError(f"probabilities must be a non-empty list of numbers >= 0 with a positive maximum, "
+                         f"got {p.tolist()!r}")
+    return float(p.max() * require_generator(rng).random())
+
+
+def sign(vector: np.ndarray) -> np.ndarray:
+    """WU eq. 9: -1, 0 or +1 per entry (same dtype)."""
+    return np.sign(vector)
+
+
+def sign_of_weighted_average(vectors: Sequence[np.ndarray] | np.ndarray,
+                             weights: Sequence[float] | np.ndarray | None = None) -> np.ndarray:
+    """WU eqs. 10, 13 and 16: sign(Σ w_i x_i / Σ w_i); equal weights when ``weights`` is None."""
+    w = np.ones(len(vectors)) if weights is None else weights
+    return sign(weighted_average(vectors, w))
+
+
+def sign_step(global_vector: np.ndarray, aggregate: np.ndarray, server_lr: float) -> np.ndarray:
+    """signSGD with majority vote (WU ref. [19]): W ← W + η_s · sign(aggregate of the clients' signs)."""
+    if not (math.isfinite(server_lr) and server_lr > 0):
+        raise ValueError(f"server_lr must be a finite number > 0, got {server_lr!r}")
+    g = np.asarray(global_vector)
+    return (g + g.dtype.type(server_lr) * sign(np.asarray(aggregate, dtype=g.dtype))).astype(g.dtype, copy=False)
+
+
+def apply_update(global_vector: np.ndarray, aggregate: np.ndarray) -> np.ndarray:
+    """W ← W + aggregate, when clients upload updates (local − global) instead of parameters."""
+    g = np.asarray(global_vector)
+    return (g + np.asarray(aggregate, dtype=g.dtype)).astype(g.dtype, copy=False)
+
+
+def label_similarity_weights(histograms: Sequence[Sequence[int]] | np.ndarray) -> np.ndarray:
+    """FEDAW eqs. 7-8: g_k = cos(G_k, S), G_k client k's label distribution, S the uniform one.
+
+    Returns the raw g_k (eq. 10 divides by their sum, as ``weighted_average`` does).
+    """
+    rows = [np.asarray(h, dtype=np.float64) for h in histograms]
+    if not rows:
+        raise ValueError("label_similarity_weights needs at least one histogram, got none")
+    return np.array([mech.label_distribution_weight(h) for h in rows])
+
+
+def fraction_count(fraction: float, total: int) -> int:
+    """PLDP Algorithm 1 line 4: the server selects γ·N clients.
+
+    Decision: γ·N is rounded down (as FedAvg's m = max(C·K, 1), which DP-FedAW's Algorithm 1 copies),
+    with a small tolerance so that 0.7·10 gives 7 despite floating point, and at least one client.
+    """
+    if not (isinstance(fraction, float | int) and 0.0 < fraction <= 1.0):
+        raise ValueError(f"fraction γ must lie in (0, 1], got {fraction!r}")
+    if total < 1:
+        raise ValueError(f"the number of clients must be >= 1, got {total!r}")
+    return max(1, int(math.floor(fraction * total + 1e-9)))

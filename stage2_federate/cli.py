@@ -1,0 +1,194 @@
+"""``ldpfl federate``: stage 2 over the HDF5 files of one export run.
+
+This module imports click and the light stage-2 modules only; torch loads inside the command.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from . import budgets
+from .perturbation import PERTURBATIONS, SIGN_MODES, TARGETS
+from .runtime import apply_runtime_defaults
+from .strategies import strategy_class, strategy_names
+
+_HIDDEN_HELP = "Hidden layer sizes, e.g. 2048 (default, LDPFL's DNN) or 512,256; 'none' = logistic regression."
+
+
+def _parse_hidden(ctx: click.Context, param: click.Parameter, value: str) -> tuple[int, ...]:
+    text = value.strip().lower()
+    if text in ("none", "0", ""):
+        return ()
+    try:
+        sizes = tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is not a comma-separated list of integers or 'none'") from None
+    if any(s < 1 for s in sizes):
+        raise click.BadParameter(f"layer sizes must be >= 1, got {value!r}")
+    return sizes
+
+
+def _list_parser(what: str, kind: str):
+    def parse(ctx: click.Context, param: click.Parameter, value: str | None):
+        if value is None:
+            return None
+        try:
+            return budgets.parse_value_list(value, what=what, kind=kind)
+        except ValueError as error:
+            raise click.BadParameter(str(error)) from None
+
+    return parse
+
+
+def _parse_centres(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[float, ...] | None:
+    if value is None:
+        return None
+    try:
+        return budgets.parse_numbers(value, what="client centres", positive=False)
+    except ValueError as error:
+        raise click.BadParameter(str(error)) from None
+
+
+def _parse_delta(ctx: click.Context, param: click.Parameter, value: str | None) -> float | str | None:
+    if value is None or value == "1/n":
+        return value
+    try:
+        number = float(value)
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is neither a number in (0, 1) nor '1/n'") from None
+    if not 0.0 < number < 1.0:
+        raise click.BadParameter(f"delta must lie in the open interval (0, 1), got {value}")
+    return number
+
+
+def _aggregation_help() -> str:
+    return "; ".join(f"{name}: {strategy_class(name).SUMMARY}" for name in strategy_names())
+
+
+def _perturbation_help() -> str:
+    return "; ".join(f"{spec.name}: {spec.summary} [perturbs the {spec.default_target}]"
+                     for spec in PERTURBATIONS.values())
+
+
+_EPILOG = "\b\nBudget presets (--budget-preset NAME, or as the value of --client-epsilons / --client-ranges):\n" + \
+    budgets.presets_help() + """
+
+\b
+Examples:
+  ldpfl federate runs/fmnist --rounds 80 --clients-per-round 9 --drop-per-round 1
+  ldpfl federate runs/mnist --perturbation gaussian-wu --aggregation weighted --budget-preset wu-mnist-LH
+  ldpfl federate runs/mnist --perturbation pdpm --aggregation fraction --fraction 0.7 \\
+        --budget-preset pldp-eps2 --budget-preset pldp-tau1
+  ldpfl federate runs/mnist --perturbation ldpsign --aggregation probability --client-epsilons @eps.csv
+"""
+
+
+@click.command("federate", epilog=_EPILOG, context_settings={"max_content_width": 110})
+@click.argument("run_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--rounds", type=click.IntRange(min=1), default=10, show_default=True,
+              help="Global rounds E (LDPFL: 80 for FMNIST, 100 for MNIST).")
+@click.option("--clients-per-round", "-k", type=click.IntRange(min=1), default=None,
+              help="Clients k selected per round out of N (default: all N; LDPFL Table I: 9 of 10).")
+@click.option("--local-epochs", "--el", "local_epochs", type=click.IntRange(min=1), default=2, show_default=True,
+              help="Local epochs el per round (LDPFL IV-E uses 20; the default is smaller to keep CPU runs short).")
+@click.option("--batch-size", type=click.IntRange(min=1), default=64, show_default=True, help="Local batch size.")
+@click.option("--optimizer", type=click.Choice(["auto", "adam", "sgd"]), default="auto", show_default=True,
+              help="auto: Adam(0.9, 0.999, eps 1e-8) for MNIST datasets, SGD otherwise (LDPFL IV-E), read from "
+                   "the files' dataset name.")
+@click.option("--lr", type=float, default=None, help="Local learning rate (default 0.001, LDPFL IV-E).")
+@click.option("--hidden", default="2048", show_default=True, callback=_parse_hidden, help=_HIDDEN_HELP)
+@click.option("--dropout", type=click.FloatRange(0.0, 1.0, max_open=True), default=0.1, show_default=True,
+              help="Dropout after each hidden layer.")
+@click.option("--aggregation", type=click.Choice(strategy_names()), default="fedavg", show_default=True,
+              help=_aggregation_help() + " (P_i sums to 1, so one uniform omega could select nobody: omega is "
+                   "drawn uniformly below the largest P_i, the same as redrawing it until someone is selected).")
+@click.option("--sample-weighted", is_flag=True, help="fedavg: weight clients by n_k/n (DP-FedAW eq. 2).")
+@click.option("--fraction", type=click.FloatRange(0.0, 1.0, min_open=True), default=None,
+              help="fraction: select floor(gamma*N) clients per round (PLDP-FL Algorithm 1).")
+@click.option("--perturbation", type=click.Choice(list(PERTURBATIONS)), default="none", show_default=True,
+              help="Model perturbation of each client's upload. " + _perturbation_help() + ".")
+@click.option("--perturb-target", type=click.Choice(list(TARGETS)), default="auto", show_default=True,
+              help="Override what the mechanism perturbs: the parameters or the update (local - global).")
+@click.option("--epsilon", type=click.FloatRange(min=0.0, min_open=True), default=1.0, show_default=True,
+              help="epsilon of every client when --client-epsilons is not given.")
+@click.option("--client-epsilons", callback=_list_parser("client epsilons", budgets.EPSILON), default=None,
+              help="Per-client epsilon: 1,1,10,…, @file.json, @file.csv or a preset name; one value per client.")
+@click.option("--client-ranges", callback=_list_parser("client ranges", budgets.RANGE), default=None,
+              help="pdpm: per-client safe-range lengths L_i (list, @file or preset pldp-tau1/2/3).")
+@click.option("--client-centres", callback=_parse_centres, default=None,
+              help="pdpm: per-client safe-range centres c_i (list or @file; default --range-centre).")
+@click.option("--range-length", type=click.FloatRange(min=0.0, min_open=True), default=2.0, show_default=True,
+              help="pdpm: L of every client when --client-ranges is not given (tau = [-1, 1]).")
+@click.option("--range-centre", type=float, default=0.0, show_default=True, help="pdpm: centre c of every client.")
+@click.option("--budget-preset", "presets", multiple=True, type=click.Choice(budgets.preset_names()), metavar="NAME",
+              help="Named per-client epsilons or safe-range lengths (listed below); may be repeated once per kind.")
+@click.option("--clip", type=click.FloatRange(min=0.0, min_open=True), default=None,
+              help="gaussian-wu (default 2), gaussian and ldpsign (default 4): element-wise clip c.")
+@click.option("--delta", callback=_parse_delta, default=None,
+              help="delta of the Gaussian mechanisms and ldpsign, or '1/n' for 1/|D_i| per client (Wu 3.1).")
+@click.option("--sensitivity", type=click.FloatRange(min=0.0, min_open=True), default=None,
+              help="gaussian: Delta (default 2c); ldpsign: Delta_2 (default 2c); fedaw-gaussian: S_f (default 2).")
+@click.option("--sample-rate", type=click.FloatRange(0.0, 1.0, min_open=True, max_open=True), default=None,
+              help="gaussian-wu: q of eq. 4 (default 0.9).")
+@click.option("--sign-mode", type=click.Choice(list(SIGN_MODES)), default="update", show_default=True,
+              help="ldpsign: 'update' perturbs local-global and steps W += server_lr*sign(mean) (signSGD, Wu "
+                   "ref. [19]); 'literal' perturbs the parameters and sets W = sign(mean) (Wu eq. 10).")
+@click.option("--server-lr", type=click.FloatRange(min=0.0, min_open=True), default=1e-3, show_default=True,
+              help="ldpsign update mode: server step size.")
+@click.option("--drop-per-round", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Selected clients dropped at random after training each round (LDPFL IV-E drops 1).")
+@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True,
+              help="auto: CUDA when available, else CPU.")
+@click.option("--threads", type=click.IntRange(min=1), default=None, help="torch CPU threads.")
+@click.option("--seed", type=click.IntRange(min=0), default=None,
+              help="Seed for reproducible runs (testing/research). Default: the OS CSPRNG. Never written to outputs.")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Output directory (default RUN_DIR/federation).")
+@click.option("--resume", is_flag=True, help="Continue an interrupted run from OUT/checkpoint.pt.")
+@click.option("--overwrite", is_flag=True, help="Start afresh even if OUT already holds a run.")
+@click.option("--keep-checkpoint", is_flag=True,
+              help="Keep checkpoint.pt after the run completes, to --resume it later with more rounds. By default "
+                   "it is deleted then: it holds every generator's state, from which the clients' perturbation "
+                   "noise can be recomputed, so it is seed-equivalent. An interrupted run always keeps it.")
+@click.option("--discard-checkpoint", "_discard_checkpoint", is_flag=True, hidden=True)  # TEMPORARY
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar and no summary.")
+def federate_command(run_dir: Path, presets: tuple[str, ...], out_dir: Path | None, resume: bool, overwrite: bool,
+                     keep_checkpoint: bool, _discard_checkpoint: bool, as_json: bool, quiet: bool, **options: object) -> None:
+    """Federated training of a fully-connected model over the client files in RUN_DIR (LDPFL stage 2).
+
+    Each round selects clients, trains them locally on their randomized features, perturbs their uploads
+    with their own privacy budgets, aggregates, and evaluates the global model on the union of the
+    clients' randomized test splits. Writes metrics.csv, metrics.json, accuracy.png, model.pt, config.json
+    and checkpoint.pt to OUT.
+    """
+    for name in presets:
+        preset = budgets.get_preset(name)
+        key = "client_epsilons" if preset.kind == budgets.EPSILON else "client_ranges"
+        flag = "--client-epsilons" if key == "client_epsilons" else "--client-ranges"
+        if options.get(key) is not None:
+            raise click.UsageError(f"--budget-preset {name} and {flag} (or a second preset) both set {preset.kind} "
+                                   "values; give one")
+        options[key] = name
+
+    apply_runtime_defaults()  # before torch loads: huge pages, sleeping OpenMP threads (see runtime.py)
+    from .federation import FederationConfig, run_federation  # imports torch
+
+    config = FederationConfig(**options)
+    result = run_federation(run_dir, config, out_dir=out_dir, resume=resume, progress=not quiet and not as_json,
+                            overwrite=overwrite, keep_checkpoint=keep_checkpoint)
+    if as_json:
+        from ldpfl.cli import echo_json
+
+        echo_json(result.to_dict())
+        return
+    if quiet:
+        return
+    from .outputs import summary_table
+
+    click.echo(summary_table(result.history))
+    final = result.final_accuracy
+    click.echo(f"final test accuracy {'n/a' if final is None else f'{final:.4f}'} after {len(result.history)} "
+               f"rounds; outputs in {result.paths['metrics_json'].parent}")

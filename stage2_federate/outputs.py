@@ -1,0 +1,153 @@
+"""What a federation run writes: metrics (CSV, JSON), the configuration, the accuracy plot.
+
+Every file is written to a temporary name in the same directory and renamed into place (``os.replace``),
+so a reader never sees a half-written file. No seed is ever written: the configuration carries only the
+randomness mode. Imports numpy and matplotlib (the Agg canvas, never pyplot's global state); no torch.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import os
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+METRICS_CSV = "metrics.csv"
+METRICS_JSON = "metrics.json"
+CONFIG_JSON = "config.json"
+PLOT_PNG = "accuracy.png"
+MODEL_PT = "model.pt"
+CHECKPOINT_PT = "checkpoint.pt"
+OUTPUT_NAMES = (METRICS_CSV, METRICS_JSON, CONFIG_JSON, PLOT_PNG, MODEL_PT, CHECKPOINT_PT)
+
+CSV_COLUMNS = ("round", "train_loss", "train_accuracy", "test_loss", "test_accuracy", "selected", "dropped",
+               "excluded", "aggregated", "weights", "client_epsilons", "kept_previous_model")
+
+
+def atomic_write(path: str | os.PathLike, write: Callable[[io.BufferedWriter], None]) -> Path:
+    """Call ``write(handle)`` on a temporary file next to ``path``, fsync, then rename it to ``path``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            write(handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
+    return atomic_write(path, lambda handle: handle.write(text.encode("utf-8")))
+
+
+def json_ready(value: Any) -> Any:
+    """Numbers and containers made JSON-safe: NaN becomes null, ±inf the strings 'inf'/'-inf'."""
+    if isinstance(value, Mapping):
+        return {str(k): json_ready(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_ready(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return json_ready(value.tolist())
+    if isinstance(value, np.generic):
+        return json_ready(value.item())
+    if isinstance(value, float):
+        if math.isnan(value):
+            return None
+        if math.isinf(value):
+            return "inf" if value > 0 else "-inf"
+    if isinstance(value, Path):
+        return str(value)
+    return value
+
+
+def _refuse_seed(payload: Any, where: str) -> None:
+    if isinstance(payload, Mapping):
+        for key, value in payload.items():
+            if "seed" in str(key).lower():
+                raise ValueError(f"{where} must not contain a seed (found key {key!r}); only the randomness mode")
+            _refuse_seed(value, where)
+    elif isinstance(payload, list | tuple):
+        for value in payload:
+            _refuse_seed(value, where)
+
+
+def write_json(path: str | os.PathLike, payload: Any) -> Path:
+    """Atomically write ``payload`` as indented JSON (refuses any key that names a seed)."""
+    _refuse_seed(payload, str(path))
+    return atomic_write_text(path, json.dumps(json_ready(payload), indent=2, sort_keys=False, allow_nan=False) + "\n")
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, list | tuple):
+        return ";".join(_cell(v) for v in value)
+    if isinstance(value, float):
+        return "" if math.isnan(value) else f"{value:.6g}"
+    return str(value)
+
+
+def write_metrics_csv(path: str | os.PathLike, rounds: Sequence[Mapping[str, Any]]) -> Path:
+    """One row per round; list cells (clients, weights, ε) are joined with ';'."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(CSV_COLUMNS)
+    for record in rounds:
+        writer.writerow([_cell(record.get(column)) for column in CSV_COLUMNS])
+    return atomic_write_text(path, buffer.getvalue())
+
+
+def write_metrics_json(path: str | os.PathLike, *, config: Mapping[str, Any], privacy: Sequence[Mapping[str, Any]],
+                       rounds: Sequence[Mapping[str, Any]], extra: Mapping[str, Any] | None = None) -> Path:
+    """``{"config": …, "privacy": [per-client reports], "rounds": [per-round records], …extra}``."""
+    return write_json(path, {"config": config, "privacy": list(privacy), "rounds": list(rounds), **(extra or {})})
+
+
+def plot_history(path: str | os.PathLike, rounds: Sequence[Mapping[str, Any]], title: str = "") -> Path:
+    """accuracy.png: train/test accuracy (left) and loss (right) per round."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
+
+    def series(key: str) -> list[float]:
+        return [math.nan if r.get(key) is None else float(r[key]) for r in rounds]
+
+    x = [r["round"] for r in rounds]
+    figure = Figure(figsize=(10, 4), dpi=100)
+    FigureCanvasAgg(figure)
+    for axis, metric, label in zip(figure.subplots(1, 2), ("accuracy", "loss"), ("Accuracy", "Cross-entropy loss"),
+                                   strict=True):
+        axis.plot(x, series(f"test_{metric}"), marker="o", label="test (global model)")
+        axis.plot(x, series(f"train_{metric}"), marker=".", linestyle="--", label="train (mean over clients)")
+        axis.set_xlabel("round")
+        axis.xaxis.set_major_locator(MaxNLocator(integer=True))
+        axis.set_ylabel(label)
+        axis.grid(alpha=0.3)
+        axis.legend()
+    if title:
+        figure.suptitle(title)
+    figure.subplots_adjust(left=0.07, right=0.98, bottom=0.13, top=0.88 if title else 0.95, wspace=0.22)
+    return atomic_write(path, lambda handle: figure.savefig(handle, format="png"))
+
+
+def summary_table(rounds: Sequence[Mapping[str, Any]]) -> str:
+    """Per-round test accuracy as a small text table (the CLI's closing summary)."""
+    lines = ["round  test_acc  test_loss  train_acc  aggregated"]
+    for r in rounds:
+        def fmt(v: Any, width: int) -> str:
+            return f"{'n/a':>{width}}" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:>{width}.4f}"
+        lines.append(f"{r['round']:>5}  {fmt(r.get('test_accuracy'), 8)}  {fmt(r.get('test_loss'), 9)}  "
+                     f"{fmt(r.get('train_accuracy'), 9)}  {','.join(str(c) for c in r.get('aggregated', [])) or '-'}")
+    return "\n".join(lines)

@@ -1,0 +1,300 @@
+"""Aggregation strategies: one class per paper rule, a registry, and the sign wrapper.
+
+A strategy does two things each round (as Flower's ``configure_fit`` / ``aggregate_fit``):
+
+* ``select``: which clients train this round (k of N at random, or γ·N for PLDP-FL);
+* ``aggregate``: combine the uploads that reached the server into one vector, with the weights used.
+
+The math lives in ``aggregation`` as pure functions; strategies only choose the weights and the clients.
+Sign aggregation for ldpsign (WU eqs. 10, 13, 16) *wraps* whichever strategy is chosen, as Flower adds
+DP by wrapping: it takes the inner strategy's combination and returns its sign.
+
+Registry keys are the CLI's ``--aggregation`` choices.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+
+from mechanisms.base import require_generator
+
+from . import aggregation as agg
+
+
+@dataclass(frozen=True)
+class ClientProfile:
+    """What the server knows about client ``index`` before training starts."""
+
+    index: int
+    train_rows: int
+    label_histogram: tuple[int, ...]
+    noise_scale: float | None = None  # σ_i of its perturbation (None: no noise)
+    epsilon: float | None = None
+
+
+@dataclass(frozen=True)
+class StrategyOptions:
+    """Options of the strategies; each strategy refuses the ones it does not use."""
+
+    clients_per_round: int | None = None  # k of N (None: all N)
+    sample_weighted: bool = False  # fedavg: n_k/n weights (FEDAW eq. 2)
+    fraction: float | None = None  # fraction: γ
+
+
+@dataclass(frozen=True)
+class Aggregate:
+    """A round's combination: ``vector`` is None when no upload was used (keep the previous model)."""
+
+    vector: np.ndarray | None
+    used: tuple[int, ...]
+    weights: tuple[float, ...]  # normalized weight of each used client, same order as ``used``
+    info: Mapping[str, Any] = field(default_factory=dict)
+
+
+def _nothing(info: Mapping[str, Any] | None = None) -> Aggregate:
+    return Aggregate(None, (), (), dict(info or {}))
+
+
+class Strategy:
+    """Base: k-of-N selection, and a weighted mean whose weights subclasses choose."""
+
+    NAME: ClassVar[str] = ""
+    SOURCE: ClassVar[str] = ""
+    SUMMARY: ClassVar[str] = ""
+
+    def __init__(self, profiles: Sequence[ClientProfile], options: StrategyOptions = StrategyOptions()):
+        if not profiles:
+            raise ValueError("a strategy needs at least one client, got none")
+        self.profiles = {p.index: p for p in profiles}
+        self.options = options
+        self.client_ids = sorted(self.profiles)
+        self._check_options(options)
+        self.clients_per_round = self._clients_per_round(options)
+
+    # -- options -------------------------------------------------------------------------------------
+    def _check_options(self, options: StrategyOptions) -> None:
+        if options.sample_weighted:
+            raise ValueError(f"--sample-weighted applies to aggregation 'fedavg' only, not {self.NAME!r}")
+        if options.fraction is not None:
+            raise ValueError(f"--fraction applies to aggregation 'fraction' only, not {self.NAME!r}")
+
+    def _clients_per_round(self, options: StrategyOptions) -> int:
+        n = len(self.client_ids)
+        k = n if options.clients_per_round is None else options.clients_per_round
+        if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= n:
+            raise ValueError(f"clients per round must be an integer in [1, {n}] (N = {n} clients), got {k!r}")
+        return k
+
+    # -- selection (LDPFL Algorithm 1 line 18: the n clients of the current round) --------------------
+    def select(self, round_number: int, rng: np.random.Generator) -> list[int]:
+        """k of the N clients, uniformly without replacement (all N, without a draw, when k = N)."""
+        require_generator(rng)
+        k = self.clients_per_round
+        if k == len(self.client_ids):
+            return list(self.client_ids)
+        chosen = rng.choice(len(self.client_ids), size=k, replace=False)
+        return sorted(self.client_ids[i] for i in chosen)
+
+    # -- aggregation ---------------------------------------------------------------------------------
+    def weights(self, clients: Sequence[int]) -> np.ndarray:
+        """Unnormalized weight of each client in ``clients`` (equal by default)."""
+        return np.ones(len(clients))
+
+    def aggregate(self, global_vector: np.ndarray, uploads: Mapping[int, np.ndarray], *,
+                  rng: np.random.Generator) -> Aggregate:
+        """Weighted mean of the uploads (all of them, unless a subclass selects)."""
+        clients = sorted(uploads)
+        if not clients:
+            return _nothing()
+        w = np.asarray(self.weights(clients), dtype=np.float64)
+        vector = agg.weighted_average([uploads[c] for c in clients], w)
+        return Aggregate(vector, tuple(clients), tuple((w / w.sum()).tolist()))
+
+    def describe(self) -> dict[str, Any]:
+        return {"name": self.NAME, "source": self.SOURCE, "clients_per_round": self.clients_per_round}
+
+
+_STRATEGIES: dict[str, type[Strategy]] = {}
+
+
+def register(cls: type[Strategy]) -> type[Strategy]:
+    """Class decorator: add a strategy under its NAME; a second registration of a name fails."""
+    if not cls.NAME:
+        raise ValueError(f"{cls.__name__} has no NAME")
+    if cls.NAME in _STRATEGIES:
+        raise ValueError(f"strategy name {cls.NAME!r} is already registered by {_STRATEGIES[cls.NAME].__name__}")
+    _STRATEGIES[cls.NAME] = cls
+    return cls
+
+
+def strategy_names() -> list[str]:
+    return list(_STRATEGIES)
+
+
+def strategy_class(name: str) -> type[Strategy]:
+    try:
+        return _STRATEGIES[name]
+    except KeyError:
+        raise ValueError(f"unknown aggregation {name!r}; valid names: {', '.join(_STRATEGIES)}") from None
+
+
+def create_strategy(name: str, profiles: Sequence[ClientProfile], options: StrategyOptions = StrategyOptions(),
+                    ) -> Strategy:
+    """Build strategy ``name`` over ``profiles``."""
+    return strategy_class(name)(profiles, options)
+
+
+@register
+class FedAvg(Strategy):
+    """Plain mean of the uploads (LDPFL eq. 1 / Algorithm 1 line 21); ``sample_weighted``: n_k/n (FEDAW eq. 2)."""
+
+    NAME = "fedavg"
+    SOURCE = "LDPFL Algorithm 1 line 21; DP-FedAW eq. 2 with --sample-weighted"
+    SUMMARY = "mean of the uploads (n_k/n weights with --sample-weighted)"
+
+    def _check_options(self, options: StrategyOptions) -> None:
+        if options.fraction is not None:
+            raise ValueError("--fraction applies to aggregation 'fraction' only, not 'fedavg'")
+
+    def weights(self, clients: Sequence[int]) -> np.ndarray:
+        if self.options.sample_weighted:
+            return agg.sample_size_weights([self.profiles[c].train_rows for c in clients])
+        return np.ones(len(clients))
+
+
+def _require_noise_scales(strategy: Strategy) -> dict[int, float]:
+    missing = [i for i, p in strategy.profiles.items() if p.noise_scale is None]
+    if missing:
+        raise ValueError(
+            f"aggregation {strategy.NAME!r} weighs client i by 1/σ_i (Wu eqs. 11/14), which needs a noise scale "
+            f"per client; the perturbation of clients {missing} adds no noise (perturbation 'none'?). Use "
+            "--perturbation gaussian-wu, gaussian, ldpsign, pdpm or fedaw-gaussian, or --aggregation fedavg")
+    return {i: float(p.noise_scale) for i, p in strategy.profiles.items()}
+
+
+@register
+class WeightedAverage(Strategy):
+    """WU method B (eqs. 11-13): α_i = ρ_i / Σρ with ρ_i = 1/σ_i, W = Σ α_i G̃_i / Σ α_i."""
+
+    NAME = "weighted"
+    SOURCE = "Wu et al. 4.1, eqs. 11-13"
+    SUMMARY = "weights alpha_i proportional to 1/sigma_i of each client's perturbation"
+
+    def __init__(self, profiles: Sequence[ClientProfile], options: StrategyOptions = StrategyOptions()):
+        super().__init__(profiles, options)
+        self.sigmas = _require_noise_scales(self)
+
+    def weights(self, clients: Sequence[int]) -> np.ndarray:
+        return agg.inverse_sigma_weights([self.sigmas[c] for c in clients])  # eq. 11 over the received clients
+
+
+@register
+class ProbabilitySelection(Strategy):
+    """WU method C (eqs. 14-16): P_i = ρ_i / Σρ over all N clients (fixed before training); each round
+    a uniform ω is drawn and the received clients with P_i > ω are averaged.
+
+    Decision: ω is drawn uniformly on [0, max P_i) over the received clients, which is the same as
+    redrawing ω ~ U[0, 1] until at least one received client is selected (``aggregation.draw_omega``).
+    """
+
+    NAME = "probability"
+    SOURCE = "Wu et al. 4.2, eqs. 14-16"
+    SUMMARY = "clients with P_i > omega are averaged; omega redrawn until someone is selected"
+
+    def __init__(self, profiles: Sequence[ClientProfile], options: StrategyOptions = StrategyOptions()):
+        super().__init__(profiles, options)
+        sigmas = _require_noise_scales(self)
+        p = agg.inverse_sigma_weights([sigmas[c] for c in self.client_ids])  # eq. 14
+        self.probabilities = dict(zip(self.client_ids, p.tolist(), strict=True))
+
+    def aggregate(self, global_vector: np.ndarray, uploads: Mapping[int, np.ndarray], *,
+                  rng: np.random.Generator) -> Aggregate:
+        clients = sorted(uploads)
+        if not clients:
+            return _nothing()
+        p = np.array([self.probabilities[c] for c in clients])
+        omega = agg.draw_omega(p, rng)
+        chosen = [c for c, keep in zip(clients, agg.probability_selection_mask(p, omega), strict=True) if keep]
+        vector = agg.mean([uploads[c] for c in chosen])  # eq. 15
+        return Aggregate(vector, tuple(chosen), tuple([1.0 / len(chosen)] * len(chosen)), {"omega": omega})
+
+
+@register
+class FractionSelection(Strategy):
+    """PLDP-FL Algorithm 1: the server selects γ·N clients at random each round (line 4) and averages
+    their uploads (line 8, eq. 7)."""
+
+    NAME = "fraction"
+    SOURCE = "PLDP-FL Algorithm 1 lines 4 and 8, eq. 7"
+    SUMMARY = "gamma*N random clients per round (--fraction), plain mean"
+
+    def _check_options(self, options: StrategyOptions) -> None:
+        if options.sample_weighted:
+            raise ValueError("--sample-weighted applies to aggregation 'fedavg' only, not 'fraction'")
+        if options.fraction is None:
+            raise ValueError("aggregation 'fraction' needs --fraction γ in (0, 1]")
+        if options.clients_per_round is not None:
+            raise ValueError("aggregation 'fraction' selects γ·N clients; give --fraction, not --clients-per-round")
+
+    def _clients_per_round(self, options: StrategyOptions) -> int:
+        return agg.fraction_count(options.fraction, len(self.client_ids))
+
+    def describe(self) -> dict[str, Any]:
+        return {**super().describe(), "fraction": self.options.fraction}
+
+
+@register
+class FedAW(Strategy):
+    """DP-FedAW eqs. 7-10: g_k = cos(label distribution of client k, uniform); W = Σ g_k w_k / Σ g_k.
+
+    The label distribution is the training split's label histogram recorded in the client's file.
+    """
+
+    NAME = "fedaw"
+    SOURCE = "DP-FedAW eqs. 7, 8, 10"
+    SUMMARY = "weights g_k: cosine similarity of client k's label distribution with the uniform one"
+
+    def __init__(self, profiles: Sequence[ClientProfile], options: StrategyOptions = StrategyOptions()):
+        super().__init__(profiles, options)
+        g = agg.label_similarity_weights([self.profiles[c].label_histogram for c in self.client_ids])
+        self.similarities = dict(zip(self.client_ids, g.tolist(), strict=True))
+
+    def weights(self, clients: Sequence[int]) -> np.ndarray:
+        return np.array([self.similarities[c] for c in clients])
+
+
+class SignAggregation(Strategy):
+    """Wrapper for ldpsign uploads (WU eqs. 10, 13, 16): sign of the inner strategy's combination.
+
+    fedavg gives eq. 10, weighted eq. 13, probability eq. 16; fraction and fedaw get the same treatment.
+    What the server does with the sign (set the model to it, or step along it) is the federation's
+    choice of sign mode; see ``perturbation``.
+    """
+
+    NAME = "sign"
+    SOURCE = "Wu et al. eqs. 9, 10, 13, 16"
+    SUMMARY = "sign of the wrapped strategy's combination"
+
+    def __init__(self, inner: Strategy):  # no super().__init__(): the state lives in ``inner``
+        self.inner = inner
+        self.profiles = inner.profiles
+        self.options = inner.options
+        self.client_ids = inner.client_ids
+        self.clients_per_round = inner.clients_per_round
+
+    def select(self, round_number: int, rng: np.random.Generator) -> list[int]:
+        return self.inner.select(round_number, rng)
+
+    def aggregate(self, global_vector: np.ndarray, uploads: Mapping[int, np.ndarray], *,
+                  rng: np.random.Generator) -> Aggregate:
+        inner = self.inner.aggregate(global_vector, uploads, rng=rng)
+        if inner.vector is None:
+            return inner
+        return Aggregate(agg.sign(inner.vector), inner.used, inner.weights, {**inner.info, "signed": True})
+
+    def describe(self) -> dict[str, Any]:
+        return {**self.inner.describe(), "sign": True}
