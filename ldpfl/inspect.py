@@ -34,6 +34,7 @@ import h5py
 import numpy as np
 
 import mechanisms as mech
+from ldpfl.jsonsafe import json_ready
 from mechanisms.randomness import RANDOMNESS_DESCRIPTIONS
 from stage1_features.h5format import (
     FLOAT32,
@@ -481,7 +482,7 @@ class FileReport:
             meta = dataclasses.asdict(self.metadata) | {
                 "bits_per_value": self.metadata.bits_per_value, "feature_width": self.metadata.feature_width,
                 "stored_width": self.metadata.stored_width, "private": self.metadata.private}
-        return _jsonable({
+        return json_ready({
             "file": self.name, "path": str(self.path), "bytes": self.size_bytes, "status": self.status,
             "error": self.error, "flags": list(self.flags),
             "manifest": dataclasses.asdict(self.manifest), "checksums": self.checksums, "metadata": meta,
@@ -782,7 +783,7 @@ class Inspection:
         return [f.error for f in self.files if f.error]
 
     def to_dict(self) -> dict[str, Any]:
-        return _jsonable({
+        return json_ready({
             "path": str(self.path), "kind": self.kind, "ok": self.ok, "exit_code": self.exit_code,
             "manifest": None if self.manifest is None else dict(self.manifest), "problems": list(self.problems),
             "notes": list(self.notes), "files": [f.to_dict() for f in self.files],
@@ -1002,23 +1003,3 @@ def _run_lines(result: Inspection) -> list[str]:
                      f"best {_fmt(fed['best_test_accuracy'])}")
     lines += [f"  note: {n}" for n in result.notes]
     return lines
-
-
-def _jsonable(value: Any) -> Any:
-    """JSON-safe copy: numpy scalars and arrays to Python, inf to "inf", NaN to None."""
-    if isinstance(value, Mapping):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, np.ndarray):
-        return _jsonable(value.tolist())
-    if isinstance(value, np.generic):
-        return _jsonable(value.item())
-    if isinstance(value, float):
-        if math.isnan(value):
-            return None
-        if math.isinf(value):
-            return "inf" if value > 0 else "-inf"
-    if isinstance(value, Path):
-        return str(value)
-    return value

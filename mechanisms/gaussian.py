@@ -2,23 +2,19 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import ClassVar
 
-import numpy as np
-
 from .base import param
 from .calibration import gaussian_sigma_classic
-from .clipping import clip_elementwise
-from .real import GaussianBase
+from .real import ElementwiseClippedGaussian
 from .registry import register
 from .validation import require_finite_positive
 
 
 @register
 @dataclass(frozen=True)
-class Gaussian(GaussianBase):
+class Gaussian(ElementwiseClippedGaussian):
     """Clip to [-c, c], add N(0, σ²) with σ = Δ·√(2 ln(1.25/δ))/ε.
 
     Δ defaults to 2c, the L2 sensitivity of one clipped coordinate (the paper's setting c = 4, Δ2 = 8).
@@ -28,12 +24,10 @@ class Gaussian(GaussianBase):
     SOURCE: ClassVar[str] = "WU 3.1 clipping + eq. 7 sigma (classic Gaussian mechanism)"
     SUMMARY: ClassVar[str] = "element-wise clip to [-c, c], classic Gaussian noise"
 
-    clip: float = param(4.0, "c, element-wise clipping bound")
     sensitivity: float | None = param(None, "Δ, L2 sensitivity used in σ (default 2c)")
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        require_finite_positive("clip", self.clip)
         if self.sensitivity is not None:
             require_finite_positive("sensitivity", self.sensitivity)
 
@@ -44,12 +38,3 @@ class Gaussian(GaussianBase):
     @property
     def sigma(self) -> float:
         return gaussian_sigma_classic(self.epsilon, self.delta, self.calibration_sensitivity)
-
-    def preprocess(self, x: np.ndarray) -> np.ndarray:
-        return clip_elementwise(x, self.clip)
-
-    def coordinate_sensitivity(self) -> float:
-        return 2.0 * self.clip
-
-    def record_sensitivity(self) -> float | None:
-        return None if self.dim is None else 2.0 * self.clip * math.sqrt(self.dim)

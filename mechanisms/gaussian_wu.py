@@ -2,23 +2,19 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import ClassVar
 
-import numpy as np
-
 from .base import param
 from .calibration import gaussian_sigma_wu_eq4
-from .clipping import clip_elementwise
-from .real import GaussianBase
+from .real import ElementwiseClippedGaussian
 from .registry import register
-from .validation import require_finite_positive, require_int_in_range, require_open_unit_interval
+from .validation import require_int_in_range, require_open_unit_interval
 
 
 @register
 @dataclass(frozen=True)
-class GaussianWu(GaussianBase):
+class GaussianWu(ElementwiseClippedGaussian):
     """Clip to [-c, c] (WU 3.1), add N(0, σ²) with σ = √(4q²R/(1-q))·(2 ln(1/δ)/ε² + 1/ε) (eq. 4).
 
     Defaults are the paper's Fashion-MNIST IID setting (5.2.1): δ = 1/1000, q = 0.9, R = 20, c = 2.
@@ -36,22 +32,12 @@ class GaussianWu(GaussianBase):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        require_finite_positive("clip", self.clip)
         require_open_unit_interval("sample_rate", self.sample_rate)
         require_int_in_range("rounds", self.rounds, 1)
 
     @property
     def sigma(self) -> float:
         return gaussian_sigma_wu_eq4(self.epsilon, self.delta, self.sample_rate, self.rounds)
-
-    def preprocess(self, x: np.ndarray) -> np.ndarray:
-        return clip_elementwise(x, self.clip)
-
-    def coordinate_sensitivity(self) -> float:
-        return 2.0 * self.clip
-
-    def record_sensitivity(self) -> float | None:
-        return None if self.dim is None else 2.0 * self.clip * math.sqrt(self.dim)
 
     def gaussian_notes(self) -> tuple[str, ...]:
         return ("eq. 4 is stated for R rounds with sampling rate q; the exact figure is one release of "

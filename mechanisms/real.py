@@ -10,9 +10,11 @@ import numpy as np
 
 from .base import Mechanism, param, require_generator
 from .calibration import gaussian_exact_epsilon
+from .clipping import clip_elementwise
 from .report import PrivacyReport
 from .validation import (
     require_epsilon,
+    require_finite_positive,
     require_int_in_range,
     require_open_unit_interval,
     require_real_array,
@@ -90,6 +92,27 @@ class GaussianBase(RealMechanism):
 
     def record_name(self) -> str:
         return f"record of {self.dim} coordinates" if self.dim else "record (dim unknown)"
+
+
+@dataclass(frozen=True)
+class ElementwiseClippedGaussian(GaussianBase):
+    """Clip each coordinate to [-c, c] (WU 3.1), then Gaussian noise: one coordinate moves by at most 2c,
+    a record of ``dim`` coordinates by at most 2c·√dim in L2."""
+
+    clip: float = param(4.0, "c, element-wise clipping bound")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        require_finite_positive("clip", self.clip)
+
+    def preprocess(self, x: np.ndarray) -> np.ndarray:
+        return clip_elementwise(x, self.clip)
+
+    def coordinate_sensitivity(self) -> float:
+        return 2.0 * self.clip
+
+    def record_sensitivity(self) -> float | None:
+        return None if self.dim is None else 2.0 * self.clip * math.sqrt(self.dim)
 
 
 def pure_report(mech: RealMechanism, per_coordinate: float, notes: tuple[str, ...] = (),

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
+from ldpfl.jsonsafe import json_ready
 
 METRICS_CSV = "metrics.csv"
 METRICS_JSON = "metrics.json"
@@ -51,25 +51,6 @@ def atomic_write(path: str | os.PathLike, write: Callable[[io.BufferedWriter], N
 def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
     return atomic_write(path, lambda handle: handle.write(text.encode("utf-8")))
 
-
-def json_ready(value: Any) -> Any:
-    """Numbers and containers made JSON-safe: NaN becomes null, ±inf the strings 'inf'/'-inf'."""
-    if isinstance(value, Mapping):
-        return {str(k): json_ready(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [json_ready(v) for v in value]
-    if isinstance(value, np.ndarray):
-        return json_ready(value.tolist())
-    if isinstance(value, np.generic):
-        return json_ready(value.item())
-    if isinstance(value, float):
-        if math.isnan(value):
-            return None
-        if math.isinf(value):
-            return "inf" if value > 0 else "-inf"
-    if isinstance(value, Path):
-        return str(value)
-    return value
 
 
 def _refuse_seed(payload: Any, where: str) -> None:
