@@ -177,12 +177,14 @@ def pdpm_output_values(epsilon: float, length: float) -> tuple[float, float]:
 def pdpm_probabilities(v: np.ndarray, epsilon: float, length: float) -> tuple[np.ndarray, np.ndarray]:
     """P(high | v) and P(low | v) of PLDP eq. 10 for centred inputs v in [-L/2, L/2].
 
-    P(0 | v) equals P(low | v) (third line of eq. 10).
+    P(0 | v) equals P(low | v) (third line of eq. 10). Written with t = 2v/L in [-1, 1] as
+    P(high) = ((1 + t) e^ε + (1 - t)) / (2(e^ε + 2)) and P(low) = ((1 - t) e^ε + (3 + t)) / (4(e^ε + 2)),
+    which equals eq. 10 term by term but sums only non-negative terms, so large ε loses no precision.
     """
     e = math.exp(epsilon)
-    v = np.asarray(v, dtype=np.float64)
-    p_high = v * (e - 1.0) / (length * (e + 2.0)) + (e + 1.0) / (2.0 * (e + 2.0))
-    p_low = (e + 3.0) / (4.0 * (e + 2.0)) - v * (e - 1.0) / (2.0 * length * (e + 2.0))
+    t = 2.0 * np.asarray(v, dtype=np.float64) / length
+    p_high = ((1.0 + t) * e + (1.0 - t)) / (2.0 * (e + 2.0))
+    p_low = ((1.0 - t) * e + (3.0 + t)) / (4.0 * (e + 2.0))
     return p_high, p_low
 
 

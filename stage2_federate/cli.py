@@ -152,11 +152,10 @@ Examples:
               help="Keep checkpoint.pt after the run completes, to --resume it later with more rounds. By default "
                    "it is deleted then: it holds every generator's state, from which the clients' perturbation "
                    "noise can be recomputed, so it is seed-equivalent. An interrupted run always keeps it.")
-@click.option("--discard-checkpoint", "_discard_checkpoint", is_flag=True, hidden=True)  # TEMPORARY
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar and no summary.")
 def federate_command(run_dir: Path, presets: tuple[str, ...], out_dir: Path | None, resume: bool, overwrite: bool,
-                     keep_checkpoint: bool, _discard_checkpoint: bool, as_json: bool, quiet: bool, **options: object) -> None:
+                     keep_checkpoint: bool, as_json: bool, quiet: bool, **options: object) -> None:
     """Federated training of a fully-connected model over the client files in RUN_DIR (LDPFL stage 2).
 
     Each round selects clients, trains them locally on their randomized features, perturbs their uploads

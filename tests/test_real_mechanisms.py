@@ -347,3 +347,17 @@ def test_real_mechanisms_refuse_non_finite_inputs() -> None:
             m.randomize(np.array([[0.0, np.nan]]), rng=mech.default_rng(0))
         with pytest.raises(ValueError, match="NaN or infinite"):
             m.randomize(np.array([[np.inf, 0.0]]), rng=mech.default_rng(0))
+
+
+@pytest.mark.parametrize("epsilon", [37.0, 50.0, 300.0, 500.0])
+def test_pdpm_large_epsilon_keeps_its_precision(epsilon: float) -> None:
+    # At v = -L/2, P(high) = 1/(e^ε + 2): eq. 10 as printed computes it as a difference of two numbers
+    # near 1/2, which rounds to 0 for ε above ~37 and made the report fail.
+    m = mech.create_mechanism("pdpm", epsilon=epsilon, safe_range_length=2.0, dim=3)
+    p_high, p_low = mech.pdpm_probabilities(np.array([-1.0, 1.0]), epsilon, 2.0)
+    assert p_high[0] == pytest.approx(1.0 / (math.exp(epsilon) + 2.0), rel=1e-12)
+    assert p_low[1] == pytest.approx(1.0 / (math.exp(epsilon) + 2.0), rel=1e-12)
+    assert m.report().exact_epsilon_per_coordinate == pytest.approx(epsilon, rel=1e-12)
+    assert m.report().exact_epsilon_per_record == pytest.approx(3 * epsilon, rel=1e-12)
+    out = m.randomize(np.array([[-1.0, 0.0, 1.0]]), rng=mech.default_rng(0))
+    assert np.all(np.isfinite(out))
