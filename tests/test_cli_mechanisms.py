@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from heavy_imports import heavy_modules_after
 
 import mechanisms as mech
 from ldpfl.cli import cli
@@ -160,18 +159,6 @@ def test_bad_epsilon_message_quotes_the_value() -> None:
 
 
 def test_mechanisms_command_imports_no_deep_learning_framework() -> None:
-    code = (
-        "import sys\n"
-        "from ldpfl.cli import main\n"
-        "sys.argv = ['ldpfl', 'mechanisms', '--json']\n"
-        "try:\n"
-        "    main()\n"
-        "except SystemExit as done:\n"
-        "    assert done.code in (0, None), done.code\n"
-        "heavy = sorted(m for m in ('torch', 'tensorflow', 'keras', 'jax') if m in sys.modules)\n"
-        "print('HEAVY=' + ','.join(heavy), file=sys.stderr)\n"
-    )
-    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr
-    assert "uer" in {row["name"] for row in json.loads(done.stdout)}
-    assert "HEAVY=\n" in done.stderr, done.stderr
+    stdout, heavy = heavy_modules_after(["mechanisms", "--json"], ["mechanisms", "show", "uer", "--json"])
+    assert "uer" in stdout
+    assert heavy == []

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from heavy_imports import heavy_modules_after
 
 import mechanisms
 from ldpfl.cli import cli
@@ -390,22 +391,9 @@ def test_cli_unwritable_output_path_is_one_line_exit_2(tmp_path) -> None:
 
 
 def test_cli_help_does_not_import_tensorflow() -> None:
-    code = (
-        "import sys\n"
-        "from ldpfl.cli import main\n"
-        "for argv in (['ldpfl', '--help'], ['ldpfl', 'export', '--help']):\n"
-        "    sys.argv = argv\n"
-        "    try:\n"
-        "        main()\n"
-        "    except SystemExit as done:\n"
-        "        assert done.code in (0, None), done.code\n"
-        "heavy = sorted(m for m in ('torch', 'tensorflow', 'keras', 'jax') if m in sys.modules)\n"
-        "print('HEAVY=' + ','.join(heavy), file=sys.stderr)\n"
-    )
-    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
-    assert "--store-input-density" in done.stdout and "UNRANDOMIZED" in done.stdout
-    assert "HEAVY=\n" in done.stderr, done.stderr
+    stdout, heavy = heavy_modules_after(["--help"], ["export", "--help"])
+    assert "--store-input-density" in stdout and "UNRANDOMIZED" in stdout
+    assert heavy == []
 
 
 def test_record_for_matches_manifest_entries(tiny_run) -> None:

@@ -5,14 +5,13 @@ from __future__ import annotations
 import json
 import math
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import h5py
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from heavy_imports import heavy_modules_after
 from inspect_files import (
     FEATURES,
     NUM_CLASSES,
@@ -510,14 +509,5 @@ def test_help_describes_the_command() -> None:
 @pytest.mark.parametrize("plot", [False, True])
 def test_inspect_imports_neither_tensorflow_nor_torch(plot: bool, uer_run: Path, tmp_path: Path) -> None:
     args = ["inspect", str(uer_run)] + (["--plot", str(tmp_path / "p.png")] if plot else [])
-    code = (
-        "import json, sys\n"
-        "from ldpfl.cli import cli\n"
-        f"rv = cli.main({args!r}, standalone_mode=False)\n"
-        "heavy = sorted(m for m in ('tensorflow', 'torch', 'keras', 'matplotlib') if m in sys.modules)\n"
-        "print(json.dumps({'rv': rv, 'heavy': heavy}))\n"
-    )
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    outcome = json.loads(proc.stdout.splitlines()[-1])
-    assert outcome == {"rv": 0, "heavy": ["matplotlib"] if plot else []}
+    _, heavy = heavy_modules_after(args)
+    assert heavy == (["matplotlib"] if plot else [])
