@@ -488,11 +488,15 @@ def export_client(task: ClientTask, dataset: Any = None) -> ClientOutcome:
         def images(idx: np.ndarray) -> np.ndarray:
             return dataset.features(idx).reshape(len(idx), *input_shape)
 
-        if len(test_idx):  # local accuracy on the client's own hold-out (IV-C)
+        # Local accuracy on the client's own hold-out (IV-C). The same predictions give the test split's
+        # features, kept (10 % of the client) so that the split is not predicted a second time below.
+        test_features: list[np.ndarray] = []
+        if len(test_idx):
             correct = 0
             for start_row in range(0, len(test_idx), BATCH_ROWS):
                 rows = test_idx[start_row:start_row + BATCH_ROWS]
-                _, probabilities = extractor.predict(images(rows))
+                features, probabilities = extractor.predict(images(rows))
+                test_features.append(features)
                 correct += int(np.sum(np.argmax(probabilities, axis=1) == dataset.y[rows]))
             accuracy = correct / len(test_idx)
         if task.save_model:
@@ -500,9 +504,11 @@ def export_client(task: ClientTask, dataset: Any = None) -> ClientOutcome:
 
         def batches(split: str) -> Iterator[tuple[np.ndarray, np.ndarray]]:
             idx = splits[split]
-            for start_row in range(0, len(idx), BATCH_ROWS):  # Algorithm 1 line 6, batch by batch
-                rows = idx[start_row:start_row + BATCH_ROWS]
-                features, _ = extractor.predict(images(rows))
+            for batch, start_row in enumerate(range(0, len(idx), BATCH_ROWS)):  # Algorithm 1 line 6
+                if split == "test" and test_features:
+                    features = test_features[batch]
+                else:
+                    features, _ = extractor.predict(images(idx[start_row:start_row + BATCH_ROWS]))
                 yield features, labels[split][start_row:start_row + BATCH_ROWS]
     else:
         def batches(split: str) -> Iterator[tuple[np.ndarray, np.ndarray]]:

@@ -217,16 +217,11 @@ def test_ldpsign_exact_epsilon() -> None:
     assert report.sigma == pytest.approx(sigma, rel=1e-15)
 
 
+SIGN_UPDATES = np.array([[1, -1, 1, 1], [1, 1, -1, -1], [-1, -1, 1, 1], [-1, 1, -1, 1]], dtype=float)
+
+
 def test_sign_aggregate_unweighted() -> None:
-    updates = np.array(
-        [
-            [1, -1, 1, 1],
-            [1, 1, -1, -1],
-            [-1, -1, 1, 1],
-            [-1, 1, -1, 1],
-        ],
-        dtype=float,
-    )
+    updates = SIGN_UPDATES.copy()
     # column sums 0, 0, 0, 2: ties give 0
     np.testing.assert_array_equal(mech.sign_aggregate(updates), [0.0, 0.0, 0.0, 1.0])
     np.testing.assert_array_equal(mech.sign_aggregate(updates[:3]), [1.0, -1.0, 1.0, 1.0])
@@ -235,15 +230,7 @@ def test_sign_aggregate_unweighted() -> None:
 
 
 def test_sign_aggregate_weighted() -> None:
-    updates = np.array(
-        [
-            [1, -1, 1, 1],
-            [1, 1, -1, -1],
-            [-1, -1, 1, 1],
-            [-1, 1, -1, 1],
-        ],
-        dtype=float,
-    )
+    updates = SIGN_UPDATES.copy()
     # weights 3, 1, 1, 1: 3+1-1-1 = 2, -3+1-1+1 = -2, 3-1+1-1 = 2, 3-1+1+1 = 4
     np.testing.assert_array_equal(mech.sign_aggregate(updates, weights=[3, 1, 1, 1]), [1.0, -1.0, 1.0, 1.0])
     three = np.array([[1, 1, -1], [1, -1, 1], [-1, 1, 1]], dtype=float)
