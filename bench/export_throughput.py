@@ -98,16 +98,17 @@ def phase_cnn(args: argparse.Namespace) -> dict:
 
 def phase_stream(args: argparse.Namespace) -> dict:
     import mechanisms
+    from contract.client_writer import ClientFileWriter
+    from contract.schema import ClientMetadata
     from stage1_features.features import BATCH_ROWS, RELEASE_ROWS, ReleasePipeline, write_split
-    from stage1_features.h5format import PACKED_BITS, ClientFileWriter, ClientMetadata
 
     pool = np.load(args.pool_file)
     mech = mechanisms.create_mechanism("uer", features=R, **PAPER)
-    pipeline = ReleasePipeline(mech, mech.encoding, PACKED_BITS)
+    pipeline = ReleasePipeline(mech, mech.fixed_point_encoding(), mechanisms.PACKED_BITS)
     report = mech.report().with_randomness("seeded").to_dict()
     meta = ClientMetadata(dataset="fashion-mnist", num_classes=10, client_index=0, client_count=1,
                           partition={"kind": "bench"}, extractor="cifar-cnn", input_shape=(28, 28, 1),
-                          integer_bits=4, fraction_bits=5, features=R, feature_format=PACKED_BITS,
+                          integer_bits=4, fraction_bits=5, features=R, feature_format=mechanisms.PACKED_BITS,
                           mechanism="uer", mechanism_parameters=mech.parameters(), privacy_report=report,
                           randomness="seeded", label_histograms={"train": [0] * 10, "test": [0] * 10})
 

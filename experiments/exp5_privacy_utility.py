@@ -3,7 +3,7 @@
 One CNN training, many mechanisms: the script exports the 2-client MNIST-5k run once with
 ``--mechanism none`` (the *unrandomized* fixed-point encoding of the Fig. 3 CNN's flatten features,
 m = 4, n = 5, r = 1,024, r·l = 10,240 bits), then re-randomizes the stored bits with each mechanism
-through the Python API (``mechanisms.create_mechanism`` + ``h5format.write_client_file``) into its own
+through the Python API (``mechanisms.create_mechanism`` + ``contract.client_writer.write_client_file``) into its own
 run directory, and federates each run briefly with ``ldpfl federate``:
 
 * UER (Theorem 2, eq. 17): α ∈ {2, 5, 10, 20} x ε ∈ {0.5, 5, 50};
@@ -36,7 +36,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common as C  # noqa: E402
 
 import mechanisms  # noqa: E402
-from stage1_features import h5format as h5  # noqa: E402
+from contract.client_reader import read_client_file  # noqa: E402
+from contract.client_writer import write_client_file  # noqa: E402
+from contract.manifest import read_manifest, record_for, write_manifest  # noqa: E402
+from contract.schema import SPLITS, utc_now  # noqa: E402
 
 NAME = "exp5_privacy_utility"
 SCALES = {
@@ -69,27 +72,27 @@ def rerandomize(source: Path, target: Path, mech_name: str, params: dict, seq: n
     if target.exists():
         shutil.rmtree(target)
     target.mkdir(parents=True)
-    manifest = h5.read_manifest(source)
+    manifest = read_manifest(source)
     records = []
     report = None
     streams = seq.spawn(len(manifest.files))
     for record, stream in zip(manifest.files, streams, strict=True):
-        data = h5.read_client_file(source / record.path)
+        data = read_client_file(source / record.path)
         meta = data.metadata
         r, m, n = meta.features, meta.integer_bits, meta.fraction_bits
         encoding = mechanisms.FixedPointEncoding(m, n)
         rng = np.random.default_rng(stream)
         if mech_name == "pdpm":
             mech = mechanisms.create_mechanism("pdpm", dim=r, **params)
-            fmt, bits_m, bits_n = h5.FLOAT32, 0, 0
+            fmt, bits_m, bits_n = mechanisms.FLOAT32, 0, 0
         else:
             kwargs = {"features": r, "integer_bits": m, "fraction_bits": n, **params} if mech_name != "none" else {}
             mech = mechanisms.create_mechanism(mech_name, **kwargs)
-            fmt, bits_m, bits_n = h5.PACKED_BITS, m, n
+            fmt, bits_m, bits_n = mechanisms.PACKED_BITS, m, n
         splits = {}
-        for split in h5.SPLITS:
+        for split in SPLITS:
             bits = mechanisms.unpack_bits(data.features[split], meta.feature_width)
-            if fmt == h5.FLOAT32:
+            if fmt == mechanisms.FLOAT32:
                 values = encoding.decode(bits).astype(np.float32)
                 stored = mech.randomize(values, rng=rng).astype(np.float32)
             else:
@@ -97,20 +100,21 @@ def rerandomize(source: Path, target: Path, mech_name: str, params: dict, seq: n
             splits[split] = (stored, data.labels[split].astype(np.int32))
         report = mech.report().with_randomness("seeded").to_dict()
         mech_params = dict(mech.parameters())
-        if fmt == h5.PACKED_BITS:
+        if fmt == mechanisms.PACKED_BITS:
             mech_params.update(integer_bits=m, fraction_bits=n)
         new_meta = dataclasses.replace(meta, mechanism=mech_name, mechanism_parameters=mech_params,
                                        privacy_report=report, feature_format=fmt, integer_bits=bits_m,
-                                       fraction_bits=bits_n, randomness="seeded", created_utc=h5.utc_now())
+                                       fraction_bits=bits_n, randomness="seeded", created_utc=utc_now())
         path = target / record.path
-        digest = h5.write_client_file(path, new_meta, splits)
-        records.append(h5.record_for(path, record.client_index, digest, {s: len(splits[s][1]) for s in h5.SPLITS}))
+        digest = write_client_file(path, new_meta, splits)
+        records.append(record_for(path, record.client_index, digest, {s: len(splits[s][1]) for s in SPLITS}))
     info = {k: v for k, v in manifest.info.items() if k not in ("schema", "schema_version", "updated_utc")}
     info["config"] = {**info.get("config", {}), "mechanism": mech_name, "mechanism_params": dict(params)}
-    info.update(mechanism=mech_name, feature_format=h5.FLOAT32 if mech_name == "pdpm" else h5.PACKED_BITS,
+    info.update(mechanism=mech_name,
+                feature_format=mechanisms.FLOAT32 if mech_name == "pdpm" else mechanisms.PACKED_BITS,
                 feature_width=new_meta.feature_width, privacy_report=report, randomness="seeded",
                 note=f"re-randomized from {source} by experiments/{NAME}.py")
-    h5.write_manifest(target, records, info)
+    write_manifest(target, records, info)
     return report
 
 

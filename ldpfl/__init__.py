@@ -6,9 +6,6 @@ The Python API mirrors the CLI. Heavy frameworks load only when the function tha
 
 from __future__ import annotations
 
-from importlib import metadata
+from contract.version import package_version
 
-try:
-    __version__ = metadata.version("ldpfl")
-except metadata.PackageNotFoundError:  # running from a source tree without installation
-    __version__ = "0.0.0+unknown"
+__version__ = package_version()

@@ -2,13 +2,15 @@
 
 Every subcommand module imported here is light (click and numpy at most); TensorFlow and torch load
 inside the commands that need them. Bad input gives one line on stderr and exit code 2.
+
+Library errors name parameters, not flags (``mechanisms.base.ParameterError`` marks them as
+```overwrite```); this layer spells each one as the invoked command's option (``--overwrite``).
 """
 
 from __future__ import annotations
 
 import importlib
 import importlib.util
-import json
 import os
 import sys
 
@@ -33,11 +35,13 @@ class LdpflGroup(click.Group):
     """A lazily loaded group whose errors are one line each: usage and input errors exit 2, I/O errors 1."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
+        """Return the subcommands whose modules are installed, sorted."""
         available = [name for name, target in LAZY_COMMANDS.items()
                      if importlib.util.find_spec(target.split(":")[0]) is not None]
         return sorted(set(available) | set(super().list_commands(ctx)))
 
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        """Import subcommand ``name``'s module on demand and return the command."""
         if name in LAZY_COMMANDS:
             module_name, attribute = LAZY_COMMANDS[name].split(":")
             if importlib.util.find_spec(module_name) is None:
@@ -45,7 +49,15 @@ class LdpflGroup(click.Group):
             return getattr(importlib.import_module(module_name), attribute)
         return super().get_command(ctx, name)
 
+    def resolve_command(self, ctx: click.Context, args: list[str]) -> tuple[str | None, click.Command | None,
+                                                                            list[str]]:
+        """Resolve the subcommand and remember it: its options spell the parameters of a library error."""
+        name, command, rest = super().resolve_command(ctx, args)
+        self.invoked = command
+        return name, command, rest
+
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        """Run the command line; turn every error into one ``Error:`` line and an exit code."""
         if not standalone_mode or os.environ.get(DEBUG_VARIABLE):
             return super().main(args, prog_name, complete_var, standalone_mode=standalone_mode, **extra)
         try:
@@ -55,10 +67,31 @@ class LdpflGroup(click.Group):
         except click.exceptions.Abort:
             _fail("aborted", 130)
         except ValueError as error:
-            _fail(str(error), 2)
+            _fail(cli_message(error, getattr(self, "invoked", None)), 2)
         except OSError as error:
             _fail(f"{error.strerror or error}: {error.filename}" if error.filename else str(error), 1)
         sys.exit(rv if isinstance(rv, int) else 0)
+
+
+def option_flag(command: click.Command | None, parameter: str) -> str:
+    """Return the flag that sets library parameter ``parameter``.
+
+    That is the long flag of ``command``'s option of that name, or ``--parameter-name`` when it has none.
+    """
+    for param in command.params if command is not None else ():
+        if isinstance(param, click.Option) and param.name == parameter:
+            longs = [opt for opt in param.opts if opt.startswith("--")]
+            return longs[0] if longs else param.opts[0]
+    return "--" + parameter.replace("_", "-")
+
+
+def cli_message(error: ValueError, command: click.Command | None = None) -> str:
+    """Return the message of a library error with its parameters spelled as ``command``'s flags."""
+    from mechanisms.base import ParameterError
+
+    if isinstance(error, ParameterError):
+        return error.render(lambda name: option_flag(command, name))
+    return str(error)
 
 
 def _fail(message: str, code: int) -> None:
@@ -82,12 +115,8 @@ def cli() -> None:
     """
 
 
-def echo_json(payload: object) -> None:
-    """Print ``payload`` as indented JSON (the --json output of every command)."""
-    click.echo(json.dumps(payload, indent=2, sort_keys=True, default=str))
-
-
 def main() -> None:
+    """Entry point of the ``ldpfl`` script."""
     cli(prog_name="ldpfl")
 
 

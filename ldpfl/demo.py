@@ -29,6 +29,7 @@ class DemoResult:
     inspection_ok: bool
 
     def to_dict(self) -> dict[str, Any]:
+        """Return a JSON-ready summary (the ``--json`` output)."""
         return {
             "run_dir": str(self.run_dir),
             "local_cnn_accuracy": self.local_accuracies,
@@ -41,6 +42,7 @@ class DemoResult:
         }
 
     def format_text(self) -> str:
+        """Return the closing summary as text."""
         def pct(x: float | None) -> str:
             return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{100 * x:.1f}%"
 
@@ -68,7 +70,8 @@ def run_demo(out: str | Path = "runs/demo", *, clients: int = 2, epochs: int = 3
              local_epochs: int = 1, seed: int | None = None, progress: bool = True,
              echo=print) -> DemoResult:
     """Run export → federate → inspect on MNIST-5k and return the summary."""
-    from stage1_features.export import ExportConfig, run_export
+    from stage1_features.export import run_export
+    from stage1_features.export_config import ExportConfig
     from stage2_federate.federation import FederationConfig, run_federation
 
     from .inspect import inspect_path
@@ -93,7 +96,7 @@ def run_demo(out: str | Path = "runs/demo", *, clients: int = 2, epochs: int = 3
     plot = write_plot(inspection, run_dir / "inspect.png")
     plots = [plot, *[p for p in [federation.paths.get("accuracy_png")] if p is not None and p.exists()]]
 
-    report = export.privacy_report
+    report = export.privacy.to_dict()
     return DemoResult(
         run_dir=run_dir,
         local_accuracies=[c.local_accuracy for c in export.clients],
@@ -115,7 +118,8 @@ def run_demo(out: str | Path = "runs/demo", *, clients: int = 2, epochs: int = 3
 @click.option("--local-epochs", type=click.IntRange(1), default=1, show_default=True,
               help="Local epochs per client per round.")
 @click.option("--seed", type=click.IntRange(0), default=None,
-              help="Make the run reproducible (labelled 'seeded'; the seed is never stored).")
+              help="Make the run reproducible (labelled 'seeded'; the seed is never stored). Output seeded this "
+                   "way has NO privacy against anyone who can guess the seed.")
 @click.option("--quiet", is_flag=True, help="No progress bars.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 def demo_command(out: str, clients: int, epochs: int, rounds: int, local_epochs: int, seed: int | None,
@@ -128,7 +132,7 @@ def demo_command(out: str, clients: int, epochs: int, rounds: int, local_epochs:
     result = run_demo(out, clients=clients, epochs=epochs, rounds=rounds, local_epochs=local_epochs, seed=seed,
                       progress=not quiet, echo=echo)
     if as_json:
-        from .cli import echo_json
+        from contract.jsonout import echo_json
 
         echo_json(result.to_dict())
     else:

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import click
 
-from .cli import echo_json
+from contract.jsonout import echo_json
+
 from .inspect import inspect_path
 
 

@@ -14,13 +14,15 @@ global backend switch). The PNG is written to a temporary name and renamed into 
 
 from __future__ import annotations
 
-import contextlib
 import os
 from pathlib import Path
 
 import numpy as np
 
-from .inspect import FileReport, Inspection
+from contract.atomic import atomic_write
+
+from .inspect import Inspection
+from .inspect_file import FileReport
 
 DPI = 110
 
@@ -147,11 +149,4 @@ def write_plot(inspection: Inspection, out: str | os.PathLike) -> Path:
         else:
             panel(ax, readable)
     fig.suptitle(f"ldpfl inspect: {inspection.path}")
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-    try:
-        fig.savefig(tmp, format="png", dpi=DPI)
-        os.replace(tmp, out)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
-    return out
+    return atomic_write(out, lambda handle: fig.savefig(handle, format="png", dpi=DPI))

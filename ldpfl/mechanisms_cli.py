@@ -12,7 +12,7 @@ _FLAG_TYPES = {float: float, int: int, str: str}
 
 
 def _all_parameter_specs() -> dict[str, object]:
-    """The union of every mechanism's parameters, by name (first declaration wins for help text)."""
+    """Return the union of every mechanism's parameters, by name (first declaration wins for help text)."""
     specs: dict[str, object] = {}
     for name in mech.mechanism_names():
         for spec in mech.mechanism_class(name).parameter_specs():

@@ -18,7 +18,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from .base import Mechanism, param, require_generator
+from .base import PACKED_BITS, Mechanism, param, require_generator
 from .calibration import BitClass, bit_epsilon
 from .encoding import FixedPointEncoding
 from .report import PrivacyReport
@@ -31,7 +31,7 @@ SENSITIVITY_RULES = ("paper", "reference-code")
 
 
 def quantize_probability(p: float) -> int:
-    """The integer threshold T (0 <= T < 2^32) for P(out = 1) = p."""
+    """Return the integer threshold T (0 <= T < 2^32) for P(out = 1) = p."""
     return int(min(max(round(p * THRESHOLD_SCALE), 0), (1 << THRESHOLD_BITS) - 1))
 
 
@@ -62,6 +62,8 @@ class BitMechanism(Mechanism):
     """
 
     DOMAIN: ClassVar[str] = "bits"
+    FEATURE_FORMAT: ClassVar[str] = PACKED_BITS
+    RECORD_PARAMETER: ClassVar[str | None] = "features"
     CLASS_NAMES: ClassVar[tuple[str, ...]] = ("all",)
 
     epsilon: float = param(0.5, "nominal privacy budget ε of one record")
@@ -71,6 +73,7 @@ class BitMechanism(Mechanism):
     sensitivity_rule: str = param("paper", "paper: s = r*l; reference-code: s = r*l/2")
 
     def __post_init__(self) -> None:
+        """Validate ε, r, the sensitivity rule, m and n."""
         require_epsilon(self.epsilon)
         require_int_in_range("features (r)", self.features, 1)
         require_choice("sensitivity_rule", self.sensitivity_rule, SENSITIVITY_RULES)
@@ -78,7 +81,12 @@ class BitMechanism(Mechanism):
 
     @cached_property
     def encoding(self) -> FixedPointEncoding:
+        """The fixed-point encoding of m and n (LDPFL eq. 14)."""
         return FixedPointEncoding(self.integer_bits, self.fraction_bits)
+
+    def fixed_point_encoding(self) -> FixedPointEncoding:
+        """Return the encoding of its m and n (LDPFL eq. 14)."""
+        return self.encoding
 
     @property
     def width(self) -> int:
@@ -87,9 +95,11 @@ class BitMechanism(Mechanism):
 
     @property
     def sensitivity(self) -> float:
+        """The sensitivity s: r·l (``paper``) or r·l/2 (``reference-code``)."""
         return float(self.width) if self.sensitivity_rule == "paper" else self.width / 2.0
 
     def bit_classes(self) -> tuple[BitClass, ...]:  # pragma: no cover - abstract
+        """Return the probabilities of each class of positions (the mechanism's equations)."""
         raise NotImplementedError
 
     def position_classes(self) -> np.ndarray:
@@ -105,7 +115,7 @@ class BitMechanism(Mechanism):
         return t0[index], t1[index]
 
     def effective_bit_classes(self) -> tuple[BitClass, ...]:
-        """The probabilities the randomizer really uses (after quantizing to 32-bit thresholds)."""
+        """Return the probabilities the randomizer really uses (after quantizing to 32-bit thresholds)."""
         return tuple(
             BitClass(c.name, quantize_probability(c.p_one_given_one) / THRESHOLD_SCALE,
                      quantize_probability(c.p_one_given_zero) / THRESHOLD_SCALE)
@@ -123,12 +133,13 @@ class BitMechanism(Mechanism):
         return self.randomize(self.encoding.encode(features), rng=rng)
 
     def expected_density(self, input_density: np.ndarray) -> np.ndarray:
-        """Expected density of 1s per position after randomization, given the input density."""
+        """Return the expected density of 1s per position after randomization, given the input density."""
         t0, t1 = self._thresholds
         d = np.asarray(input_density, dtype=np.float64)
         return d * (t1 / THRESHOLD_SCALE) + (1.0 - d) * (t0 / THRESHOLD_SCALE)
 
     def report(self) -> PrivacyReport:
+        """Report the exact ε per bit and per record from the quantized probabilities."""
         effective = self.effective_bit_classes()
         per_class = np.array([bit_epsilon(c.p_one_given_one, c.p_one_given_zero) for c in effective])
         counts = np.bincount(self.position_classes(), minlength=len(effective))
@@ -169,4 +180,5 @@ class BitMechanism(Mechanism):
         )
 
     def extra_notes(self) -> tuple[str, ...]:
+        """Return notes a mechanism adds to its report."""
         return ()

@@ -31,6 +31,7 @@ class FixedPointEncoding:
     fraction_bits: int = 5
 
     def __post_init__(self) -> None:
+        """Validate m and n (each and their sum at most 31)."""
         require_int_in_range("m (integer bits)", self.integer_bits, 0, MAX_MAGNITUDE_BITS)
         require_int_in_range("n (fraction bits)", self.fraction_bits, 0, MAX_MAGNITUDE_BITS)
         if self.integer_bits + self.fraction_bits > MAX_MAGNITUDE_BITS:
@@ -40,11 +41,12 @@ class FixedPointEncoding:
 
     @property
     def bits_per_value(self) -> int:
-        """l = m + n + 1."""
+        """Bits per value, l = m + n + 1."""
         return self.integer_bits + self.fraction_bits + 1
 
     @property
     def max_code(self) -> int:
+        """The largest magnitude code, 2^(m+n) - 1."""
         return (1 << (self.integer_bits + self.fraction_bits)) - 1
 
     @property

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from .base import param
+from .base import PARAMETERS, FederationWiring, param
 from .calibration import gaussian_sigma_classic
 from .real import ElementwiseClippedGaussian
 from .registry import register
@@ -23,18 +23,25 @@ class Gaussian(ElementwiseClippedGaussian):
     NAME: ClassVar[str] = "gaussian"
     SOURCE: ClassVar[str] = "WU 3.1 clipping + eq. 7 sigma (classic Gaussian mechanism)"
     SUMMARY: ClassVar[str] = "element-wise clip to [-c, c], classic Gaussian noise"
+    # WU 3.1 with the classic σ (eq. 7): clip the local parameters, add N(0, σ_i²).
+    FEDERATION: ClassVar[FederationWiring | None] = FederationWiring(
+        PARAMETERS, "clip to [-c, c], classic Gaussian sigma (Wu eq. 7)",
+        options={"clip": "clip", "delta": "delta", "sensitivity": "sensitivity"})
 
     sensitivity: float | None = param(None, "Δ, L2 sensitivity used in σ (default 2c)")
 
-    def __post_init__(self) -> None:
-        super().__post_init__()
+    def validate(self) -> None:
+        """Check c and Δ."""
+        super().validate()
         if self.sensitivity is not None:
             require_finite_positive("sensitivity", self.sensitivity)
 
     @property
     def calibration_sensitivity(self) -> float:
+        """Δ in σ: the given sensitivity, or 2c."""
         return 2.0 * self.clip if self.sensitivity is None else float(self.sensitivity)
 
     @property
     def sigma(self) -> float:
+        """σ = Δ·√(2 ln(1.25/δ))/ε (WU eq. 7)."""
         return gaussian_sigma_classic(self.epsilon, self.delta, self.calibration_sensitivity)

@@ -1,4 +1,4 @@
-"""ldpsign (Wu et al. eqs. 6-7) and sign aggregation (eqs. 9, 10, 13, 16)."""
+"""ldpsign (Wu et al. eqs. 6-7); its sign aggregation (eqs. 9, 10, 13, 16) is stage 2's ``SignAggregation``."""
 
 from __future__ import annotations
 
@@ -7,8 +7,14 @@ from typing import ClassVar
 
 import numpy as np
 
-from .base import param, require_generator
-from .calibration import gaussian_sigma_classic, ldpsign_epsilon_per_coordinate
+from .base import UPDATE, FederationWiring, param, require_generator
+from .calibration import (
+    UNIFORM_STEPS,
+    gaussian_sigma_classic,
+    ldpsign_endpoint_counts,
+    ldpsign_epsilon_per_coordinate,
+    ldpsign_plus_one_thresholds,
+)
 from .clipping import clip_elementwise
 from .real import RealMechanism, pure_report
 from .registry import register
@@ -29,6 +35,11 @@ class LDPSign(RealMechanism):
     NAME: ClassVar[str] = "ldpsign"
     SOURCE: ClassVar[str] = "WU eqs. 6-7"
     SUMMARY: ClassVar[str] = "randomized sign with P(+1) = Phi(p/sigma)"
+    # WU eqs. 6-7 applied to the update; the server steps W ← W + η_s·sign(mean) (signSGD with majority
+    # vote, WU ref. [19]). Literal eq. 10 (sign mode ``literal``) perturbs the parameters, W ← sign(mean).
+    FEDERATION: ClassVar[FederationWiring | None] = FederationWiring(
+        UPDATE, "randomized sign of the update (Wu eqs. 6-7), sign aggregation (eqs. 10/13/16)",
+        options={"clip": "clip", "delta": "delta", "sensitivity": "l2_sensitivity"}, sign_aggregation=True)
 
     delta: float = param(1e-5, "δ used in σ (eq. 7), in (0, 1)")
     clip: float = param(4.0, "c, element-wise clipping bound")
@@ -40,11 +51,17 @@ class LDPSign(RealMechanism):
         require_finite_positive("clip", self.clip)
         if self.l2_sensitivity is not None:
             require_finite_positive("l2_sensitivity", self.l2_sensitivity)
+        self.sigma  # refuses an ε whose σ overflows  # noqa: B018
 
     @property
     def sigma(self) -> float:
+        """σ = Δ2·√(2 ln(1.25/δ))/ε (eq. 7)."""
         sensitivity = 2.0 * self.clip if self.l2_sensitivity is None else self.l2_sensitivity
         return gaussian_sigma_classic(self.epsilon, self.delta, sensitivity)
+
+    def noise_scale(self) -> float:
+        """σ of eq. 7, whose sign is released."""
+        return float(self.sigma)
 
     def probability_of_plus_one(self, x: np.ndarray) -> np.ndarray:
         """Φ(p/σ) for clipped entries p (eq. 6)."""
@@ -53,38 +70,35 @@ class LDPSign(RealMechanism):
         return special.ndtr(clip_elementwise(np.asarray(x, dtype=np.float64), self.clip) / self.sigma)
 
     def randomize(self, x: np.ndarray, *, rng: np.random.Generator) -> np.ndarray:
+        """Return +1 with probability Φ(p/σ), else -1 (eq. 6), as a mixture of the two endpoint laws.
+
+        Any Bernoulli(q) with Φ(-c/σ) ≤ q ≤ Φ(c/σ) is the mixture β·Bernoulli(Φ(c/σ)) + (1-β)·Bernoulli(Φ(-c/σ))
+        with β = (q - Φ(-c/σ))/(Φ(c/σ) - Φ(-c/σ)). The sampler draws the endpoint law with probability β, then
+        the sign against that law's fixed float threshold, so every input's law stays a mixture of the two
+        endpoint laws that the report is computed from (``ldpsign_epsilon_per_coordinate``).
+        """
         x = require_real_array(x)
+        rng = require_generator(rng)
         dtype = np.float32 if x.dtype == np.float32 else np.float64
-        uniforms = require_generator(rng).random(x.shape)
-        plus = uniforms < self.probability_of_plus_one(x)
+        low, high = ldpsign_plus_one_thresholds(self.clip, self.sigma)
+        q = self.probability_of_plus_one(x)
+        beta = np.clip((q - low) / (high - low), 0.0, 1.0) if high > low else np.full(x.shape, 0.5)
+        upper = rng.random(x.shape) < beta  # exactly always at p = c, never at p = -c
+        plus = rng.random(x.shape) < np.where(upper, high, low)
         return (plus.astype(dtype) * 2 - 1).astype(dtype, copy=False)
 
     def report(self) -> PrivacyReport:
+        """Pure ε per coordinate from the counts the sampler really draws at p = ±c; dim × that per record."""
         per_coordinate = ldpsign_epsilon_per_coordinate(self.clip, self.sigma)
+        low, high = ldpsign_endpoint_counts(self.clip, self.sigma)
         return pure_report(
             self, per_coordinate, sigma=self.sigma,
+            probabilities={"sampled_p_plus_one": {"at_minus_c": low[0] / UNIFORM_STEPS,
+                                                  "at_plus_c": high[0] / UNIFORM_STEPS}},
             notes=("the nominal (epsilon, delta) calibrates sigma; the sign output is pure LDP with the "
-                   "exact epsilon shown (delta = 0)",),
+                   "exact epsilon shown (delta = 0)",
+                   "exact epsilon from the probabilities really sampled (53-bit uniform against float "
+                   "thresholds at p = -c and p = +c, every input a mixture of the two): inf once Phi(c/sigma) "
+                   "rounds to 1 (c/sigma above about 8.3), where p = c always gives +1"),
         )
 
-
-def sign(x: np.ndarray) -> np.ndarray:
-    """Eq. 9: -1, 0 or +1 per entry."""
-    return np.sign(x)
-
-
-def sign_aggregate(updates: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray:
-    """Eqs. 10, 13, 16: sign of the (weighted) mean of the clients' sign vectors.
-
-    ``updates`` has shape (clients, ...). ``weights`` (one per client) gives eq. 13; equal weights give
-    eqs. 10 and 16 (the mean over the selected clients).
-    """
-    updates = np.asarray(updates, dtype=np.float64)
-    if weights is None:
-        return sign(updates.mean(axis=0))
-    w = np.asarray(weights, dtype=np.float64)
-    if w.shape != updates.shape[:1] or np.any(w < 0) or w.sum() <= 0:
-        raise ValueError(
-            f"weights must be {updates.shape[0]} non-negative numbers with a positive sum, got {weights!r}"
-        )
-    return sign(np.tensordot(w / w.sum(), updates, axes=1))

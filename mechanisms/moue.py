@@ -24,8 +24,10 @@ class MOUE(BitMechanism):
     alpha: float = param(10.0, "α, privacy budget coefficient")
 
     def __post_init__(self) -> None:
+        """Validate α besides the bit mechanism's parameters."""
         super().__post_init__()
         require_finite_positive("alpha", self.alpha)
 
     def bit_classes(self) -> tuple[BitClass, ...]:
+        """Return eq. 16's probabilities."""
         return moue_probabilities(self.epsilon, self.alpha, self.sensitivity)

@@ -20,4 +20,5 @@ class OUE(BitMechanism):
     SUMMARY: ClassVar[str] = "optimized unary encoding applied bit-wise"
 
     def bit_classes(self) -> tuple[BitClass, ...]:
+        """Return OUE's probabilities with budget ε/s per bit."""
         return oue_probabilities(self.epsilon, self.sensitivity)

@@ -34,10 +34,11 @@ class Randomness:
 
     @property
     def description(self) -> str:
+        """One line saying where the randomness comes from."""
         return RANDOMNESS_DESCRIPTIONS[self.mode]
 
     def generator(self) -> np.random.Generator:
-        """A generator on the root stream."""
+        """Return a generator on the root stream."""
         return np.random.Generator(np.random.PCG64(self.seed_sequence))
 
     def child_sequences(self, count: int) -> list[np.random.SeedSequence]:

@@ -28,6 +28,24 @@ def _json_number(value: float | None) -> float | str | None:
     return float(value)
 
 
+_TEXT_KEYS = ("mechanism", "source", "coordinate", "record", "randomness")
+_NUMBER_KEYS = ("nominal_delta", "exact_delta")
+_OPTIONAL_NUMBER_KEYS = ("nominal_epsilon", "exact_epsilon_per_coordinate", "exact_epsilon_per_record", "sigma",
+                         "sensitivity")
+
+
+def _read_number(key: str, value: Any, *, optional: bool) -> float | None:
+    """Read the JSON number (or ``"inf"``) of key ``key`` as float; None when ``optional`` allows it."""
+    if value is None and optional:
+        return None
+    if value == "inf":
+        return math.inf
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        allowed = "a number, 'inf'" + (" or null" if optional else "")
+        raise ValueError(f"privacy report key {key!r} must be {allowed}, got {value!r}")
+    return float(value)
+
+
 @dataclass(frozen=True)
 class PrivacyReport:
     """What one mechanism, with fixed parameters, guarantees."""
@@ -50,16 +68,17 @@ class PrivacyReport:
 
     @property
     def private(self) -> bool:
+        """False when the per-record ε is infinite (the output is not private)."""
         return self.exact_epsilon_per_record is None or math.isfinite(self.exact_epsilon_per_record)
 
     def with_randomness(self, mode: str) -> PrivacyReport:
-        """The same report, labelled with the randomness mode (``csprng`` or ``seeded``)."""
+        """Return the same report, labelled with the randomness mode (``csprng`` or ``seeded``)."""
         if mode not in RANDOMNESS_DESCRIPTIONS:
             raise ValueError(f"randomness mode must be one of {sorted(RANDOMNESS_DESCRIPTIONS)}, got {mode!r}")
         return dataclasses.replace(self, randomness=mode)
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict; infinite ε becomes the string ``"inf"``."""
+        """Return a JSON-ready dict; infinite ε becomes the string ``"inf"``."""
         out = dataclasses.asdict(self)
         for key in ("nominal_epsilon", "exact_epsilon_per_coordinate", "exact_epsilon_per_record", "sigma",
                     "sensitivity"):
@@ -71,18 +90,63 @@ class PrivacyReport:
         return out
 
     def to_json(self) -> str:
+        """Return :meth:`to_dict` as one JSON line with sorted keys."""
         return json.dumps(self.to_dict(), sort_keys=True)
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> PrivacyReport:
-        """Inverse of :meth:`to_dict` (used by readers of HDF5 attributes)."""
-        names = {f.name for f in dataclasses.fields(cls)}
-        kwargs = {k: v for k, v in data.items() if k in names}
-        for key in ("nominal_epsilon", "exact_epsilon_per_coordinate", "exact_epsilon_per_record", "sigma",
-                    "sensitivity"):
-            if kwargs.get(key) == "inf":
-                kwargs[key] = math.inf
-        kwargs["notes"] = tuple(kwargs.get("notes", ()))
+    def from_dict(cls, data: Any, *, ignore_unknown: bool = False) -> PrivacyReport:
+        """Inverse of :meth:`to_dict`, for readers of HDF5 attributes and JSON outputs.
+
+        Parameters
+        ----------
+        data : mapping
+            A dict as :meth:`to_dict` writes it (``"inf"`` for infinite values; ``randomness_description``
+            is recomputed and may be left out).
+        ignore_unknown : bool
+            Skip keys that are not fields of the report (e.g. the client and target that stage 2 adds);
+            by default they raise.
+
+        Raises
+        ------
+        ValueError
+            ``data`` is not a mapping, or a key is missing, unknown or of the wrong type; the message
+            names the key.
+        """
+        if not isinstance(data, Mapping):
+            raise ValueError(f"a privacy report must be a JSON object, got {type(data).__name__}")
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        unknown = sorted(str(k) for k in data if k not in fields and k != "randomness_description")
+        if unknown and not ignore_unknown:
+            raise ValueError(f"privacy report has unknown key(s) {', '.join(map(repr, unknown))}")
+        missing = [name for name, f in fields.items() if f.default is dataclasses.MISSING
+                   and f.default_factory is dataclasses.MISSING and name not in data]
+        if missing:
+            raise ValueError(f"privacy report is missing key(s) {', '.join(map(repr, missing))}")
+        kwargs: dict[str, Any] = {}
+        for name in fields:
+            if name not in data:
+                continue
+            value = data[name]
+            if name in _TEXT_KEYS:
+                if not isinstance(value, str):
+                    raise ValueError(f"privacy report key {name!r} must be a string, got {value!r}")
+            elif name in _OPTIONAL_NUMBER_KEYS:
+                value = _read_number(name, value, optional=True)
+            elif name in _NUMBER_KEYS:
+                value = _read_number(name, value, optional=False)
+            elif name in ("parameters", "probabilities"):
+                if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
+                    raise ValueError(f"privacy report key {name!r} must be an object with string keys, "
+                                     f"got {value!r}")
+                value = dict(value)
+            elif name == "notes":
+                if not isinstance(value, list | tuple) or not all(isinstance(n, str) for n in value):
+                    raise ValueError(f"privacy report key 'notes' must be a list of strings, got {value!r}")
+                value = tuple(value)
+            kwargs[name] = value
+        if "randomness" in kwargs and kwargs["randomness"] not in (NOT_GIVEN, *RANDOMNESS_DESCRIPTIONS):
+            raise ValueError(f"privacy report key 'randomness' must be one of "
+                             f"{', '.join([NOT_GIVEN, *RANDOMNESS_DESCRIPTIONS])}, got {kwargs['randomness']!r}")
         return cls(**kwargs)
 
     def format_text(self) -> str:

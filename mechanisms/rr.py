@@ -20,4 +20,5 @@ class RR(BitMechanism):
     SUMMARY: ClassVar[str] = "symmetric randomized response with budget ε/s per bit"
 
     def bit_classes(self) -> tuple[BitClass, ...]:
+        """Return eq. 15's keep probability with budget ε/s per bit."""
         return rr_probabilities(self.epsilon, self.sensitivity)

@@ -28,17 +28,20 @@ class UER(BitMechanism):
     alpha: float = param(10.0, "α, privacy budget coefficient")
 
     def __post_init__(self) -> None:
+        """Validate α besides the bit mechanism's parameters."""
         super().__post_init__()
         require_finite_positive("alpha", self.alpha)
 
     def bit_classes(self) -> tuple[BitClass, ...]:
+        """Return eq. 17's probabilities for the even and odd positions."""
         return uer_probabilities(self.epsilon, self.alpha, self.sensitivity)
 
     def position_classes(self) -> np.ndarray:
-        """i ∈ 2n (even, counted from 0) -> class 0; i ∈ 2n + 1 (odd) -> class 1."""
+        """Map position i ∈ 2n (even, counted from 0) to class 0 and i ∈ 2n + 1 (odd) to class 1."""
         return np.arange(self.width, dtype=np.intp) % 2
 
     def extra_notes(self) -> tuple[str, ...]:
+        """Note that eq. 17's even positions lose about ln(α) whatever ε is."""
         return (
             f"eq. 17 keeps an even-position 1 with probability alpha/(1+alpha) = {self.alpha / (1 + self.alpha):.4g} "
             f"whatever epsilon is: an even bit alone loses about ln(alpha) = {math.log(self.alpha):.3g} "

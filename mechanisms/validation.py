@@ -21,9 +21,12 @@ def require_finite_positive(name: str, value: float) -> float:
 
 MAX_EPSILON = 500.0
 
+MAX_RECORD_SIZE = 10_000_000
+"""Largest record size (r features, d coordinates): the HDF5 schema's width limit (contract.schema)."""
+
 
 def require_epsilon(value: float) -> float:
-    """A privacy budget: finite, > 0 and at most ``MAX_EPSILON`` (beyond it e^ε overflows and means nothing)."""
+    """Check a privacy budget: finite, > 0 and at most ``MAX_EPSILON`` (beyond, e^ε overflows and means nothing)."""
     require_finite_positive("epsilon", value)
     if value > MAX_EPSILON:
         raise ValueError(f"epsilon must be at most {MAX_EPSILON:g}, got {value!r}")
@@ -52,6 +55,19 @@ def require_int_in_range(name: str, value: int, low: int, high: int | None = Non
         allowed = f"an integer >= {low}" if high is None else f"an integer in [{low}, {high}]"
         raise ValueError(f"{name} must be {allowed}, got {value!r}")
     return int(value)
+
+
+def require_record_size(name: str, value: int) -> int:
+    """Return ``value`` if it is an integer in [1, ``MAX_RECORD_SIZE``] (r or d, values per record).
+
+    The bound is the HDF5 schema's largest feature width; above it a mechanism would fail later with a
+    MemoryError instead of a one-line error.
+    """
+    value = require_int_in_range(name, value, 1)
+    if value > MAX_RECORD_SIZE:
+        raise ValueError(f"{name} must be an integer <= {MAX_RECORD_SIZE} (the HDF5 schema's width limit), "
+                         f"got {value!r}")
+    return value
 
 
 def require_choice(name: str, value: str, choices: tuple[str, ...]) -> str:

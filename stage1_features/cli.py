@@ -13,13 +13,12 @@ from typing import Any
 
 import click
 
-import mechanisms
 from stage1_features import cnn
 from stage1_features.datasets import dataset_names
+from stage1_features.export_config import exportable_mechanisms
 from stage1_features.partition import PARTITION_KINDS
 
-MECHANISM_CHOICES = sorted(set(mechanisms.mechanism_names("bits")) | set(mechanisms.mechanism_names("real"))
-                           | {"none"})
+MECHANISM_CHOICES = exportable_mechanisms()
 DEDICATED = {"epsilon": "--epsilon", "alpha": "--alpha", "integer_bits": "-m", "fraction_bits": "-n"}
 
 
@@ -41,7 +40,7 @@ def parse_param(text: str) -> tuple[str, Any]:
 def mechanism_parameters(epsilon: float | None, alpha: float | None, integer_bits: int | None,
                          fraction_bits: int | None, extra: tuple[str, ...]) -> dict[str, Any]:
     """IV-D defaults, overridden by the dedicated options, plus every ``--param``."""
-    from stage1_features.export import DEFAULT_MECHANISM_PARAMS
+    from stage1_features.export_config import DEFAULT_MECHANISM_PARAMS
 
     params = dict(DEFAULT_MECHANISM_PARAMS)
     for key, value in (("epsilon", epsilon), ("alpha", alpha), ("integer_bits", integer_bits),
@@ -61,7 +60,7 @@ def _format_accuracy(value: float | None) -> str:
 
 
 def _print_table(result: Any) -> None:
-    from stage1_features.export import describe_privacy
+    from stage1_features.export_plan import describe_privacy
 
     click.echo(f"run directory  {result.run_dir}")
     width = (f"r·l = {result.feature_width} bits" if result.feature_format == "packed-bits"
@@ -72,7 +71,7 @@ def _print_table(result: Any) -> None:
     for c in result.clients:
         click.echo(f"{c.index:>6}  {c.rows.get('train', 0):>7}  {c.rows.get('test', 0):>6}  "
                    f"{_format_accuracy(c.local_accuracy):>9}  {c.file:<16} {c.status}")
-    click.echo(f"privacy: {describe_privacy(result.privacy_report)}")
+    click.echo(f"privacy: {describe_privacy(result.privacy)}")
     click.echo(f"randomness: {result.randomness}; {len(result.clients)} clients ({result.new} new) in "
                f"{result.seconds:.1f} s; manifest {result.manifest.name}")
 
@@ -125,7 +124,8 @@ def _print_table(result: Any) -> None:
 @click.option("--overwrite", is_flag=True,
               help="Redo every client (removes this run's client files, models, manifest and partition first).")
 @click.option("--seed", type=int, default=None,
-              help="Reproducible run (testing and research only); never stored. Default: the OS CSPRNG.")
+              help="Reproducible run, for tests and research only: output seeded this way has NO privacy against "
+                   "anyone who can guess the seed. Never stored. Default: the OS CSPRNG.")
 @click.option("--out", "out", type=click.Path(path_type=Path), default=None,
               help="Run directory  [default: runs/<dataset>]")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary on stdout.")
@@ -150,7 +150,8 @@ def export_command(dataset: str, data_dir: str | None, clients: int, max_clients
       ldpfl export --dataset fashion-mnist --clients 10 --out runs/fmnist --clients-parallel 2
       ldpfl export --extractor none --mechanism pdpm --param safe_range_length=2
     """
-    from stage1_features.export import ExportConfig, run_export
+    from stage1_features.export import run_export
+    from stage1_features.export_config import ExportConfig
 
     for name, value in (("--epsilon", epsilon), ("--alpha", alpha)):
         if value is not None and not math.isfinite(value):
@@ -165,11 +166,8 @@ def export_command(dataset: str, data_dir: str | None, clients: int, max_clients
     result = run_export(config, out if out is not None else Path("runs") / dataset, progress=not quiet)
     for note in result.notes:
         click.echo(f"warning: {note}", err=True)
-    if mechanism == "none":
-        click.echo("warning: --mechanism none writes the UNRANDOMIZED encoding: these files are NOT private",
-                   err=True)
     if as_json:
-        from ldpfl.cli import echo_json
+        from contract.jsonout import echo_json
 
         echo_json(result.to_dict())
     else:

@@ -51,6 +51,9 @@ from typing import Any
 
 import numpy as np
 
+from contract.atomic import atomic_path
+from mechanisms.base import ParameterError
+
 MNIST_CNN = "mnist-cnn"
 CIFAR_CNN = "cifar-cnn"
 NO_EXTRACTOR = "none"
@@ -86,8 +89,8 @@ class Architecture:
 
 def _image_shape(name: str, input_shape: tuple[int, ...]) -> tuple[int, int, int]:
     if len(input_shape) != 3 or min(input_shape) < 1:
-        raise ValueError(f"extractor {name!r} needs images of shape (height, width, channels), got input shape "
-                         f"{tuple(input_shape)}; use --extractor none for tabular data")
+        raise ParameterError(f"extractor {name!r} needs images of shape (height, width, channels), got input shape "
+                             f"{tuple(input_shape)}; use `extractor` 'none' for tabular data")
     return int(input_shape[0]), int(input_shape[1]), int(input_shape[2])
 
 
@@ -180,12 +183,12 @@ register(Architecture(NO_EXTRACTOR, "Wu et al. (logistic-regression setting)", "
 
 
 def extractor_names() -> list[str]:
-    """Registered extractor names (``auto`` not included)."""
+    """Return the registered extractor names (``auto`` not included)."""
     return sorted(_ARCHITECTURES)
 
 
 def architecture(name: str) -> Architecture:
-    """The registered extractor ``name``; an unknown name lists the valid ones."""
+    """Return the registered extractor ``name``; an unknown name lists the valid ones."""
     try:
         return _ARCHITECTURES[name]
     except KeyError:
@@ -223,6 +226,7 @@ def flatten_width(name: str, input_shape: tuple[int, ...]) -> int:
 
 
 def is_cnn(name: str) -> bool:
+    """Return whether extractor ``name`` is a CNN that is trained (``none`` is not)."""
     return architecture(name).builder is not None
 
 
@@ -287,7 +291,7 @@ class TrainingConfig:
             raise ValueError(f"learning_rate must be a finite number > 0, got {self.learning_rate!r}")
 
     def learning_rate_at(self, epoch: int) -> float:
-        """The scheduled rate of ``epoch`` (counted from 1), before the per-step decay."""
+        """Return the scheduled rate of ``epoch`` (counted from 1), before the per-step decay."""
         rate = self.learning_rate
         for first_epoch, value in self.lr_drops:
             if epoch >= first_epoch:
@@ -295,6 +299,7 @@ class TrainingConfig:
         return rate
 
     def to_dict(self) -> dict[str, Any]:
+        """Return the settings as a JSON-ready dict (the manifest's ``training``)."""
         return {"epochs": self.epochs, "batch_size": self.batch_size, "augment": self.augment,
                 "optimizer": "rmsprop", "learning_rate": self.learning_rate,
                 "lr_drops": [list(d) for d in self.lr_drops],
@@ -385,7 +390,7 @@ def train_model(model: Any, x: np.ndarray, y: np.ndarray, config: TrainingConfig
 
 
 def EpochProgress(keras: Any, description: str, epochs: int, steps: int, position: int | None) -> Any:  # noqa: N802
-    """A Keras callback drawing one tqdm bar per epoch (batches) on stderr."""
+    """Return a Keras callback drawing one tqdm bar per epoch (batches) on stderr."""
     from tqdm.auto import tqdm
 
     class _EpochProgress(keras.callbacks.Callback):
@@ -438,12 +443,6 @@ def save_model(model: Any, path: str | os.PathLike) -> Path:
     path = Path(path)
     if path.suffix != ".keras":
         raise ValueError(f"model path must end in .keras, got {path.name!r}")
-    tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp.keras")  # Keras 3 insists on the .keras suffix
-    try:
+    with atomic_path(path, suffix=".keras") as tmp:  # Keras 3 insists on the .keras suffix
         model.save(tmp)
-        with open(tmp, "rb+") as handle:
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
     return path

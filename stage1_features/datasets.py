@@ -18,17 +18,22 @@ This module imports numpy only; scipy, scikit-learn and mlxtend load inside the 
 
 from __future__ import annotations
 
-import gzip
-import math
 import os
-import pickle
-import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO
 
 import numpy as np
+
+from stage1_features.dataset_readers import (
+    IDX_IMAGES_MAGIC,
+    IDX_LABELS_MAGIC,
+    READ_ERRORS,
+    DatasetError,
+    open_binary,
+    read_cifar_batch,
+    read_idx,
+)
 
 REPO_DATA_DIR = Path(__file__).resolve().parent.parent / "data"
 """``data/`` of the source tree (right for the editable install the README describes)."""
@@ -36,17 +41,7 @@ REPO_DATA_DIR = Path(__file__).resolve().parent.parent / "data"
 FASHION_MNIST_SYSTEM_DIR = Path("/usr/share/datasets/fashion-mnist")
 """Where the Debian/Ubuntu package ``dataset-fashion-mnist`` installs the IDX files."""
 
-IDX_IMAGES_MAGIC = 2051  # 0x00000803: unsigned byte, 3 dimensions
-IDX_LABELS_MAGIC = 2049  # 0x00000801: unsigned byte, 1 dimension
-MAX_IDX_ITEMS = 10_000_000
-MAX_IDX_SIDE = 4096
-MAX_PICKLE_BYTES = 256 * 2**20  # a real CIFAR-10 batch is about 30 MiB
-
 IndexLike = np.ndarray | slice | Sequence[int] | None
-
-
-class DatasetError(ValueError):
-    """A dataset file that is missing or corrupt; the one-line message names it and where to get it."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -163,12 +158,12 @@ def register_dataset(spec: DatasetSpec) -> DatasetSpec:
 
 
 def dataset_names() -> list[str]:
-    """Registered dataset names, sorted (the CLI builds its ``click.Choice`` from this)."""
+    """Return the registered dataset names, sorted (the CLI builds its ``click.Choice`` from this)."""
     return sorted(_REGISTRY)
 
 
 def dataset_spec(name: str) -> DatasetSpec:
-    """The registered spec of ``name``; unknown names raise ValueError listing the valid ones."""
+    """Return the registered spec of ``name``; unknown names raise ValueError listing the valid ones."""
     try:
         return _REGISTRY[name]
     except (KeyError, TypeError):
@@ -212,7 +207,7 @@ def _error(spec: DatasetSpec, dirs: Sequence[Path], what: str) -> DatasetError:
 
 def _find_files(spec: DatasetSpec, dirs: Sequence[Path],
                 required: Sequence[tuple[str, ...]]) -> tuple[Path, list[Path]]:
-    """The first directory that holds every required file (each given as alternative names).
+    """Return the first directory that holds every required file (each given as alternative names).
 
     Returns the directory and one path per entry of ``required`` (the first alternative present).
     """
@@ -231,71 +226,19 @@ def _find_files(spec: DatasetSpec, dirs: Sequence[Path],
 
 
 def _spelled(names: tuple[str, ...]) -> str:
-    """``('a', 'a.gz')`` -> ``a[.gz]``; other alternatives joined with ``or``."""
+    """Spell alternative file names: ``('a', 'a.gz')`` -> ``a[.gz]``, others joined with ``or``."""
     if len(names) == 2 and names[1] == names[0] + ".gz":
         return f"{names[0]}[.gz]"
     return " or ".join(names)
 
 
 def _with_gz(name: str) -> tuple[str, str]:
-    """Accepted spellings of a file: raw first (faster to read), then gzipped."""
+    """Return the accepted spellings of a file: raw first (faster to read), then gzipped."""
     return name, name + ".gz"
 
 
-def _open_binary(path: Path) -> BinaryIO:
-    return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")  # noqa: SIM115
-
-
-_READ_ERRORS = (OSError, EOFError, zlib.error)  # gzip.BadGzipFile is an OSError
-
-
 # ---------------------------------------------------------------------------------------------------
-# IDX (MNIST, Fashion-MNIST)
-
-
-def _read_exact(stream: BinaryIO, count: int) -> bytes:
-    data = stream.read(count)
-    if len(data) != count:
-        raise EOFError(f"truncated: expected {count} bytes, found {len(data)}")
-    return data
-
-
-def read_idx(path: Path, magic: int) -> np.ndarray:
-    """Parse one IDX file of unsigned bytes (``.gz`` or raw) whose magic number must be ``magic``.
-
-    The header is checked before any data is read: magic number, dimension count, sizes within
-    limits; then exactly prod(dims) bytes must follow, and nothing after them.
-
-    Parameters
-    ----------
-    path : Path
-        The file; a ``.gz`` suffix means gzip.
-    magic : int
-        ``IDX_IMAGES_MAGIC`` (2051) or ``IDX_LABELS_MAGIC`` (2049); its low byte is the dimension count.
-
-    Returns
-    -------
-    np.ndarray
-        uint8 of the declared dimensions (read-only view of the bytes read).
-
-    Raises
-    ------
-    ValueError, EOFError, OSError
-        Wrong magic number, dimensions beyond the limits, truncated or trailing data, bad gzip stream.
-    """
-    ndim = magic & 0xFF
-    with _open_binary(path) as stream:
-        found = int.from_bytes(_read_exact(stream, 4), "big")
-        if found != magic:
-            raise ValueError(f"bad magic number {found}, expected {magic}")
-        dims = [int(d) for d in np.frombuffer(_read_exact(stream, 4 * ndim), dtype=">u4")]
-        if dims[0] > MAX_IDX_ITEMS or any(d > MAX_IDX_SIDE for d in dims[1:]):
-            raise ValueError(f"dimensions {dims} exceed the limits "
-                             f"({MAX_IDX_ITEMS} items, side {MAX_IDX_SIDE})")
-        data = _read_exact(stream, math.prod(dims))
-        if stream.read(1):
-            raise ValueError(f"trailing bytes after the {math.prod(dims)} declared by dimensions {dims}")
-    return np.frombuffer(data, dtype=np.uint8).reshape(dims)
+# IDX (MNIST, Fashion-MNIST), parsed by dataset_readers.read_idx
 
 
 def _idx_split(spec: DatasetSpec, dirs: Sequence[Path], images: Path, labels: Path) -> tuple[np.ndarray, ...]:
@@ -303,7 +246,7 @@ def _idx_split(spec: DatasetSpec, dirs: Sequence[Path], images: Path, labels: Pa
     for path, magic, kind in ((images, IDX_IMAGES_MAGIC, "image"), (labels, IDX_LABELS_MAGIC, "label")):
         try:
             parsed.append(read_idx(path, magic))
-        except (*_READ_ERRORS, ValueError) as error:
+        except (*READ_ERRORS, ValueError) as error:
             raise _error(spec, dirs, f"{path} is not a valid IDX {kind} file ({error})") from None
     x, y = parsed
     if x.shape[0] != y.shape[0]:
@@ -378,86 +321,7 @@ def _load_digits(spec: DatasetSpec, dirs: tuple[Path, ...]) -> Dataset:
 
 
 # ---------------------------------------------------------------------------------------------------
-# CIFAR-10 python batches, read with a restricted unpickler
-
-
-def _latin1_encode(text: str, encoding: str = "utf-8") -> bytes:
-    """``_codecs.encode`` as protocol-2 pickles written by Python 3 use it for bytes, latin-1 only."""
-    if not isinstance(text, str) or encoding.replace("-", "").lower() != "latin1":
-        raise pickle.UnpicklingError(f"refused _codecs.encode with encoding {encoding!r}")
-    return text.encode("latin-1")
-
-
-_NUMPY_RECONSTRUCT = np.zeros(0).__reduce__()[0]  # numpy.(_)core.multiarray._reconstruct
-SAFE_PICKLE_GLOBALS: dict[tuple[str, str], Any] = {
-    # Python-2 era files (the official CIFAR-10 batches) name numpy.core; numpy 2 pickles name numpy._core.
-    ("numpy.core.multiarray", "_reconstruct"): _NUMPY_RECONSTRUCT,
-    ("numpy._core.multiarray", "_reconstruct"): _NUMPY_RECONSTRUCT,
-    ("numpy", "ndarray"): np.ndarray,
-    ("numpy", "dtype"): np.dtype,
-    ("_codecs", "encode"): _latin1_encode,
-}
-"""The only globals a CIFAR-10 batch may reference: enough to rebuild a plain ndarray, nothing more."""
-
-
-class RestrictedUnpickler(pickle.Unpickler):
-    """An unpickler that resolves only ``SAFE_PICKLE_GLOBALS``.
-
-    Unpickling runs whatever callables a file names, so a file from the internet could run code. Any
-    other global (``os.system``, ``builtins.eval``, ``numpy.load`` …) raises ``DatasetError`` before it
-    is imported. Persistent ids are refused by the base class.
-    """
-
-    def __init__(self, stream: BinaryIO, refuse: Callable[[str], DatasetError]):
-        super().__init__(stream, encoding="bytes")  # Python-2 str -> bytes, as the CIFAR site says
-        self._refuse = refuse
-
-    def find_class(self, module: str, name: str) -> Any:
-        try:
-            return SAFE_PICKLE_GLOBALS[(module, name)]
-        except KeyError:
-            raise self._refuse(f"refused to unpickle the global {module}.{name}") from None
-
-
-def read_cifar_batch(path: Path, refuse: Callable[[str], DatasetError]) -> tuple[np.ndarray, np.ndarray]:
-    """Read one CIFAR-10 python batch with ``RestrictedUnpickler``.
-
-    Parameters
-    ----------
-    path : Path
-        ``data_batch_i`` or ``test_batch``: a pickled dict with b'data' (n, 3072) uint8 and b'labels'.
-    refuse : callable
-        Turns a problem description into the ``DatasetError`` to raise (it adds the file and context).
-
-    Returns
-    -------
-    x : np.ndarray
-        uint8 (n, 32, 32, 3), channels last.
-    labels : np.ndarray
-        The labels as stored (checked by the caller).
-    """
-    size = path.stat().st_size
-    if size > MAX_PICKLE_BYTES:
-        raise refuse(f"{size} bytes, more than the {MAX_PICKLE_BYTES} a CIFAR-10 batch can be")
-    try:
-        with open(path, "rb") as stream:
-            batch = RestrictedUnpickler(stream, refuse).load()
-    except DatasetError:
-        raise
-    except Exception as error:  # noqa: BLE001  (any unpickling failure means a corrupt file)
-        raise refuse(f"not a CIFAR-10 python batch ({type(error).__name__}: {error})") from None
-    if not isinstance(batch, dict):
-        raise refuse(f"holds a {type(batch).__name__}, expected a dict")
-    data = batch.get(b"data", batch.get("data"))
-    labels = batch.get(b"labels", batch.get("labels"))
-    if not isinstance(data, np.ndarray) or data.dtype != np.uint8 or data.ndim != 2 or data.shape[1] != 3072:
-        got = f"{data.dtype} {data.shape}" if isinstance(data, np.ndarray) else type(data).__name__
-        raise refuse(f"entry 'data' must be uint8 of shape (n, 3072), got {got}")
-    if not isinstance(labels, list | tuple | np.ndarray) or len(labels) != data.shape[0]:
-        raise refuse(f"entry 'labels' must hold {data.shape[0]} labels")
-    # Rows are channel-first (1024 red, 1024 green, 1024 blue, each row-major 32x32) -> (n, 32, 32, 3).
-    x = np.ascontiguousarray(data.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1))
-    return x, np.asarray(labels)
+# CIFAR-10 python batches, read by dataset_readers.read_cifar_batch (a restricted unpickler)
 
 
 def _load_cifar10(spec: DatasetSpec, dirs: tuple[Path, ...]) -> Dataset:
@@ -524,9 +388,9 @@ COVTYPE_COLUMNS = 55  # 54 features (10 quantitative, 4 wilderness, 40 soil one-
 def _load_covtype(spec: DatasetSpec, dirs: tuple[Path, ...]) -> Dataset:
     directory, (path,) = _find_files(spec, dirs, [_with_gz("covtype.data")])
     try:
-        with _open_binary(path) as stream:
+        with open_binary(path) as stream:
             table = np.loadtxt(stream, dtype=np.int32, delimiter=",", ndmin=2)
-    except (*_READ_ERRORS, ValueError) as error:
+    except (*READ_ERRORS, ValueError) as error:
         raise _error(spec, dirs, f"{path} is not a covtype CSV of integers ({error})") from None
     if table.shape[1] != COVTYPE_COLUMNS or table.shape[0] == 0:
         raise _error(spec, dirs, f"{path} has shape {table.shape}, expected (rows, {COVTYPE_COLUMNS})")

@@ -18,18 +18,13 @@ from typing import Any
 import numpy as np
 
 import mechanisms
-from stage1_features.h5format import FLOAT32, PACKED_BITS, ClientFileWriter
+from contract.client_writer import ClientFileWriter
+from mechanisms.base import FLOAT32, PACKED_BITS
 
 BATCH_ROWS = 1024  # rows per CNN prediction batch
 RELEASE_ROWS = 256  # rows per encode / randomize / pack / write step: ~22 MiB of temporaries at r = 1,152
 # (the encoding's (rows, r, m+n) uint32 shift temporary dominates; 1,024-row steps peak near 90 MiB and are
 # ~15 % slower on a 2-core VM, see bench/RESULTS.md)
-
-
-def feature_format_for(mechanism_name: str) -> str:
-    """``packed-bits`` for bit mechanisms and ``none``; ``float32`` for real-valued mechanisms."""
-    domain = mechanisms.mechanism_class(mechanism_name).DOMAIN
-    return FLOAT32 if domain == "real" else PACKED_BITS
 
 
 @dataclass(frozen=True)
@@ -50,12 +45,18 @@ class ReleasePipeline:
         if self.feature_format == PACKED_BITS and self.encoding is None:
             raise ValueError("a packed-bits release needs a fixed-point encoding")
 
+    @classmethod
+    def for_spec(cls, spec: mechanisms.MechanismSpec) -> ReleasePipeline:
+        """Return the release of a resolved mechanism: its instance, encoding and feature format."""
+        return cls(spec.build(), spec.encoding, spec.feature_format)
+
     @property
     def randomizes(self) -> bool:
-        return self.mechanism.NAME != "none"
+        """Return whether the mechanism randomizes (False for the non-private ``none``)."""
+        return bool(self.mechanism.RANDOMIZES)
 
     def release(self, features: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray | None]:
-        """(stored rows, unrandomized bits or None) for a batch of float32 features of shape (b, r)."""
+        """Return (stored rows, unrandomized bits or None) for a batch of float32 features (b, r)."""
         features = np.asarray(features, dtype=np.float32)
         if self.feature_format == FLOAT32:
             out = self.mechanism.randomize(features, rng=rng) if self.randomizes else features
@@ -73,6 +74,7 @@ class BitDensity:
         self.rows = 0
 
     def add(self, bits: np.ndarray) -> None:
+        """Count the 1s of ``bits`` (rows of the unrandomized encoding) per position."""
         self.ones += bits.sum(axis=0, dtype=np.int64)
         self.rows += len(bits)
 

@@ -60,7 +60,7 @@ class Partition:
     parameters: dict[str, Any]
 
     def describe(self) -> dict[str, Any]:
-        """A JSON-ready record of the partition (for the ``partition`` attribute of the output files)."""
+        """Return a JSON-ready record of the partition (for the ``partition`` attribute of the output files)."""
         record: dict[str, Any] = {"kind": self.kind, "num_clients": len(self.clients), "groups": self.groups,
                                   "client_sizes": [int(c.size) for c in self.clients], **self.parameters}
         if self.non_iid is not None:
@@ -133,7 +133,7 @@ def make_partition(labels: np.ndarray, num_clients: int, *, kind: str, rng: np.r
 def partition_indices(labels: np.ndarray, num_clients: int, *, kind: str, rng: np.random.Generator,
                       max_clients: int | None = None, beta: float = 0.5, unb: float = 0.5,
                       shards_per_client: int = 2, min_samples: int = 10) -> list[np.ndarray]:
-    """The clients' index arrays of ``make_partition`` (same parameters, same draws)."""
+    """Return the clients' index arrays of ``make_partition`` (same parameters, same draws)."""
     return make_partition(labels, num_clients, kind=kind, rng=rng, max_clients=max_clients, beta=beta,
                           unb=unb, shards_per_client=shards_per_client, min_samples=min_samples).clients
 

@@ -9,14 +9,21 @@ Modules (one concern each):
 
 * ``aggregation``  - the aggregation math as pure functions over numpy arrays;
 * ``strategies``   - a registry of strategies (client selection + aggregation), one class per paper rule;
-* ``perturbation`` - a mechanism per client, with its own budget and Generator, wired to the upload;
+* ``perturbation`` - a mechanism per client, wired by the mechanism's declared ``FEDERATION``, and the
+  server rule;
 * ``budgets``      - personalized ε / safe-range presets and list parsing;
+* ``config``       - ``FederationConfig`` (no torch);
 * ``data``         - validated client data in memory, packed bits unpacked per batch in torch;
 * ``model``        - the fully-connected model and local training;
-* ``federation``   - ``FederationConfig``, ``run_federation``, checkpoint and resume;
-* ``outputs``      - metrics CSV/JSON, the accuracy plot, atomic writes;
+* ``streams``      - every random stream of a run, with exact save and restore;
+* ``plan``         - everything a run fixes before round 1 (model, perturbations, strategy, records);
+* ``rounds``       - one round as a client step and a server step, pure of I/O (shared by engines);
+* ``checkpoint``   - the checkpoint and the resume checks;
+* ``federation``   - the local engine: ``run_federation``, rounds in one process, outputs;
+* ``outputs``      - metrics CSV/JSON, the accuracy plot;
 * ``runtime``      - torch process settings the CLI applies before torch loads;
 * ``cli``          - ``ldpfl federate``.
 
-Importing this package imports nothing heavy; torch loads in ``data``, ``model`` and ``federation``.
+Importing this package imports nothing heavy; torch loads in ``data``, ``model``, ``streams``,
+``plan``, ``rounds``, ``checkpoint`` and ``federation``.
 """

@@ -103,21 +103,6 @@ def sign(vector: np.ndarray) -> np.ndarray:
     return np.sign(vector)
 
 
-def sign_of_weighted_average(vectors: Sequence[np.ndarray] | np.ndarray,
-                             weights: Sequence[float] | np.ndarray | None = None) -> np.ndarray:
-    """WU eqs. 10, 13 and 16: sign(Σ w_i x_i / Σ w_i); equal weights when ``weights`` is None."""
-    w = np.ones(len(vectors)) if weights is None else weights
-    return sign(weighted_average(vectors, w))
-
-
-def sign_step(global_vector: np.ndarray, aggregate: np.ndarray, server_lr: float) -> np.ndarray:
-    """signSGD with majority vote (WU ref. [19]): W ← W + η_s · sign(aggregate of the clients' signs)."""
-    if not (math.isfinite(server_lr) and server_lr > 0):
-        raise ValueError(f"server_lr must be a finite number > 0, got {server_lr!r}")
-    g = np.asarray(global_vector)
-    return (g + g.dtype.type(server_lr) * sign(np.asarray(aggregate, dtype=g.dtype))).astype(g.dtype, copy=False)
-
-
 def apply_update(global_vector: np.ndarray, aggregate: np.ndarray) -> np.ndarray:
     """W ← W + aggregate, when clients upload updates (local − global) instead of parameters."""
     g = np.asarray(global_vector)

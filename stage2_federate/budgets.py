@@ -9,7 +9,7 @@ Presets come from the papers' experiments:
   ε2 = {0.1, 0.2, …, 1.0, 0.1, …} (ascending, cycling), ε3 = {0.9, 1.0, 0.9, 1.0, …}, and for the safe
   range lengths τ1 = {0.2, 0.4, …}, τ2 = {0.2, 0.4, …, 2.0, 0.2, …}, τ3 = {1.8, 2.0, …}.
 
-This module imports the standard library only.
+This module imports the standard library and the generic registry (``mechanisms.plugins``) only.
 """
 
 from __future__ import annotations
@@ -21,6 +21,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from mechanisms.plugins import Registry
 
 EPSILON = "epsilon"
 RANGE = "range"
@@ -37,7 +39,7 @@ class BudgetPreset:
     source: str
 
     def for_clients(self, count: int) -> tuple[float, ...]:
-        """The values for ``count`` clients; a fixed-length preset refuses another count."""
+        """Return the values for ``count`` clients; a fixed-length preset refuses another count."""
         if count < 1:
             raise ValueError(f"the number of clients must be >= 1, got {count}")
         if self.cycle:
@@ -48,6 +50,7 @@ class BudgetPreset:
         return self.values
 
     def describe(self) -> str:
+        """Show the values in one line."""
         shown = ", ".join(f"{v:g}" for v in self.values)
         return f"{shown}{', … (cycling)' if self.cycle else ''}"
 
@@ -57,13 +60,11 @@ def _steps(start: float, stop: float, step: float) -> tuple[float, ...]:
     return tuple(round(start + i * step, 10) for i in range(count))
 
 
-_PRESETS: dict[str, BudgetPreset] = {}
+PRESETS: Registry[BudgetPreset] = Registry("budget preset", describe=lambda p: p.source)
 
 
 def _add(name: str, kind: str, values: Sequence[float], cycle: bool, source: str) -> None:
-    if name in _PRESETS:
-        raise ValueError(f"budget preset {name!r} is defined twice")
-    _PRESETS[name] = BudgetPreset(name, kind, tuple(float(v) for v in values), cycle, source)
+    PRESETS.add(name, BudgetPreset(name, kind, tuple(float(v) for v in values), cycle, source))
 
 
 # Wu et al. 5.2.1, IID, N = 3 (logistic regression).
@@ -91,21 +92,18 @@ _add("pldp-tau3", RANGE, (1.8, 2.0), True, "PLDP-FL 6.2 mode τ3")
 
 
 def preset_names(kind: str | None = None) -> list[str]:
-    """Registered preset names, optionally only those of ``kind`` ('epsilon' or 'range')."""
-    return [name for name, p in _PRESETS.items() if kind is None or p.kind == kind]
+    """Return the registered preset names, optionally only those of ``kind`` ('epsilon' or 'range')."""
+    return [name for name, p in PRESETS.items() if kind is None or p.kind == kind]
 
 
 def get_preset(name: str) -> BudgetPreset:
-    """The preset called ``name``; an unknown name lists the valid ones."""
-    try:
-        return _PRESETS[name]
-    except KeyError:
-        raise ValueError(f"unknown budget preset {name!r}; valid names: {', '.join(_PRESETS)}") from None
+    """Return the preset called ``name``; an unknown name lists the valid ones."""
+    return PRESETS.get(name)
 
 
 def presets_help() -> str:
     """One line per preset, for --help."""
-    return "\n".join(f"{p.name:<19} {p.kind:<8} {p.describe()}  [{p.source}]" for p in _PRESETS.values())
+    return "\n".join(f"{p.name:<19} {p.kind:<8} {p.describe()}  [{p.source}]" for _, p in PRESETS.items())
 
 
 def _check_values(values: Sequence[float], what: str, origin: str, positive: bool = True) -> tuple[float, ...]:
@@ -135,7 +133,7 @@ def _numbers_from_text(text: str, origin: str, what: str) -> list[float]:
 
 
 def _numbers_from_file(path: Path, what: str) -> list[float]:
-    """A JSON list (or an object with one list value) or a CSV of numbers (a header row is skipped)."""
+    """Read a JSON list (or an object with one list value) or a CSV of numbers (a header row is skipped)."""
     try:
         text = path.read_text()
     except OSError as error:
@@ -175,8 +173,8 @@ def parse_value_list(text: str, *, what: str = "client epsilons", kind: str = EP
     Returns the numbers, or the preset name (resolved later, once the number of clients is known).
     """
     text = text.strip()
-    if text in _PRESETS:
-        preset = _PRESETS[text]
+    if text in PRESETS:
+        preset = PRESETS.get(text)
         if preset.kind != kind:
             raise ValueError(f"budget preset {text!r} sets {preset.kind} values, not {what}")
         return text

@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from . import budgets
-from .perturbation import PERTURBATIONS, SIGN_MODES, TARGETS
+from .perturbation import SIGN_MODES, TARGETS, perturbation_names, perturbation_wiring
 from .runtime import apply_runtime_defaults
 from .strategies import strategy_class, strategy_names
 
@@ -68,8 +68,8 @@ def _aggregation_help() -> str:
 
 
 def _perturbation_help() -> str:
-    return "; ".join(f"{spec.name}: {spec.summary} [perturbs the {spec.default_target}]"
-                     for spec in PERTURBATIONS.values())
+    wirings = {name: perturbation_wiring(name) for name in perturbation_names()}
+    return "; ".join(f"{name}: {wiring.summary} [perturbs the {wiring.target}]" for name, wiring in wirings.items())
 
 
 _EPILOG = "\b\nBudget presets (--budget-preset NAME, or as the value of --client-epsilons / --client-ranges):\n" + \
@@ -107,7 +107,7 @@ Examples:
 @click.option("--sample-weighted", is_flag=True, help="fedavg: weight clients by n_k/n (DP-FedAW eq. 2).")
 @click.option("--fraction", type=click.FloatRange(0.0, 1.0, min_open=True), default=None,
               help="fraction: select floor(gamma*N) clients per round (PLDP-FL Algorithm 1).")
-@click.option("--perturbation", type=click.Choice(list(PERTURBATIONS)), default="none", show_default=True,
+@click.option("--perturbation", type=click.Choice(perturbation_names()), default="none", show_default=True,
               help="Model perturbation of each client's upload. " + _perturbation_help() + ".")
 @click.option("--perturb-target", type=click.Choice(list(TARGETS)), default="auto", show_default=True,
               help="Override what the mechanism perturbs: the parameters or the update (local - global).")
@@ -143,7 +143,8 @@ Examples:
               help="auto: CUDA when available, else CPU.")
 @click.option("--threads", type=click.IntRange(min=1), default=None, help="torch CPU threads.")
 @click.option("--seed", type=click.IntRange(min=0), default=None,
-              help="Seed for reproducible runs (testing/research). Default: the OS CSPRNG. Never written to outputs.")
+              help="Seed for reproducible runs, for tests and research only: output seeded this way has NO privacy "
+                   "against anyone who can guess the seed. Default: the OS CSPRNG. Never written to outputs.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Output directory (default RUN_DIR/federation).")
 @click.option("--resume", is_flag=True, help="Continue an interrupted run from OUT/checkpoint.pt.")
@@ -173,13 +174,14 @@ def federate_command(run_dir: Path, presets: tuple[str, ...], out_dir: Path | No
         options[key] = name
 
     apply_runtime_defaults()  # before torch loads: huge pages, sleeping OpenMP threads (see runtime.py)
-    from .federation import FederationConfig, run_federation  # imports torch
+    from .config import FederationConfig
+    from .federation import run_federation  # imports torch
 
     config = FederationConfig(**options)
     result = run_federation(run_dir, config, out_dir=out_dir, resume=resume, progress=not quiet and not as_json,
                             overwrite=overwrite, keep_checkpoint=keep_checkpoint)
     if as_json:
-        from ldpfl.cli import echo_json
+        from contract.jsonout import echo_json
 
         echo_json(result.to_dict())
         return

@@ -14,7 +14,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from stage1_features import h5format as h5
+from contract.client_reader import read_client_file
+from contract.manifest import Manifest
+from contract.run_dir import validate_run
+from contract.schema import SPLITS, ClientMetadata, FormatError
+from mechanisms.base import PACKED_BITS
 
 _SHIFTS_CACHE: dict[torch.device, torch.Tensor] = {}
 
@@ -55,7 +59,7 @@ class ClientSplit:
 
     def batches(self, batch_size: int, *, generator: torch.Generator | None = None
                 ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        """(inputs, labels) batches; shuffled with ``generator`` when given, in file order otherwise."""
+        """Yield (inputs, labels) batches; shuffled with ``generator`` when given, in file order otherwise."""
         n = len(self)
         if generator is None:
             for start in range(0, n, batch_size):
@@ -75,7 +79,7 @@ class ClientDataset:
 
     index: int
     path: Path
-    metadata: h5.ClientMetadata
+    metadata: ClientMetadata
     train: ClientSplit
     test: ClientSplit
 
@@ -94,30 +98,36 @@ class FederatedData:
     """All clients of one run, checked to agree on schema, encoding, width and label space."""
 
     run_dir: Path
-    manifest: h5.Manifest
+    manifest: Manifest
     clients: list[ClientDataset]
 
     @property
-    def first(self) -> h5.ClientMetadata:
+    def first(self) -> ClientMetadata:
+        """Return the first client's metadata (every client agrees on what matters)."""
         return self.clients[0].metadata
 
     @property
     def input_width(self) -> int:
+        """Return the model's input width (r·l bits or r floats)."""
         return self.first.feature_width
 
     @property
     def num_classes(self) -> int:
+        """Return the number of classes."""
         return self.first.num_classes
 
     @property
     def dataset(self) -> str:
+        """Return the dataset name."""
         return self.first.dataset
 
     @property
     def feature_format(self) -> str:
+        """Return ``packed-bits`` or ``float32``."""
         return self.first.feature_format
 
     def describe(self) -> dict[str, object]:
+        """Return a JSON-ready description: clients, format, width, classes, rows."""
         return {
             "run_dir": str(self.run_dir), "dataset": self.dataset, "clients": len(self.clients),
             "feature_format": self.feature_format, "input_width": self.input_width, "num_classes": self.num_classes,
@@ -126,48 +136,27 @@ class FederatedData:
         }
 
 
-def validate_run(run_dir: str | Path) -> tuple[h5.Manifest, list[tuple[h5.FileRecord, h5.ClientMetadata]]]:
-    """Check the manifest, every listed file's sha256 and structure, and that the files agree.
-
-    Raises ``FormatError`` (a ``ValueError``) naming the file, or ``ValueError`` listing every
-    attribute on which files differ, with the files named.
-    """
-    run_dir = Path(run_dir)
-    manifest = h5.read_manifest(run_dir)
-    if not manifest.files:
-        raise h5.FormatError(run_dir / h5.MANIFEST_NAME, "lists no client files")
-    indices = [r.client_index for r in manifest.files]
-    if len(set(indices)) != len(indices):
-        raise h5.FormatError(run_dir / h5.MANIFEST_NAME, f"lists a client index twice: {sorted(indices)}")
-    checked = [(record, h5.verify_file_record(run_dir, record)) for record in manifest.files]
-    problems = h5.compare_metadata([(record.path, meta) for record, meta in checked])
-    if problems:
-        raise ValueError(f"the client files of {run_dir} do not belong to one run: {'; '.join(problems)}")
-    for record, meta in checked:
-        if meta.client_index != record.client_index:
-            raise h5.FormatError(run_dir / record.path, f"attribute 'client_index' is {meta.client_index}, the "
-                                                        f"manifest says {record.client_index}")
-    return manifest, checked
-
-
 def load_run(run_dir: str | Path, device: torch.device | str = "cpu") -> FederatedData:
-    """Validate the run and load every client's splits (packed bits stay packed) onto ``device``."""
+    """Validate the run (``contract.run_dir.validate_run``) and load every client's splits onto ``device``.
+
+    Packed bits stay packed.
+    """
     run_dir = Path(run_dir)
     manifest, checked = validate_run(run_dir)
     device = torch.device(device)
     clients = []
     for record, _meta in checked:
-        data = h5.read_client_file(run_dir / record.path)
+        data = read_client_file(run_dir / record.path)
         meta = data.metadata
-        packed = meta.feature_format == h5.PACKED_BITS
+        packed = meta.feature_format == PACKED_BITS
         splits = {}
-        for split in h5.SPLITS:
+        for split in SPLITS:
             features = np.ascontiguousarray(data.features[split])
             labels = np.ascontiguousarray(data.labels[split], dtype=np.int64)
             splits[split] = ClientSplit(torch.from_numpy(features).to(device), torch.from_numpy(labels).to(device),
                                         meta.feature_width, packed)
         if len(splits["train"]) == 0:
-            raise h5.FormatError(run_dir / record.path, "the training split is empty")
+            raise FormatError(run_dir / record.path, "the training split is empty")
         clients.append(ClientDataset(record.client_index, run_dir / record.path, meta, splits["train"],
                                      splits["test"]))
     clients.sort(key=lambda c: c.index)
@@ -175,6 +164,6 @@ def load_run(run_dir: str | Path, device: torch.device | str = "cpu") -> Federat
 
 
 def evaluation_splits(data: FederatedData, clients: Sequence[int] | None = None) -> list[ClientSplit]:
-    """The clients' randomized test splits, whose union the global model is evaluated on."""
+    """Return the clients' randomized test splits, whose union the global model is evaluated on."""
     chosen = data.clients if clients is None else [c for c in data.clients if c.index in set(clients)]
     return [c.test for c in chosen if len(c.test)]

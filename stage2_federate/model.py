@@ -15,20 +15,22 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from .config import ADAM, AUTO, DEFAULT_DROPOUT, DEFAULT_HIDDEN, DEFAULT_LR, OPTIMIZERS, SGD
 from .data import ClientSplit
 
-DEFAULT_HIDDEN = (2048,)
-DEFAULT_DROPOUT = 0.1
-ADAM = "adam"
-SGD = "sgd"
-AUTO = "auto"
-OPTIMIZERS = (AUTO, ADAM, SGD)
-DEFAULT_LR = 1e-3  # LDPFL IV-E: SGD with learning rate 0.001; Adam's lr is not given, PyTorch's default 1e-3
+__all__ = [
+    "ADAM", "AUTO", "DEFAULT_DROPOUT", "DEFAULT_HIDDEN", "DEFAULT_LR", "OPTIMIZERS", "SGD", "FederatedMLP",
+    "GeneratorDropout", "TrainStats", "build_model", "evaluate", "get_vector", "initialize", "make_optimizer",
+    "parameter_count", "resolve_optimizer", "set_vector", "train_local",
+]
 
 
 class GeneratorDropout(nn.Module):
-    """Inverted dropout whose masks come from an explicit ``torch.Generator`` (``nn.Dropout`` can only
-    use the global one). Call ``set_generator`` before training; training without one is refused."""
+    """Inverted dropout whose masks come from an explicit ``torch.Generator``.
+
+    ``nn.Dropout`` can only use the global one. Call ``set_generator`` before training; training
+    without one is refused.
+    """
 
     def __init__(self, p: float):
         super().__init__()
@@ -38,6 +40,7 @@ class GeneratorDropout(nn.Module):
         self.generator: torch.Generator | None = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Zero each entry with probability p and scale the rest by 1/(1 - p) (training only)."""
         if not self.training or self.p == 0.0:
             return x
         if self.generator is None:
@@ -46,6 +49,7 @@ class GeneratorDropout(nn.Module):
         return x * keep.div_(1.0 - self.p)
 
     def extra_repr(self) -> str:
+        """Show p in the module's repr."""
         return f"p={self.p}"
 
 
@@ -70,6 +74,7 @@ class FederatedMLP(nn.Module):
         self.num_classes = num_classes
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Return the logits of a batch."""
         return self.net(x)
 
     def set_generator(self, generator: torch.Generator) -> None:
@@ -79,6 +84,7 @@ class FederatedMLP(nn.Module):
                 module.generator = generator
 
     def linear_layers(self) -> list[nn.Linear]:
+        """Return the linear layers, input first."""
         return [m for m in self.net if isinstance(m, nn.Linear)]
 
 
@@ -102,7 +108,7 @@ def initialize(model: FederatedMLP, generator: torch.Generator) -> None:
 
 def build_model(input_width: int, hidden: Sequence[int], num_classes: int, *, dropout: float = DEFAULT_DROPOUT,
                 generator: torch.Generator, device: torch.device | str = "cpu") -> FederatedMLP:
-    """A freshly initialized model on ``device`` (initialized on the generator's device, then moved)."""
+    """Build a freshly initialized model on ``device`` (initialized on the generator's device, then moved)."""
     model = FederatedMLP(input_width, hidden, num_classes, dropout)
     model.to(generator.device)
     initialize(model, generator)
@@ -110,11 +116,12 @@ def build_model(input_width: int, hidden: Sequence[int], num_classes: int, *, dr
 
 
 def parameter_count(model: nn.Module) -> int:
+    """Count the model's parameters (d, the length of its vector)."""
     return sum(p.numel() for p in model.parameters())
 
 
 def get_vector(model: nn.Module) -> torch.Tensor:
-    """The parameters flattened in ``model.parameters()`` order (a new tensor)."""
+    """Return the parameters flattened in ``model.parameters()`` order (a new tensor)."""
     return torch.nn.utils.parameters_to_vector(model.parameters()).detach().clone()
 
 

@@ -1,8 +1,9 @@
 """What a federation run writes: metrics (CSV, JSON), the configuration, the accuracy plot.
 
-Every file is written to a temporary name in the same directory and renamed into place (``os.replace``),
-so a reader never sees a half-written file. No seed is ever written: the configuration carries only the
-randomness mode. Imports numpy and matplotlib (the Agg canvas, never pyplot's global state); no torch.
+Every file is written through ``contract.atomic`` (a temporary name in the same directory, fsync, rename,
+fsync of the directory), so a reader never sees a half-written file. No seed is ever written: the
+configuration carries only the randomness mode. Imports numpy and matplotlib (the Agg canvas, never
+pyplot's global state); no torch.
 """
 
 from __future__ import annotations
@@ -12,15 +13,15 @@ import io
 import json
 import math
 import os
-import tempfile
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ldpfl.jsonsafe import json_ready
+from contract.atomic import atomic_write, atomic_write_text
+from contract.jsonout import json_ready, refuse_seed_keys
+from contract.layout import METRICS_JSON
 
 METRICS_CSV = "metrics.csv"
-METRICS_JSON = "metrics.json"
 CONFIG_JSON = "config.json"
 PLOT_PNG = "accuracy.png"
 MODEL_PT = "model.pt"
@@ -31,42 +32,9 @@ CSV_COLUMNS = ("round", "train_loss", "train_accuracy", "test_loss", "test_accur
                "excluded", "aggregated", "weights", "client_epsilons", "kept_previous_model")
 
 
-def atomic_write(path: str | os.PathLike, write: Callable[[io.BufferedWriter], None]) -> Path:
-    """Call ``write(handle)`` on a temporary file next to ``path``, fsync, then rename it to ``path``."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            write(handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
-
-
-def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
-    return atomic_write(path, lambda handle: handle.write(text.encode("utf-8")))
-
-
-
-def _refuse_seed(payload: Any, where: str) -> None:
-    if isinstance(payload, Mapping):
-        for key, value in payload.items():
-            if "seed" in str(key).lower():
-                raise ValueError(f"{where} must not contain a seed (found key {key!r}); only the randomness mode")
-            _refuse_seed(value, where)
-    elif isinstance(payload, list | tuple):
-        for value in payload:
-            _refuse_seed(value, where)
-
-
 def write_json(path: str | os.PathLike, payload: Any) -> Path:
     """Atomically write ``payload`` as indented JSON (refuses any key that names a seed)."""
-    _refuse_seed(payload, str(path))
+    refuse_seed_keys(payload, str(path))
     return atomic_write_text(path, json.dumps(json_ready(payload), indent=2, sort_keys=False, allow_nan=False) + "\n")
 
 

@@ -16,11 +16,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar, cast
 
 import numpy as np
 
-from mechanisms.base import require_generator
+import mechanisms as mech
+from mechanisms.base import ParameterError, require_generator
+from mechanisms.plugins import Registry
 
 from . import aggregation as agg
 
@@ -78,9 +80,9 @@ class Strategy:
     # -- options -------------------------------------------------------------------------------------
     def _check_options(self, options: StrategyOptions) -> None:
         if options.sample_weighted:
-            raise ValueError(f"--sample-weighted applies to aggregation 'fedavg' only, not {self.NAME!r}")
+            raise _only_for("sample_weighted", "fedavg", self.NAME)
         if options.fraction is not None:
-            raise ValueError(f"--fraction applies to aggregation 'fraction' only, not {self.NAME!r}")
+            raise _only_for("fraction", "fraction", self.NAME)
 
     def _clients_per_round(self, options: StrategyOptions) -> int:
         n = len(self.client_ids)
@@ -91,7 +93,7 @@ class Strategy:
 
     # -- selection (LDPFL Algorithm 1 line 18: the n clients of the current round) --------------------
     def select(self, round_number: int, rng: np.random.Generator) -> list[int]:
-        """k of the N clients, uniformly without replacement (all N, without a draw, when k = N)."""
+        """Select k of the N clients, uniformly without replacement (all N, without a draw, when k = N)."""
         require_generator(rng)
         k = self.clients_per_round
         if k == len(self.client_ids):
@@ -101,12 +103,12 @@ class Strategy:
 
     # -- aggregation ---------------------------------------------------------------------------------
     def weights(self, clients: Sequence[int]) -> np.ndarray:
-        """Unnormalized weight of each client in ``clients`` (equal by default)."""
+        """Return the unnormalized weight of each client in ``clients`` (equal by default)."""
         return np.ones(len(clients))
 
     def aggregate(self, global_vector: np.ndarray, uploads: Mapping[int, np.ndarray], *,
                   rng: np.random.Generator) -> Aggregate:
-        """Weighted mean of the uploads (all of them, unless a subclass selects)."""
+        """Average the uploads with the strategy's weights (all of them, unless a subclass selects)."""
         clients = sorted(uploads)
         if not clients:
             return _nothing()
@@ -115,31 +117,28 @@ class Strategy:
         return Aggregate(vector, tuple(clients), tuple((w / w.sum()).tolist()))
 
     def describe(self) -> dict[str, Any]:
+        """Describe the strategy for ``config.json``."""
         return {"name": self.NAME, "source": self.SOURCE, "clients_per_round": self.clients_per_round}
 
 
-_STRATEGIES: dict[str, type[Strategy]] = {}
+STRATEGIES: Registry[type[Strategy]] = Registry("aggregation")
+S = TypeVar("S", bound=type[Strategy])
 
 
-def register(cls: type[Strategy]) -> type[Strategy]:
+def register(cls: S) -> S:
     """Class decorator: add a strategy under its NAME; a second registration of a name fails."""
-    if not cls.NAME:
-        raise ValueError(f"{cls.__name__} has no NAME")
-    if cls.NAME in _STRATEGIES:
-        raise ValueError(f"strategy name {cls.NAME!r} is already registered by {_STRATEGIES[cls.NAME].__name__}")
-    _STRATEGIES[cls.NAME] = cls
+    STRATEGIES.add(cls.NAME, cls)
     return cls
 
 
 def strategy_names() -> list[str]:
-    return list(_STRATEGIES)
+    """Return the registered strategies (``aggregation`` choices), in registration order."""
+    return STRATEGIES.names()
 
 
 def strategy_class(name: str) -> type[Strategy]:
-    try:
-        return _STRATEGIES[name]
-    except KeyError:
-        raise ValueError(f"unknown aggregation {name!r}; valid names: {', '.join(_STRATEGIES)}") from None
+    """Return the strategy registered as ``name``; an unknown name lists the valid ones."""
+    return STRATEGIES.get(name)
 
 
 def create_strategy(name: str, profiles: Sequence[ClientProfile], options: StrategyOptions = StrategyOptions(),
@@ -158,22 +157,30 @@ class FedAvg(Strategy):
 
     def _check_options(self, options: StrategyOptions) -> None:
         if options.fraction is not None:
-            raise ValueError("--fraction applies to aggregation 'fraction' only, not 'fedavg'")
+            raise _only_for("fraction", "fraction", self.NAME)
 
     def weights(self, clients: Sequence[int]) -> np.ndarray:
+        """Weigh clients equally, or by n_k (``sample_weighted``)."""
         if self.options.sample_weighted:
             return agg.sample_size_weights([self.profiles[c].train_rows for c in clients])
         return np.ones(len(clients))
 
 
+def _only_for(option: str, aggregation: str, name: str) -> ParameterError:
+    return ParameterError(f"`{option}` applies to aggregation {aggregation!r} only, not {name!r}")
+
+
 def _require_noise_scales(strategy: Strategy) -> dict[int, float]:
-    missing = [i for i, p in strategy.profiles.items() if p.noise_scale is None]
+    scales = {i: p.noise_scale for i, p in strategy.profiles.items()}
+    missing = [i for i, s in scales.items() if s is None]
     if missing:
-        raise ValueError(
+        noisy = [n for n in mech.federation_names()
+                 if (wiring := mech.mechanism_class(n).FEDERATION) is not None and wiring.budget]
+        raise ParameterError(
             f"aggregation {strategy.NAME!r} weighs client i by 1/σ_i (Wu eqs. 11/14), which needs a noise scale "
             f"per client; the perturbation of clients {missing} adds no noise (perturbation 'none'?). Use "
-            "--perturbation gaussian-wu, gaussian, ldpsign, pdpm or fedaw-gaussian, or --aggregation fedavg")
-    return {i: float(p.noise_scale) for i, p in strategy.profiles.items()}
+            f"`perturbation` {', '.join(noisy)}, or `aggregation` fedavg")
+    return {i: float(s) for i, s in scales.items() if s is not None}
 
 
 @register
@@ -189,13 +196,15 @@ class WeightedAverage(Strategy):
         self.sigmas = _require_noise_scales(self)
 
     def weights(self, clients: Sequence[int]) -> np.ndarray:
+        """Weigh client i by ρ_i = 1/σ_i (eq. 11), renormalized over the received clients."""
         return agg.inverse_sigma_weights([self.sigmas[c] for c in clients])  # eq. 11 over the received clients
 
 
 @register
 class ProbabilitySelection(Strategy):
-    """WU method C (eqs. 14-16): P_i = ρ_i / Σρ over all N clients (fixed before training); each round
-    a uniform ω is drawn and the received clients with P_i > ω are averaged.
+    """WU method C (eqs. 14-16): the received clients with P_i > ω are averaged.
+
+    P_i = ρ_i / Σρ over all N clients is fixed before training; each round a uniform ω is drawn.
 
     Decision: ω is drawn uniformly on [0, max P_i) over the received clients, which is the same as
     redrawing ω ~ U[0, 1] until at least one received client is selected (``aggregation.draw_omega``).
@@ -213,6 +222,7 @@ class ProbabilitySelection(Strategy):
 
     def aggregate(self, global_vector: np.ndarray, uploads: Mapping[int, np.ndarray], *,
                   rng: np.random.Generator) -> Aggregate:
+        """Draw ω and average the received clients with P_i > ω (eq. 15)."""
         clients = sorted(uploads)
         if not clients:
             return _nothing()
@@ -225,8 +235,10 @@ class ProbabilitySelection(Strategy):
 
 @register
 class FractionSelection(Strategy):
-    """PLDP-FL Algorithm 1: the server selects γ·N clients at random each round (line 4) and averages
-    their uploads (line 8, eq. 7)."""
+    """PLDP-FL Algorithm 1: γ·N random clients per round, plain mean.
+
+    The server selects γ·N clients at random each round (line 4) and averages their uploads (line 8, eq. 7).
+    """
 
     NAME = "fraction"
     SOURCE = "PLDP-FL Algorithm 1 lines 4 and 8, eq. 7"
@@ -234,16 +246,18 @@ class FractionSelection(Strategy):
 
     def _check_options(self, options: StrategyOptions) -> None:
         if options.sample_weighted:
-            raise ValueError("--sample-weighted applies to aggregation 'fedavg' only, not 'fraction'")
+            raise _only_for("sample_weighted", "fedavg", self.NAME)
         if options.fraction is None:
-            raise ValueError("aggregation 'fraction' needs --fraction γ in (0, 1]")
+            raise ParameterError("aggregation 'fraction' needs `fraction` γ in (0, 1]")
         if options.clients_per_round is not None:
-            raise ValueError("aggregation 'fraction' selects γ·N clients; give --fraction, not --clients-per-round")
+            raise ParameterError("aggregation 'fraction' selects γ·N clients; give `fraction`, not "
+                                 "`clients_per_round`")
 
     def _clients_per_round(self, options: StrategyOptions) -> int:
-        return agg.fraction_count(options.fraction, len(self.client_ids))
+        return agg.fraction_count(cast(float, options.fraction), len(self.client_ids))  # None refused above
 
     def describe(self) -> dict[str, Any]:
+        """Describe the strategy, with γ."""
         return {**super().describe(), "fraction": self.options.fraction}
 
 
@@ -264,6 +278,7 @@ class FedAW(Strategy):
         self.similarities = dict(zip(self.client_ids, g.tolist(), strict=True))
 
     def weights(self, clients: Sequence[int]) -> np.ndarray:
+        """Weigh client k by g_k (eq. 8)."""
         return np.array([self.similarities[c] for c in clients])
 
 
@@ -287,14 +302,17 @@ class SignAggregation(Strategy):
         self.clients_per_round = inner.clients_per_round
 
     def select(self, round_number: int, rng: np.random.Generator) -> list[int]:
+        """Select as the inner strategy does."""
         return self.inner.select(round_number, rng)
 
     def aggregate(self, global_vector: np.ndarray, uploads: Mapping[int, np.ndarray], *,
                   rng: np.random.Generator) -> Aggregate:
+        """Return the sign of the inner strategy's combination (eq. 9 over eqs. 10, 13, 16)."""
         inner = self.inner.aggregate(global_vector, uploads, rng=rng)
         if inner.vector is None:
             return inner
         return Aggregate(agg.sign(inner.vector), inner.used, inner.weights, {**inner.info, "signed": True})
 
     def describe(self) -> dict[str, Any]:
+        """Describe the inner strategy, marked as signed."""
         return {**self.inner.describe(), "sign": True}

@@ -24,12 +24,17 @@ def small_mechanism():
 
 @pytest.fixture
 def sample_input():
-    """A seeded batch for mechanism ``m``: uint8 bits for bit mechanisms, float32 values otherwise."""
+    """A seeded batch for mechanism ``m``: uint8 bits for bit mechanisms, one-hot float32 rows for categorical
+    ones, float32 values otherwise."""
 
     def build(m, rows: int = 32) -> np.ndarray:
         rng = mech.default_rng(12345)
         if m.DOMAIN == "bits":
             return rng.integers(0, 2, size=(rows, m.width), dtype=np.uint8)
+        if m.DOMAIN == "category":  # one-hot rows of width k (krr, oue-label)
+            return np.eye(m.categories, dtype=np.float32)[rng.integers(0, m.categories, size=rows)]
+        if m.DOMAIN == "bounded":  # rows of d values, partly outside the box to exercise the clipping
+            return rng.normal(0.0, 2.0, size=(rows, m.dim)).astype(np.float32)
         return rng.normal(0.0, 2.0, size=(rows, 24)).astype(np.float32)
 
     return build

@@ -1,4 +1,4 @@
-"""Small synthetic export runs for the stage-2 tests, written through ``stage1_features.h5format``.
+"""Small synthetic export runs for the stage-2 tests, written through ``contract``.
 
 Each client gets ``rows`` training and ``rows // 2`` test records of r = ``features`` values. The label
 is a function of the signs of the first two values (4 classes), so the packed sign bits carry it and a
@@ -12,7 +12,10 @@ from pathlib import Path
 import numpy as np
 
 import mechanisms as mech
-from stage1_features import h5format as h5
+from contract.client_writer import write_client_file
+from contract.layout import client_file_name
+from contract.manifest import record_for, write_manifest
+from contract.schema import ClientMetadata, label_histogram
 
 INTEGER_BITS = 2
 FRACTION_BITS = 3  # l = 6 bits per value; r = 8 values → 48 bits = 6 bytes per record
@@ -28,7 +31,7 @@ def _records(rng: np.random.Generator, rows: int, features: int, noise: float) -
 
 
 def write_run(run_dir: str | Path, *, clients: int = 4, rows: int = 64, features: int = 8,
-              feature_format: str = h5.PACKED_BITS, dataset: str = "mnist5k", seed: int = 7,
+              feature_format: str = mech.PACKED_BITS, dataset: str = "mnist5k", seed: int = 7,
               label_noise: float = 0.05, features_of: dict[int, int] | None = None,
               class_skew: dict[int, int] | None = None) -> Path:
     """Write ``clients`` client files and a manifest into ``run_dir``; return ``run_dir``.
@@ -49,21 +52,21 @@ def write_run(run_dir: str | Path, *, clients: int = 4, rows: int = 64, features
             if class_skew and index in class_skew:
                 keep = labels == class_skew[index]
                 values, labels = values[keep], labels[keep]
-            if feature_format == h5.PACKED_BITS:
+            if feature_format == mech.PACKED_BITS:
                 stored = mech.pack_bits(encoding.encode(values))
             else:
                 stored = values
             splits[split] = (stored, labels)
-        metadata = h5.ClientMetadata(
+        metadata = ClientMetadata(
             dataset=dataset, num_classes=NUM_CLASSES, client_index=index, client_count=clients,
             partition={"kind": "synthetic"}, extractor="synthetic", input_shape=(r,),
             integer_bits=INTEGER_BITS, fraction_bits=FRACTION_BITS, features=r, feature_format=feature_format,
             mechanism="none", mechanism_parameters={},
             privacy_report=mech.create_mechanism("none").report().to_dict(), randomness="seeded",
-            label_histograms={s: h5.label_histogram(splits[s][1], NUM_CLASSES) for s in splits},
+            label_histograms={s: label_histogram(splits[s][1], NUM_CLASSES) for s in splits},
         )
-        path = run_dir / h5.client_file_name(index)
-        digest = h5.write_client_file(path, metadata, splits)
-        records.append(h5.record_for(path, index, digest, {s: len(splits[s][1]) for s in splits}))
-    h5.write_manifest(run_dir, records, {"dataset": dataset, "mechanism": "none"})
+        path = run_dir / client_file_name(index)
+        digest = write_client_file(path, metadata, splits)
+        records.append(record_for(path, index, digest, {s: len(splits[s][1]) for s in splits}))
+    write_manifest(run_dir, records, {"dataset": dataset, "mechanism": "none"})
     return run_dir

@@ -1,6 +1,6 @@
 """Writers of small client files and run directories for the inspect tests.
 
-Files go through ``stage1_features.h5format.write_client_file`` and ``write_manifest``; their bits are
+Files go through ``contract.client_writer.write_client_file`` and ``write_manifest``; their bits are
 real fixed-point encodings of skewed synthetic activations, randomized by real mechanisms, so the
 densities that inspect reports are meaningful. The corrupters below make the bad files.
 """
@@ -16,17 +16,11 @@ import h5py
 import numpy as np
 
 import mechanisms as mech
-from stage1_features.h5format import (
-    FLOAT32,
-    PACKED_BITS,
-    ClientMetadata,
-    FileRecord,
-    client_file_name,
-    label_histogram,
-    record_for,
-    write_client_file,
-    write_manifest,
-)
+from contract.client_writer import write_client_file
+from contract.layout import client_file_name
+from contract.manifest import FileRecord, record_for, write_manifest
+from contract.schema import ClientMetadata, label_histogram
+from mechanisms import FLOAT32, PACKED_BITS
 
 NUM_CLASSES = 4
 FEATURES = 12  # r; with m = 4, n = 5 (l = 10) a record has 120 bits = 15 packed bytes

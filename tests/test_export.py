@@ -18,19 +18,15 @@ from click.testing import CliRunner
 from heavy_imports import heavy_modules_after
 
 import mechanisms
+from contract.client_reader import read_client_file
+from contract.digest import sha256_file
+from contract.layout import PARTITION_FILE
+from contract.manifest import read_manifest, record_for, write_manifest
+from contract.run_dir import verify_file_record
 from ldpfl.cli import cli
-from stage1_features import export
-from stage1_features.export import ExportConfig, ExportError, resolve_mechanism, run_export
-from stage1_features.h5format import (
-    FLOAT32,
-    PACKED_BITS,
-    read_client_file,
-    read_manifest,
-    record_for,
-    sha256_file,
-    verify_file_record,
-    write_manifest,
-)
+from mechanisms import FLOAT32, PACKED_BITS
+from stage1_features.export import run_export
+from stage1_features.export_config import DEFAULT_MECHANISM_PARAMS, ExportConfig, ExportError
 
 ROOT = Path(__file__).resolve().parents[1]
 SEED = 987_654_321  # distinctive, so that a leak into any output would be found
@@ -64,36 +60,40 @@ def tiny_run(tmp_path_factory):
 # Mechanism resolution
 
 
+def resolve(name: str, params: dict, features: int) -> mechanisms.MechanismSpec:
+    return ExportConfig(mechanism=name, mechanism_params=params).mechanism_spec(features)
+
+
 def test_resolve_uer_takes_the_iv_d_defaults_and_r() -> None:
-    resolved = resolve_mechanism("uer", export.DEFAULT_MECHANISM_PARAMS, 1152)
-    assert resolved.feature_format == PACKED_BITS
-    params = resolved.mechanism.parameters()
+    spec = resolve("uer", DEFAULT_MECHANISM_PARAMS, 1152)
+    assert spec.feature_format == PACKED_BITS
+    params = spec.build().parameters()
     assert (params["epsilon"], params["alpha"], params["features"]) == (0.5, 10.0, 1152)
-    assert (resolved.integer_bits, resolved.fraction_bits, resolved.mechanism.width) == (4, 5, 11_520)
+    assert (spec.integer_bits, spec.fraction_bits, spec.build().width) == (4, 5, 11_520)
 
 
 def test_resolve_drops_unused_defaults_and_refuses_unused_values() -> None:
-    rr = resolve_mechanism("rr", export.DEFAULT_MECHANISM_PARAMS, 10)  # rr has no alpha: default dropped
-    assert "alpha" not in rr.mechanism.parameters()
+    rr = resolve("rr", DEFAULT_MECHANISM_PARAMS, 10)  # rr has no alpha: default dropped
+    assert "alpha" not in rr.build().parameters()
     with pytest.raises(ValueError, match="mechanism 'rr' takes no parameter 'alpha'"):
-        resolve_mechanism("rr", {**export.DEFAULT_MECHANISM_PARAMS, "alpha": 3.0}, 10)
-    with pytest.raises(ValueError, match="set by the export"):
-        resolve_mechanism("uer", {"features": 5}, 10)
+        resolve("rr", {**DEFAULT_MECHANISM_PARAMS, "alpha": 3.0}, 10)
+    with pytest.raises(ValueError, match="set from the feature count"):
+        resolve("uer", {"features": 5}, 10)
     with pytest.raises(ValueError, match="epsilon must be a finite number > 0, got 0"):
-        resolve_mechanism("uer", {"epsilon": 0}, 10)
+        resolve("uer", {"epsilon": 0}, 10)
 
 
 def test_resolve_float_and_none_mechanisms() -> None:
-    pdpm = resolve_mechanism("pdpm", {**export.DEFAULT_MECHANISM_PARAMS, "safe_range_length": 2}, 784)
-    assert pdpm.feature_format == FLOAT32 and pdpm.encoding is None and pdpm.mechanism.dim == 784
+    pdpm = resolve("pdpm", {**DEFAULT_MECHANISM_PARAMS, "safe_range_length": 2}, 784)
+    assert pdpm.feature_format == FLOAT32 and pdpm.encoding is None and pdpm.build().dim == 784
     assert (pdpm.integer_bits, pdpm.fraction_bits) == (0, 0)  # no fixed-point encoding
     with pytest.raises(ValueError, match="takes no parameter 'integer_bits'"):
-        resolve_mechanism("pdpm", {"integer_bits": 6}, 784)
-    none = resolve_mechanism("none", {**export.DEFAULT_MECHANISM_PARAMS, "integer_bits": 3}, 784)
+        resolve("pdpm", {"integer_bits": 6}, 784)
+    none = resolve("none", {**DEFAULT_MECHANISM_PARAMS, "integer_bits": 3}, 784)
     assert none.feature_format == PACKED_BITS and none.encoding.integer_bits == 3
-    assert none.parameters() == {"integer_bits": 3, "fraction_bits": 5}
+    assert none.recorded_parameters() == {"integer_bits": 3, "fraction_bits": 5}
     with pytest.raises(ValueError, match="mechanism 'none' takes no parameter 'epsilon'"):
-        resolve_mechanism("none", {"epsilon": 2.0}, 784)
+        resolve("none", {"epsilon": 2.0}, 784)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -130,10 +130,10 @@ def test_tiny_export_files_shapes_attributes_and_manifest(tiny_run) -> None:
         assert data.input_bit_density is not None and data.input_bit_density.shape == (7840,)
         all_rows.append(rows)
     # the stored partition: disjoint clients drawn from the 5,000-record pool
-    with np.load(out / export.PARTITION_FILE) as partition:
+    with np.load(out / PARTITION_FILE) as partition:
         a, b = partition["client_000"], partition["client_001"]
     assert len(a) == len(b) == 150 and not set(a) & set(b) and max(a.max(), b.max()) < 5000
-    assert manifest.info["partition_file"]["sha256"] == sha256_file(out / export.PARTITION_FILE)
+    assert manifest.info["partition_file"]["sha256"] == sha256_file(out / PARTITION_FILE)
 
 
 def test_seed_never_appears_in_any_output(tiny_run) -> None:
@@ -164,11 +164,12 @@ def test_none_mechanism_is_marked_non_private(tmp_path) -> None:
     assert not meta.private and meta.mechanism == "none"
     assert meta.privacy_report["exact_epsilon_per_record"] == "inf"
     assert result.to_dict()["private"] is False
+    assert any("NOT private" in note for note in result.notes)
 
 
 def test_float_mechanism_writes_float32_features(tmp_path) -> None:
     config = quick_config(mechanism="pdpm", clients=1, mechanism_params={
-        **export.DEFAULT_MECHANISM_PARAMS, "safe_range_length": 2.0, "center": 0.5})
+        **DEFAULT_MECHANISM_PARAMS, "safe_range_length": 2.0, "center": 0.5})
     result = run_export(config, tmp_path, progress=False)
     data = read_client_file(tmp_path / result.clients[0].file)
     meta = data.metadata
@@ -252,7 +253,7 @@ def test_a_finished_client_that_fails_verification_is_never_randomized_again(tmp
     blob[len(blob) // 2] ^= 0xFF
     path.write_bytes(bytes(blob))
     before = sha256_file(path)
-    with pytest.raises(ExportError, match="--overwrite"):
+    with pytest.raises(ExportError, match=r"run with overwrite"):
         run_export(quick_config(), tmp_path, progress=False)
     assert sha256_file(path) == before  # untouched
     redone = run_export(quick_config(overwrite=True), tmp_path, progress=False)
@@ -262,7 +263,7 @@ def test_a_finished_client_that_fails_verification_is_never_randomized_again(tmp
 def test_a_listed_file_that_disappeared_is_an_error_not_a_redo(tmp_path) -> None:
     run_export(quick_config(), tmp_path, progress=False)
     (tmp_path / "client_000.h5").unlink()
-    with pytest.raises(ExportError, match="missing.*--overwrite"):
+    with pytest.raises(ExportError, match=r"missing.*with overwrite"):
         run_export(quick_config(), tmp_path, progress=False)
 
 
@@ -400,3 +401,16 @@ def test_record_for_matches_manifest_entries(tiny_run) -> None:
     out, _ = tiny_run
     for record in read_manifest(out).files:
         assert record_for(out / record.path, record.client_index, record.sha256, record.rows) == record
+
+
+def test_library_errors_name_parameters_and_the_cli_names_flags(tmp_path) -> None:
+    run_export(quick_config(), tmp_path, progress=False)
+    (tmp_path / "client_000.h5").unlink()
+    with pytest.raises(ExportError) as error:
+        run_export(quick_config(), tmp_path, progress=False)
+    assert "with overwrite" in str(error.value) and "--" not in str(error.value)
+    line = one_error_line(invoke("--extractor", "none", "--limit", "300", "--clients", "2", "--seed", str(SEED),
+                                 "--out", str(tmp_path), "--quiet"))
+    assert line.endswith("redo the whole run with --overwrite") and "`" not in line
+    line = one_error_line(invoke("--mechanism", "pdpm", "--store-input-density", "--out", str(tmp_path / "x")))
+    assert line.startswith("Error: --store-input-density applies to bit encodings only")

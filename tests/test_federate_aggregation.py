@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import mechanisms as mech
+from mechanisms.base import ParameterError
 from stage2_federate import aggregation as agg
 from stage2_federate.strategies import (
     ClientProfile,
@@ -93,20 +94,19 @@ def test_draw_omega_always_selects_someone_and_is_uniform_below_max_p() -> None:
 def test_sign_functions_wu_eqs_9_10_13() -> None:
     np.testing.assert_array_equal(agg.sign(np.array([-0.5, 0.0, 2.0])), [-1.0, 0.0, 1.0])
     votes = [np.array([1, 1, -1, 1.0]), np.array([1, -1, -1, -1.0]), np.array([-1, -1, 1, 1.0])]
-    np.testing.assert_array_equal(agg.sign_of_weighted_average(votes), [1, -1, -1, 1])  # eq. 10 majority
+    np.testing.assert_array_equal(agg.sign(agg.mean(votes)), [1, -1, -1, 1])  # eq. 10 majority
     # eq. 13 with α = (0.1, 0.1, 0.8): client 2 outweighs the others.
-    np.testing.assert_array_equal(agg.sign_of_weighted_average(votes, [0.1, 0.1, 0.8]), [-1, -1, 1, 1])
-    np.testing.assert_array_equal(agg.sign_of_weighted_average(votes[:2]), [1, 0, -1, 0])  # ties give 0
+    np.testing.assert_array_equal(agg.sign(agg.weighted_average(votes, [0.1, 0.1, 0.8])), [-1, -1, 1, 1])
+    np.testing.assert_array_equal(agg.sign(agg.mean(votes[:2])), [1, 0, -1, 0])  # ties give 0
+    # A zero weight removes a client: (1, 0, 1) over the first and third votes.
+    np.testing.assert_array_equal(agg.sign(agg.weighted_average(votes, [1, 0, 1])), [0, 0, 0, 1])
 
 
-def test_sign_step_and_apply_update() -> None:
+def test_apply_update_keeps_the_dtype() -> None:
     g = np.array([0.5, 0.5, 0.5], dtype=np.float32)
-    out = agg.sign_step(g, np.array([2.0, 0.0, -0.1]), 0.25)
+    out = agg.apply_update(g, np.array([1.0, -1.0, 0.0]))
     assert out.dtype == np.float32
-    np.testing.assert_allclose(out, [0.75, 0.5, 0.25])
-    np.testing.assert_allclose(agg.apply_update(g, np.array([1.0, -1.0, 0.0])), [1.5, -0.5, 0.5])
-    with pytest.raises(ValueError, match="server_lr"):
-        agg.sign_step(g, g, 0.0)
+    np.testing.assert_allclose(out, [1.5, -0.5, 0.5])
 
 
 def test_label_similarity_weights_fedaw_eqs_7_8() -> None:
@@ -203,13 +203,15 @@ def test_fraction_selects_gamma_n_distinct_clients() -> None:
 
 
 def test_fraction_option_checks() -> None:
-    with pytest.raises(ValueError, match="needs --fraction"):
+    with pytest.raises(ValueError, match="needs fraction γ"):
         create_strategy("fraction", profiles())
-    with pytest.raises(ValueError, match="not --clients-per-round"):
+    with pytest.raises(ParameterError, match="give fraction, not clients_per_round") as error:
         create_strategy("fraction", profiles(), StrategyOptions(clients_per_round=2, fraction=0.5))
-    with pytest.raises(ValueError, match="--fraction applies to aggregation 'fraction' only"):
+    assert error.value.parameters == ("fraction", "clients_per_round")
+    assert error.value.render(lambda n: "--" + n.replace("_", "-")).endswith("give --fraction, not --clients-per-round")
+    with pytest.raises(ValueError, match="^fraction applies to aggregation 'fraction' only, not 'fedavg'"):
         create_strategy("fedavg", profiles(), StrategyOptions(fraction=0.5))
-    with pytest.raises(ValueError, match="--sample-weighted applies to aggregation 'fedavg' only"):
+    with pytest.raises(ValueError, match="^sample_weighted applies to aggregation 'fedavg' only, not 'weighted'"):
         create_strategy("weighted", profiles(), StrategyOptions(sample_weighted=True))
 
 
@@ -239,12 +241,12 @@ def test_nobody_received_gives_no_vector() -> None:
         assert result.vector is None and result.used == ()
 
 
-@pytest.mark.parametrize(("name", "expected_weights"), [("fedavg", None), ("weighted", [4, 2, 1])])
-def test_sign_wrapper_wu_eqs_10_and_13(name, expected_weights) -> None:
+# fedavg: column sums 1, -1, -1, 1 (eq. 10); weighted α ∝ (4, 2, 1): 5, 1, -5, 3 (eq. 13).
+@pytest.mark.parametrize(("name", "expected"), [("fedavg", [1, -1, -1, 1]), ("weighted", [1, 1, -1, 1])])
+def test_sign_wrapper_wu_eqs_10_and_13(name, expected) -> None:
     votes = {0: np.array([1, 1, -1, 1.0]), 1: np.array([1, -1, -1, -1.0]), 2: np.array([-1, -1, 1, 1.0])}
     wrapped = SignAggregation(create_strategy(name, profiles()))
     result = wrapped.aggregate(None, votes, rng=mech.default_rng(0))
-    expected = agg.sign_of_weighted_average(list(votes.values()), expected_weights)
     np.testing.assert_array_equal(result.vector, expected)
     assert result.info["signed"] is True
     assert wrapped.select(1, mech.default_rng(0)) == [0, 1, 2]

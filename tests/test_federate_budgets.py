@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import mechanisms as mech
+from mechanisms.base import ParameterError
 from mechanisms.calibration import pdpm_output_values, pdpm_probabilities, pdpm_variance_bound
 from stage2_federate import budgets
 from stage2_federate.perturbation import (
@@ -136,10 +137,16 @@ def test_delta_one_over_n_is_per_client() -> None:
 
 
 def test_options_a_mechanism_does_not_take_are_refused() -> None:
-    with pytest.raises(ValueError, match="perturbation 'pdpm' takes no --clip"):
+    with pytest.raises(ParameterError, match="perturbation 'pdpm' takes no clip; it takes client_ranges, "
+                                             "client_centres$") as error:
         build_client_perturbations("pdpm", dim=DIM, epsilons=EPS, target=PARAMETERS, clip=1.0)
-    with pytest.raises(ValueError, match="perturbation 'gaussian' takes no --client-ranges/--client-centres"):
+    assert error.value.parameters == ("clip", "client_ranges", "client_centres")
+    assert error.value.render(lambda n: "--" + n.replace("_", "-")).startswith("perturbation 'pdpm' takes no --clip;")
+    with pytest.raises(ValueError, match="perturbation 'gaussian' takes no client_ranges/client_centres; it takes "
+                                         "clip, delta, sensitivity$"):
         build_client_perturbations("gaussian", dim=DIM, epsilons=EPS, target=PARAMETERS, ranges=(1, 1, 1))
+    with pytest.raises(ValueError, match="perturbation 'none' takes no delta; it takes none of these options"):
+        build_client_perturbations("none", dim=DIM, epsilons=EPS, target=PARAMETERS, delta=0.1)
     with pytest.raises(ValueError, match="ranges list has 2 values but there are 3 clients"):
         build_client_perturbations("pdpm", dim=DIM, epsilons=EPS, target=PARAMETERS, ranges=(1, 1))
 
@@ -157,7 +164,8 @@ def test_targets_per_mechanism() -> None:
     assert resolve_target("ldpsign") == UPDATE
     assert resolve_target("ldpsign", sign_mode="literal") == PARAMETERS
     assert resolve_target("gaussian", "update") == UPDATE
-    with pytest.raises(ValueError, match="contradicts"):
+    with pytest.raises(ValueError, match="ldpsign with sign_mode 'update' perturbs the update; perturb_target "
+                                         "'parameters' contradicts it"):
         resolve_target("ldpsign", "parameters", "update")
 
 

@@ -8,8 +8,10 @@ import torch
 from federate_files import write_run
 
 import mechanisms as mech
-from stage1_features import h5format as h5
-from stage2_federate.data import ClientSplit, load_run, unpack_bits, validate_run
+from contract.client_reader import read_client_file
+from contract.run_dir import validate_run
+from contract.schema import FormatError
+from stage2_federate.data import ClientSplit, load_run, unpack_bits
 
 
 @pytest.mark.parametrize("width", [1, 7, 8, 13, 48, 80])
@@ -54,16 +56,16 @@ def test_load_packed_run_keeps_bits_packed(tmp_path) -> None:
     assert client.train.features.dtype == torch.uint8 and client.train.features.shape == (40, 6)
     assert client.train.labels.dtype == torch.int64
     assert sum(client.label_histogram) == 40
-    stored = h5.read_client_file(tmp_path / "client_001.h5")
+    stored = read_client_file(tmp_path / "client_001.h5")
     np.testing.assert_array_equal(client.train.features.numpy(), stored.features["train"])
     x, _ = next(client.train.batches(8))
     assert x.shape == (8, 48) and set(torch.unique(x).tolist()) <= {0.0, 1.0}
 
 
 def test_load_float_run(tmp_path) -> None:
-    write_run(tmp_path, clients=2, rows=20, features=5, feature_format=h5.FLOAT32)
+    write_run(tmp_path, clients=2, rows=20, features=5, feature_format=mech.FLOAT32)
     data = load_run(tmp_path)
-    assert data.input_width == 5 and data.feature_format == h5.FLOAT32
+    assert data.input_width == 5 and data.feature_format == mech.FLOAT32
     assert data.clients[0].train.features.dtype == torch.float32
 
 
@@ -77,7 +79,7 @@ def test_hash_mismatch_and_missing_manifest(tmp_path) -> None:
     write_run(tmp_path, clients=2, rows=16)
     with open(tmp_path / "client_001.h5", "ab") as handle:
         handle.write(b"tampered")
-    with pytest.raises(h5.FormatError, match=r"client_001\.h5: sha256 .* does not match"):
+    with pytest.raises(FormatError, match=r"client_001\.h5: sha256 .* does not match"):
         validate_run(tmp_path)
-    with pytest.raises(h5.FormatError, match="no manifest"):
+    with pytest.raises(FormatError, match="no manifest"):
         validate_run(tmp_path / "elsewhere")

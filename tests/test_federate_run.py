@@ -12,8 +12,7 @@ import torch
 from federate_files import write_run
 
 import mechanisms as mech
-import stage2_federate.federation as federation
-from stage1_features import h5format as h5
+import stage2_federate.rounds as round_steps
 from stage2_federate.federation import FederationConfig, Streams, run_federation
 from stage2_federate.model import build_model
 
@@ -27,7 +26,7 @@ def packed_run(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def float_run(tmp_path_factory):
-    return write_run(tmp_path_factory.mktemp("float"), clients=4, rows=64, features=8, feature_format=h5.FLOAT32)
+    return write_run(tmp_path_factory.mktemp("float"), clients=4, rows=64, features=8, feature_format=mech.FLOAT32)
 
 
 def run(run_dir, out, keep_checkpoint=True, **overrides):
@@ -125,7 +124,7 @@ def test_resume_equals_an_uninterrupted_run(packed_run, tmp_path) -> None:
 def test_resume_after_an_interruption(packed_run, tmp_path, monkeypatch) -> None:
     whole = run(packed_run, tmp_path / "whole", rounds=3, **RESUME_CASE)
     calls = {"n": 0}
-    original = federation.train_local
+    original = round_steps.train_local
 
     def interrupted(*args, **kwargs):
         calls["n"] += 1
@@ -133,10 +132,10 @@ def test_resume_after_an_interruption(packed_run, tmp_path, monkeypatch) -> None
             raise KeyboardInterrupt
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(federation, "train_local", interrupted)
+    monkeypatch.setattr(round_steps, "train_local", interrupted)
     with pytest.raises(KeyboardInterrupt):
         run(packed_run, tmp_path / "cut", rounds=3, **RESUME_CASE)
-    monkeypatch.setattr(federation, "train_local", original)
+    monkeypatch.setattr(round_steps, "train_local", original)
     assert torch.load(tmp_path / "cut" / "checkpoint.pt", weights_only=True)["round"] == 1
     resumed = run_federation(packed_run, FederationConfig(**{**FAST, "rounds": 3, **RESUME_CASE}),
                              out_dir=tmp_path / "cut", resume=True, progress=False)
@@ -156,7 +155,7 @@ def test_resume_refuses_a_different_configuration(packed_run, tmp_path) -> None:
 
 def test_non_finite_update_is_excluded_and_logged(packed_run, tmp_path, monkeypatch) -> None:
     calls = {"n": 0}
-    original = federation.train_local
+    original = round_steps.train_local
 
     def poisoned(model, split, **kwargs):
         stats = original(model, split, **kwargs)
@@ -166,7 +165,7 @@ def test_non_finite_update_is_excluded_and_logged(packed_run, tmp_path, monkeypa
                 model.net[0].weight[0, 0] = math.nan
         return stats
 
-    monkeypatch.setattr(federation, "train_local", poisoned)
+    monkeypatch.setattr(round_steps, "train_local", poisoned)
     result = run(packed_run, tmp_path / "out", rounds=2)
     for record in result.history:
         assert record["excluded"] == [1]

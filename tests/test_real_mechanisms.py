@@ -99,16 +99,28 @@ def test_classic_sigma_is_conservative_below_one(epsilon: float, delta: float) -
 
 
 def test_gaussian_report_per_record_uses_l2_sensitivity() -> None:
+    """The report is the discrete Gaussian's: CKS Theorem 7 per coordinate (2c/g grid steps), zCDP per record."""
+    from mechanisms import discrete_privacy as dpriv
+
     m = mech.create_mechanism("gaussian", epsilon=0.5, delta=1e-5, clip=4.0, dim=16)
     report = m.report()
+    g = m.grid
+    assert g == 2.0 ** (math.floor(math.log2(m.sigma)) - 20)
     assert report.exact_epsilon_per_coordinate <= 0.5
     assert report.exact_epsilon_per_coordinate == pytest.approx(
-        mech.gaussian_exact_epsilon(m.sigma, 8.0, 1e-5), rel=1e-12
+        dpriv.discrete_gaussian_epsilon(m.sigma / g, int(8.0 / g), 1e-5), rel=1e-12
+    )
+    # At σ/g ≈ 2^20 the discrete curve equals the continuous one (Balle & Wang) to ~1e-9.
+    assert report.exact_epsilon_per_coordinate == pytest.approx(
+        mech.gaussian_exact_epsilon(m.sigma, 8.0, 1e-5), rel=1e-8
     )
     assert report.exact_epsilon_per_record == pytest.approx(
-        mech.gaussian_exact_epsilon(m.sigma, 8.0 * 4.0, 1e-5), rel=1e-12
+        dpriv.discrete_gaussian_record_epsilon(m.sigma / g, 8.0 * 4.0 / g, 1e-5), rel=1e-12
     )  # 2c·√16
+    # zCDP is a valid bound, above the tight continuous figure for the same L2 sensitivity.
+    assert report.exact_epsilon_per_record >= mech.gaussian_exact_epsilon(m.sigma, 32.0, 1e-5)
     assert report.sensitivity == 32.0
+    assert report.probabilities["sampler"]["kind"] == "discrete-gaussian"
     assert mech.create_mechanism("gaussian").report().exact_epsilon_per_record is None
 
 
@@ -165,7 +177,12 @@ def test_fedaw_clips_the_l2_norm_to_half_the_sensitivity() -> None:
     assert np.max(np.abs(y - clipped)) <= 6.0 * quiet.sigma
     report = m.report()
     assert report.sensitivity == 2.0
-    assert report.exact_epsilon_per_record == report.exact_epsilon_per_coordinate
+    # One coordinate can take the whole S_f: the tight 1-D curve; the record: the zCDP bound of S_f/g steps.
+    from mechanisms import discrete_privacy as dpriv
+
+    assert report.exact_epsilon_per_record == pytest.approx(
+        dpriv.discrete_gaussian_record_epsilon(m.sigma / m.grid, 2.0 / m.grid, 1e-5), rel=1e-12)
+    assert report.exact_epsilon_per_record >= report.exact_epsilon_per_coordinate
 
 
 def test_label_distribution_weight_by_hand() -> None:
@@ -215,35 +232,6 @@ def test_ldpsign_exact_epsilon() -> None:
     assert report.exact_epsilon_per_record == pytest.approx(10.0 * expected, rel=1e-12)
     assert report.exact_delta == 0.0
     assert report.sigma == pytest.approx(sigma, rel=1e-15)
-
-
-SIGN_UPDATES = np.array([[1, -1, 1, 1], [1, 1, -1, -1], [-1, -1, 1, 1], [-1, 1, -1, 1]], dtype=float)
-
-
-def test_sign_aggregate_unweighted() -> None:
-    updates = SIGN_UPDATES.copy()
-    # column sums 0, 0, 0, 2: ties give 0
-    np.testing.assert_array_equal(mech.sign_aggregate(updates), [0.0, 0.0, 0.0, 1.0])
-    np.testing.assert_array_equal(mech.sign_aggregate(updates[:3]), [1.0, -1.0, 1.0, 1.0])
-    # Shape (clients, 2, 2) keeps the parameter shape.
-    np.testing.assert_array_equal(mech.sign_aggregate(updates.reshape(4, 2, 2)), [[0.0, 0.0], [0.0, 1.0]])
-
-
-def test_sign_aggregate_weighted() -> None:
-    updates = SIGN_UPDATES.copy()
-    # weights 3, 1, 1, 1: 3+1-1-1 = 2, -3+1-1+1 = -2, 3-1+1-1 = 2, 3-1+1+1 = 4
-    np.testing.assert_array_equal(mech.sign_aggregate(updates, weights=[3, 1, 1, 1]), [1.0, -1.0, 1.0, 1.0])
-    three = np.array([[1, 1, -1], [1, -1, 1], [-1, 1, 1]], dtype=float)
-    # weights 1, 2, 3: 1+2-3 = 0 (tie), 1-2+3 = 2, -1+2+3 = 4
-    np.testing.assert_array_equal(mech.sign_aggregate(three, weights=[1, 2, 3]), [0.0, 1.0, 1.0])
-    # A zero weight removes a client.
-    np.testing.assert_array_equal(mech.sign_aggregate(three, weights=[1, 0, 1]), [0.0, 1.0, 0.0])
-
-
-@pytest.mark.parametrize("weights", [[1, 2], [1, -1, 1], [0, 0, 0]])
-def test_sign_aggregate_refuses_bad_weights(weights: list[float]) -> None:
-    with pytest.raises(ValueError, match="weights must be 3"):
-        mech.sign_aggregate(np.ones((3, 2)), weights=weights)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -344,7 +332,11 @@ def test_pdpm_large_epsilon_keeps_its_precision(epsilon: float) -> None:
     p_high, p_low = mech.pdpm_probabilities(np.array([-1.0, 1.0]), epsilon, 2.0)
     assert p_high[0] == pytest.approx(1.0 / (math.exp(epsilon) + 2.0), rel=1e-12)
     assert p_low[1] == pytest.approx(1.0 / (math.exp(epsilon) + 2.0), rel=1e-12)
-    assert m.report().exact_epsilon_per_coordinate == pytest.approx(epsilon, rel=1e-12)
-    assert m.report().exact_epsilon_per_record == pytest.approx(3 * epsilon, rel=1e-12)
+    # The report is what the 53-bit sampler draws (issue 12): at ε = 37 the upper end outputs low and the
+    # centre with one count in 2^53 each and the lower end high with one count, so ε = ln(2^53 - 2); from
+    # ε ≈ 37.4 on, e^ε/(e^ε + 2) rounds to 1, the upper end always outputs high, and ε = ∞.
+    expected = math.log(2.0**53 - 2.0) if epsilon == 37.0 else math.inf
+    assert m.report().exact_epsilon_per_coordinate == pytest.approx(expected, rel=1e-12)
+    assert m.report().exact_epsilon_per_record == pytest.approx(3 * expected, rel=1e-12)
     out = m.randomize(np.array([[-1.0, 0.0, 1.0]]), rng=mech.default_rng(0))
     assert np.all(np.isfinite(out))

@@ -1,0 +1,120 @@
+"""Atomic, durable file writes: a temporary name in the same directory, fsync, rename, fsync the directory.
+
+A reader never sees a half-written file under a final name: a crash leaves at most a hidden temporary
+file (``.NAME.<pid>.<token>.tmp``), which the writer's next run may remove. The fsync of the file before
+the rename and of the directory after it make the new name survive a power loss.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import BinaryIO
+
+TMP_MARK = ".tmp"
+
+
+def temporary_path(target: str | os.PathLike[str], suffix: str = "") -> Path:
+    """Return a fresh hidden temporary name next to ``target``.
+
+    Parameters
+    ----------
+    target : path
+        The final name.
+    suffix : str
+        Appended after ``.tmp`` (Keras insists on ``.keras``).
+
+    Returns
+    -------
+    Path
+        ``DIR/.NAME.<pid>.<token>.tmp<suffix>``, unique among this process's writes.
+    """
+    target = Path(target)
+    return target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}{TMP_MARK}{suffix}")
+
+
+def fsync_file(path: str | os.PathLike[str]) -> None:
+    """Flush ``path``'s data to stable storage."""
+    with open(path, "rb") as handle:
+        os.fsync(handle.fileno())
+
+
+def fsync_directory(directory: str | os.PathLike[str]) -> None:
+    """Flush a directory's entries (a rename in it) to stable storage; a no-op where unsupported."""
+    if os.name == "nt":  # pragma: no cover - Windows cannot open a directory
+        return
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def replace_durably(tmp: str | os.PathLike[str], target: str | os.PathLike[str]) -> Path:
+    """Fsync ``tmp``, rename it to ``target`` (``os.replace``) and fsync the directory.
+
+    Returns
+    -------
+    Path
+        ``target``.
+    """
+    fsync_file(tmp)
+    os.replace(tmp, target)
+    fsync_directory(Path(target).parent)
+    return Path(target)
+
+
+@contextlib.contextmanager
+def atomic_path(target: str | os.PathLike[str], suffix: str = "") -> Iterator[Path]:
+    """Yield a temporary path for the caller to write; on success it replaces ``target`` durably.
+
+    Leaving the block with an exception removes the temporary file and leaves ``target`` untouched.
+
+    Parameters
+    ----------
+    target : path
+        The final name; its directory is created if needed.
+    suffix : str
+        Appended to the temporary name (see :func:`temporary_path`).
+
+    Yields
+    ------
+    Path
+        Where to write.
+    """
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = temporary_path(target, suffix)
+    try:
+        yield tmp
+        replace_durably(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def atomic_write(target: str | os.PathLike[str], write: Callable[[BinaryIO], object]) -> Path:
+    """Call ``write(handle)`` on a temporary binary file, then replace ``target`` with it durably.
+
+    Parameters
+    ----------
+    target : path
+        The final name.
+    write : callable
+        Writes the content to the open binary handle.
+
+    Returns
+    -------
+    Path
+        ``target``.
+    """
+    with atomic_path(target) as tmp, open(tmp, "wb") as handle:
+        write(handle)
+    return Path(target)
+
+
+def atomic_write_text(target: str | os.PathLike[str], text: str) -> Path:
+    """Write ``text`` (UTF-8) to ``target`` atomically and durably; return ``target``."""
+    return atomic_write(target, lambda handle: handle.write(text.encode("utf-8")))

@@ -1,0 +1,165 @@
+"""Gathering the exports of separate silos into one run directory (issue 16, cross-silo federation).
+
+Each silo exports its own records on its own machine (``ldpfl export --plan plan.json --data ...
+--client-index i --clients N``) into its own run directory: one ``client_{i:03d}.h5``, a manifest
+listing it with its sha256, and a copy of the plan. :func:`gather_runs` puts those files into one run
+directory that ``ldpfl federate`` and ``ldpfl inspect`` read:
+
+1. every source is validated by the one validator (``contract.run_dir.validate_run``: manifest, sha256,
+   structure, one run);
+2. the sources must not give the same client index twice, must carry the same plan (the fingerprint of
+   their ``plan.json``, and of the ``plan`` passed in), and their files must form one run
+   (``contract.schema.compare_metadata``, the comparison the validator uses): an error names the file
+   that disagrees;
+3. the files are copied into a hidden temporary directory next to the target, with the plan and a new
+   manifest (``tool: ldpfl gather``), the copy is validated again, and the directory is renamed into
+   place. On any error nothing is left under the target name.
+
+Imports contract and mechanisms only.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from contract.atomic import TMP_MARK, fsync_directory, fsync_file
+from contract.digest import sha256_file
+from contract.manifest import FileRecord, write_manifest
+from contract.plan import PLAN_FILE, SharedPlan, read_plan, write_plan
+from contract.run_dir import validate_run
+from contract.schema import ClientMetadata, FormatError, compare_metadata
+
+TOOL = "ldpfl gather"
+
+
+class GatherError(ValueError):
+    """Sources that cannot be gathered into one run; the one-line message names the file or directory."""
+
+
+@dataclass(frozen=True)
+class GatherResult:
+    """What :func:`gather_runs` wrote.
+
+    Attributes
+    ----------
+    run_dir : Path
+        The new run directory.
+    files : tuple of (int, Path)
+        Each client index and the source file it came from.
+    plan_fingerprint : str or None
+        The shared plan's fingerprint (``None`` when no source carries a plan).
+    """
+
+    run_dir: Path
+    files: tuple[tuple[int, Path], ...]
+    plan_fingerprint: str | None
+
+
+def gather_runs(sources: Sequence[str | os.PathLike[str]], out_dir: str | os.PathLike[str], *,
+                plan: SharedPlan | None = None) -> GatherResult:
+    """Gather the client files of several run directories (one per silo) into ``out_dir``.
+
+    Parameters
+    ----------
+    sources : sequence of path
+        The silos' run directories (each with its manifest).
+    out_dir : path
+        The new run directory; it must not exist, or be an empty directory.
+    plan : SharedPlan, optional
+        The plan every source must carry; by default the sources' ``plan.json`` must agree among
+        themselves (sources without one are refused when another has one).
+
+    Returns
+    -------
+    GatherResult
+
+    Raises
+    ------
+    GatherError
+        No sources, the same source twice, a client index given twice, different plans, a target that
+        is not empty.
+    FormatError
+        A source that does not validate, or files that do not form one run (the message names the file).
+    """
+    out = Path(out_dir)
+    if not sources:
+        raise GatherError("no run directories to gather")
+    resolved = [Path(s).resolve() for s in sources]
+    if len(set(resolved)) != len(resolved):
+        raise GatherError("the same run directory is given twice")
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise GatherError(f"{out} exists and is not an empty directory; choose a new directory")
+    if out.resolve() in resolved:
+        raise GatherError(f"{out} is one of the sources")
+
+    shared, plan_source = (plan, "the plan given") if plan is not None else (None, "")
+    gathered: list[tuple[Path, FileRecord, ClientMetadata]] = []
+    owner: dict[int, Path] = {}
+    for source in map(Path, sources):
+        manifest, listed = validate_run(source)
+        del manifest
+        source_plan = _source_plan(source)
+        if shared is None and source_plan is not None and not gathered:
+            shared, plan_source = source_plan, str(source / PLAN_FILE)
+        if shared is not None:
+            if source_plan is None:
+                raise GatherError(f"{source} has no {PLAN_FILE}, but {plan_source} sets the plan; export that "
+                                  "silo with the plan")
+            if source_plan.fingerprint != shared.fingerprint:
+                raise GatherError(f"{source / PLAN_FILE} ({source_plan.fingerprint[:19]}…) is not the plan of "
+                                  f"{plan_source} ({shared.fingerprint[:19]}…)")
+        elif source_plan is not None:
+            raise GatherError(f"{source / PLAN_FILE} sets a plan, but the sources before it have none")
+        for record, metadata in listed:
+            path = source / record.path
+            if record.client_index in owner:
+                raise GatherError(f"{path} is client {record.client_index}, and so is "
+                                  f"{owner[record.client_index] / record.path}: give each silo its own "
+                                  "client index")
+            owner[record.client_index] = source
+            gathered.append((path, record, metadata))
+    problems = compare_metadata([(str(path), metadata) for path, _, metadata in gathered])
+    if problems:
+        raise FormatError(out, f"the silos' files do not form one run: {'; '.join(problems)}")
+
+    tmp = out.with_name(f".{out.name}.{os.getpid()}{TMP_MARK}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    try:
+        for path, record, _ in gathered:
+            target = tmp / record.path
+            shutil.copyfile(path, target)
+            fsync_file(target)
+            if sha256_file(target) != record.sha256:
+                raise FormatError(path, "changed while it was copied (sha256 differs from its manifest's)")
+        if shared is not None:
+            write_plan(shared, tmp / PLAN_FILE)
+        first = gathered[0][2]
+        info: dict[str, Any] = {"tool": TOOL, "dataset": first.dataset, "client_count": first.client_count,
+                                "sources": [str(s) for s in sources],
+                                "plan_fingerprint": None if shared is None else shared.fingerprint}
+        write_manifest(tmp, [record for _, record, _ in gathered], info)
+        validate_run(tmp)  # the one validator, on exactly what will be federated
+        if out.exists():
+            out.rmdir()  # empty, checked above
+        os.replace(tmp, out)
+        fsync_directory(out.parent if str(out.parent) else ".")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return GatherResult(out, tuple((record.client_index, path) for path, record, _ in gathered),
+                        None if shared is None else shared.fingerprint)
+
+
+def _source_plan(source: Path) -> SharedPlan | None:
+    path = source / PLAN_FILE
+    if not path.is_file():
+        return None
+    return read_plan(path)
+
+
+__all__ = ["TOOL", "GatherError", "GatherResult", "gather_runs"]

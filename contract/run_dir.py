@@ -1,0 +1,300 @@
+"""The one run-directory validator: what the manifest lists, what the files are, whether they form one run.
+
+:func:`check_run_dir` examines a run directory and never raises for a bad file: it returns a
+:class:`RunCheck` of facts (the manifest or why it failed, one :class:`FileCheck` per client file, the
+run-level problems). Its users decide how strict to be:
+
+* ``ldpfl federate`` (stage 2) calls :func:`validate_run`: everything must verify;
+* ``ldpfl export`` (stage 1, resuming) keeps the files that verify and errs on the others;
+* ``ldpfl inspect`` reports every fact.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from contract.client_reader import open_client_file, read_client_file
+from contract.digest import sha256_file
+from contract.layout import CLIENT_FILE_SUFFIX, MANIFEST_NAME, client_index_from_name, is_hidden
+from contract.manifest import FileRecord, Manifest, read_manifest
+from contract.schema import ClientMetadata, FormatError, compare_metadata
+
+
+@dataclass(frozen=True)
+class FileCheck:
+    """One client file of a run directory: what the manifest says about it and what it is.
+
+    Attributes
+    ----------
+    path : Path
+        The file.
+    record : FileRecord or None
+        Its manifest entry; ``None`` when the manifest does not list it (or there is no manifest).
+    sha256 : str or None
+        Its hex sha256; ``None`` when the file is missing.
+    metadata : ClientMetadata or None
+        Its validated attributes; ``None`` when it is missing or fails validation.
+    rows : mapping or None
+        Rows per split, as stored.
+    open_error : FormatError or None
+        Why the file failed validation (structure, or with ``read_data`` a checksum).
+    """
+
+    path: Path
+    record: FileRecord | None
+    sha256: str | None
+    metadata: ClientMetadata | None
+    rows: Mapping[str, int] | None
+    open_error: FormatError | None
+
+    @property
+    def name(self) -> str:
+        """Return the file name."""
+        return self.path.name
+
+    @property
+    def exists(self) -> bool:
+        """Return whether the file is present."""
+        return self.sha256 is not None
+
+    @property
+    def sha256_matches(self) -> bool | None:
+        """Return whether the sha256 matches the manifest's; ``None`` when unlisted or missing."""
+        if self.record is None or self.sha256 is None:
+            return None
+        return self.sha256 == self.record.sha256
+
+    @property
+    def error(self) -> FormatError | None:
+        """Return the first reason the file does not verify (missing, sha256, structure, rows), if any."""
+        record = self.record
+        if record is not None and not self.exists:
+            return FormatError(self.path, "listed in the manifest but missing")
+        if record is not None and self.sha256 is not None and not self.sha256_matches:
+            return FormatError(self.path, f"sha256 {self.sha256[:12]}… does not match the manifest's "
+                                          f"{record.sha256[:12]}…")
+        if self.open_error is not None:
+            return self.open_error
+        if record is not None and self.rows is not None and dict(self.rows) != dict(record.rows):
+            return FormatError(self.path, f"rows {dict(self.rows)} differ from the manifest's {dict(record.rows)}")
+        return None
+
+    def name_problem(self) -> str | None:
+        """Return how the attribute ``client_index`` contradicts the file name, if it does."""
+        return None if self.metadata is None else name_index_problem(self.name, self.metadata)
+
+    def manifest_index_problem(self) -> str | None:
+        """Return how the attribute ``client_index`` contradicts the manifest entry, if it does."""
+        if self.metadata is None or self.record is None:
+            return None
+        return listed_index_problem(self.metadata, self.record.client_index)
+
+
+def name_index_problem(name: str, metadata: ClientMetadata) -> str | None:
+    """Return how the attribute ``client_index`` contradicts the file name ``client_NNN.h5``, if it does."""
+    named = client_index_from_name(name)
+    if named is None or named == metadata.client_index:
+        return None
+    return f"attribute 'client_index' is {metadata.client_index} but the file is named {name}"
+
+
+def listed_index_problem(metadata: ClientMetadata, listed_as: int | None) -> str | None:
+    """Return how the attribute ``client_index`` contradicts the manifest's entry (client ``listed_as``), if it does."""
+    if listed_as is None or listed_as == metadata.client_index:
+        return None
+    return f"attribute 'client_index' is {metadata.client_index} but the manifest lists this file as client {listed_as}"
+
+
+def check_client_file(path: str | os.PathLike[str], record: FileRecord | None = None, *,
+                      read_data: bool = False) -> FileCheck:
+    """Hash and validate one client file (against its manifest entry, when given).
+
+    Parameters
+    ----------
+    path : path
+        The file.
+    record : FileRecord, optional
+        Its manifest entry.
+    read_data : bool
+        Also read every chunk (HDF5 verifies each Fletcher-32 checksum); by default only the
+        attributes and structure are validated.
+
+    Returns
+    -------
+    FileCheck
+    """
+    path = Path(path)
+    if not path.is_file():
+        return FileCheck(path, record, None, None, None, FormatError(path, "no such file"))
+    digest = sha256_file(path)
+    try:
+        if read_data:
+            data = read_client_file(path)
+            metadata, rows = data.metadata, data.rows
+            del data
+        else:
+            with open_client_file(path) as (_, metadata, rows):
+                pass
+    except FormatError as error:
+        return FileCheck(path, record, digest, None, None, error)
+    return FileCheck(path, record, digest, metadata, dict(rows), None)
+
+
+def verify_file_record(run_dir: str | os.PathLike[str], record: FileRecord) -> ClientMetadata:
+    """Check that a listed file exists, matches its sha256 and rows, and validates; return its metadata.
+
+    Raises
+    ------
+    FormatError
+        The first reason it does not verify (see :attr:`FileCheck.error`).
+    """
+    file = check_client_file(Path(run_dir) / record.path, record)
+    if file.error is not None:
+        raise file.error
+    assert file.metadata is not None
+    return file.metadata
+
+
+@dataclass(frozen=True)
+class RunCheck:
+    """What :func:`check_run_dir` found.
+
+    Attributes
+    ----------
+    run_dir : Path
+        The directory.
+    manifest : Manifest or None
+        The parsed manifest; ``None`` when it is absent or invalid.
+    manifest_error : FormatError or None
+        Why there is no manifest (absent, unreadable, malformed).
+    files : tuple of FileCheck
+        The listed files in manifest order, then (when asked for) the unlisted ``*.h5`` files by name.
+    """
+
+    run_dir: Path
+    manifest: Manifest | None
+    manifest_error: FormatError | None
+    files: tuple[FileCheck, ...]
+
+    @property
+    def manifest_path(self) -> Path:
+        """Return the manifest's path."""
+        return self.run_dir / MANIFEST_NAME
+
+    @property
+    def has_manifest_file(self) -> bool:
+        """Return whether a manifest file is present (valid or not)."""
+        return self.manifest_path.is_file()
+
+    @property
+    def listed(self) -> list[FileCheck]:
+        """Return the checks of the files the manifest lists."""
+        return [f for f in self.files if f.record is not None]
+
+    @property
+    def unlisted(self) -> list[FileCheck]:
+        """Return the checks of the ``*.h5`` files the manifest does not list."""
+        return [f for f in self.files if f.record is None]
+
+    def duplicate_listed_indices(self) -> list[int]:
+        """Return client indices the manifest lists more than once."""
+        indices = [f.record.client_index for f in self.listed if f.record is not None]
+        return sorted({i for i in indices if indices.count(i) > 1})
+
+    def problems(self) -> list[str]:
+        """Return run-level problems among the files that validate: attributes that differ, repeated indices."""
+        valid = [(f.name, f.metadata) for f in self.files if f.metadata is not None]
+        problems = compare_metadata(valid)
+        indices = [meta.client_index for _, meta in valid]
+        duplicates = sorted({i for i in indices if indices.count(i) > 1})
+        if duplicates:
+            problems.append(f"client indices {duplicates} appear in more than one file")
+        return problems
+
+    def require_valid(self) -> tuple[Manifest, list[tuple[FileRecord, ClientMetadata]]]:
+        """Return the manifest and each listed file's record and metadata, or raise the first problem.
+
+        Raises
+        ------
+        FormatError
+            No valid manifest, no file listed, an index listed twice, a file that does not verify
+            (missing, sha256, structure, rows), a ``client_index`` that contradicts the manifest.
+        ValueError
+            Files that do not belong to one run, every differing attribute named with its files.
+        """
+        if self.manifest is None:
+            raise self.manifest_error or FormatError(self.manifest_path, "no manifest")
+        if not self.manifest.files:
+            raise FormatError(self.manifest_path, "lists no client files")
+        if self.duplicate_listed_indices():
+            indices = sorted(f.record.client_index for f in self.listed if f.record is not None)
+            raise FormatError(self.manifest_path, f"lists a client index twice: {indices}")
+        checked: list[tuple[FileRecord, ClientMetadata]] = []
+        for file in self.listed:
+            error = file.error
+            if error is not None:
+                raise error
+            assert file.record is not None and file.metadata is not None
+            checked.append((file.record, file.metadata))
+        problems = self.problems()
+        if problems:
+            raise ValueError(f"the client files of {self.run_dir} do not belong to one run: {'; '.join(problems)}")
+        for file in self.listed:
+            problem = file.manifest_index_problem()
+            if problem is not None:
+                raise FormatError(file.path, problem)
+        return self.manifest, checked
+
+
+def check_run_dir(run_dir: str | os.PathLike[str], *, unlisted: bool = True, read_unlisted: bool = False) -> RunCheck:
+    """Examine a run directory: its manifest and every client file, never raising for a bad one.
+
+    Parameters
+    ----------
+    run_dir : path
+        The run directory.
+    unlisted : bool
+        Also check the ``*.h5`` files that the manifest does not list (temporary files excluded).
+    read_unlisted : bool
+        Read every chunk of those (a file found but never listed must prove its data intact).
+
+    Returns
+    -------
+    RunCheck
+    """
+    run_dir = Path(run_dir)
+    manifest: Manifest | None = None
+    manifest_error: FormatError | None = None
+    try:
+        manifest = read_manifest(run_dir)
+    except FormatError as error:
+        manifest_error = error
+    records = manifest.files if manifest is not None else []
+    files = [check_client_file(run_dir / record.path, record) for record in records]
+    if unlisted and run_dir.is_dir():
+        listed_names = {record.path for record in records}
+        extra = sorted(p.name for p in run_dir.glob(f"*{CLIENT_FILE_SUFFIX}")
+                       if not is_hidden(p.name) and p.name not in listed_names)
+        files += [check_client_file(run_dir / name, read_data=read_unlisted) for name in extra]
+    return RunCheck(run_dir, manifest, manifest_error, tuple(files))
+
+
+def validate_run(run_dir: str | os.PathLike[str]) -> tuple[Manifest, list[tuple[FileRecord, ClientMetadata]]]:
+    """Check the manifest, every listed file's sha256 and structure, and that the files form one run.
+
+    Returns
+    -------
+    tuple
+        The manifest, and (record, metadata) of every listed file in manifest order.
+
+    Raises
+    ------
+    FormatError
+        A ``ValueError`` naming the file and the problem (see :meth:`RunCheck.require_valid`).
+    ValueError
+        Files that do not belong to one run, with every differing attribute and the files named.
+    """
+    return check_run_dir(run_dir, unlisted=False).require_valid()

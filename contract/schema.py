@@ -1,0 +1,283 @@
+"""The schema of a client file (``ldpfl-features``): constants, limits, ``FormatError`` and ``ClientMetadata``.
+
+A client file holds::
+
+    /train/features   uint8 (rows, ceil(r*l/8)) packed bits  - or float32 (rows, r) for real mechanisms
+    /train/labels     int32 (rows,)
+    /test/features    same layout as train
+    /test/labels
+    /stats/input_bit_density   optional float32 (r*l,): density of 1s of the *unrandomized* encoding
+                               (an aggregate NOT covered by the LDP report)
+
+and the root attributes that :class:`ClientMetadata` describes; no seed is ever stored. The full
+description, with the versioning policy, is docs/hdf5-schema.md.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+
+from contract.jsonout import json_default
+from contract.version import package_version
+from mechanisms.base import FEATURE_FORMATS, PACKED_BITS
+from mechanisms.registry import mechanism_class, mechanism_names
+from mechanisms.report import PrivacyReport
+from mechanisms.spec import ENCODING_KEYS, MechanismSpec
+
+SCHEMA = "ldpfl-features"
+SCHEMA_VERSION = 2
+"""Written by this code. Version 2 stores the derived boolean ``private`` as int8 0/1 (version 1: numpy bool)."""
+SUPPORTED_SCHEMA_VERSIONS = (1, 2)
+"""Read by this code (client files and manifests)."""
+SPLITS = ("train", "test")
+
+MAX_ROWS = 50_000_000
+MAX_FEATURE_WIDTH = 10_000_000
+MAX_SPLIT_BYTES = 64 * 2**30
+MAX_CLASSES = 100_000
+MAX_ENCODING_BITS = 31
+
+JSON_ATTRIBUTES = ("partition", "mechanism_parameters", "privacy_report", "label_histograms")
+INT_ATTRIBUTES = ("num_classes", "client_index", "client_count", "integer_bits", "fraction_bits", "features",
+                  "schema_version")
+
+RUN_CONSISTENT_ATTRIBUTES = ("dataset", "num_classes", "client_count", "extractor", "integer_bits", "fraction_bits",
+                             "features", "feature_format", "mechanism")
+"""Attributes that must agree across the clients of one run. ``schema_version`` may differ: a resumed
+export adds files of the current version to a run that holds older ones, and readers take both."""
+
+
+class FormatError(ValueError):
+    """A file or run directory that does not match the schema; the message names the file.
+
+    Parameters
+    ----------
+    path : path
+        The file or directory.
+    problem : str
+        What is wrong, one line.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], problem: str):
+        self.path = str(path)
+        self.problem = problem
+        super().__init__(f"{path}: {problem}")
+
+
+def utc_now() -> str:
+    """Return the current time in ISO 8601 UTC, to the second."""
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def label_histogram(labels: np.ndarray, num_classes: int) -> list[int]:
+    """Return the count of each class ``0 .. num_classes-1`` among ``labels``."""
+    return np.bincount(np.asarray(labels, dtype=np.int64), minlength=num_classes)[:num_classes].tolist()
+
+
+@dataclass(frozen=True)
+class ClientMetadata:
+    """Everything the root attributes of a client file say. ``None`` stands for "not recorded"."""
+
+    dataset: str
+    num_classes: int
+    client_index: int
+    client_count: int
+    partition: Mapping[str, Any]
+    extractor: str
+    input_shape: tuple[int, ...]
+    integer_bits: int
+    fraction_bits: int
+    features: int
+    feature_format: str
+    mechanism: str
+    mechanism_parameters: Mapping[str, Any]
+    privacy_report: Mapping[str, Any]
+    randomness: str
+    label_histograms: Mapping[str, list[int]]
+    local_accuracy: float | None = None
+    package_version: str = field(default_factory=package_version)
+    created_utc: str = field(default_factory=utc_now)
+    schema_version: int = SCHEMA_VERSION
+
+    @property
+    def bits_per_value(self) -> int:
+        """Return l = m + n + 1."""
+        return self.integer_bits + self.fraction_bits + 1
+
+    @property
+    def feature_width(self) -> int:
+        """Return the model's input width: r*l bits for packed files, r for float files."""
+        return self.features * self.bits_per_value if self.feature_format == PACKED_BITS else self.features
+
+    @property
+    def stored_width(self) -> int:
+        """Return the columns actually stored: ceil(r*l/8) bytes for packed files, r for float files."""
+        return math.ceil(self.feature_width / 8) if self.feature_format == PACKED_BITS else self.features
+
+    def privacy(self) -> PrivacyReport:
+        """Return the stored privacy report as a ``PrivacyReport`` (``ValueError`` when it is malformed)."""
+        return PrivacyReport.from_dict(self.privacy_report, ignore_unknown=True)
+
+    @property
+    def private(self) -> bool:
+        """Return whether the file's release is private: ``PrivacyReport.private`` of the stored report."""
+        return self.privacy().private
+
+    def mechanism_spec(self) -> MechanismSpec:
+        """Return the mechanism the attributes name, resolved (``ValueError`` when they do not build one).
+
+        A mechanism over the fixed-point encoding whose parameters leave out m or n (``none`` writes
+        them, but need not) takes them from the attributes ``integer_bits`` / ``fraction_bits``.
+        """
+        params = dict(self.mechanism_parameters)
+        if self.mechanism in mechanism_names() and mechanism_class(self.mechanism).encodes_bits():
+            for key in ENCODING_KEYS:
+                params.setdefault(key, getattr(self, key))
+        return MechanismSpec.from_dict({"name": self.mechanism, "parameters": params})
+
+    def to_attrs(self) -> dict[str, Any]:
+        """Return the root attributes that represent this metadata (plus the derived ones)."""
+        attrs: dict[str, Any] = {"schema": SCHEMA}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.name in JSON_ATTRIBUTES:
+                value = json.dumps(value, sort_keys=True, default=json_default)
+            elif f.name == "input_shape":
+                value = np.asarray(value, dtype=np.int64)
+            elif f.name == "local_accuracy":
+                value = np.nan if value is None else float(value)
+            attrs[f.name] = value
+        report = self.privacy_report
+        attrs["nominal_epsilon"] = _float_or_nan(report.get("nominal_epsilon"))
+        attrs["exact_epsilon_per_record"] = _float_or_nan(report.get("exact_epsilon_per_record"))
+        attrs["bits_per_value"] = self.bits_per_value
+        attrs["feature_width"] = self.feature_width
+        attrs["private"] = np.int8(self.private)
+        return attrs
+
+    @classmethod
+    def from_attrs(cls, attrs: Mapping[str, Any], path: str | os.PathLike[str] = "<file>") -> ClientMetadata:
+        """Parse and range-check the root attributes of a client file.
+
+        Parameters
+        ----------
+        attrs : mapping
+            The attributes (``h5py`` ``AttributeManager`` or a dict).
+        path : path
+            Named in errors.
+
+        Returns
+        -------
+        ClientMetadata
+
+        Raises
+        ------
+        FormatError
+            Wrong schema, unsupported version, a missing or malformed attribute, a value out of range.
+        """
+        if _text(attrs.get("schema")) != SCHEMA:
+            raise FormatError(path, f"attribute 'schema' is {_text(attrs.get('schema'))!r}, expected {SCHEMA!r} "
+                                    "(not an ldpfl feature file)")
+        version = attrs.get("schema_version")
+        if not _supported_version(version):
+            version = version.item() if isinstance(version, np.generic) else version
+            raise FormatError(path, f"attribute 'schema_version' is {version!r}, this reader supports "
+                                    f"{', '.join(map(str, SUPPORTED_SCHEMA_VERSIONS))}")
+        kwargs: dict[str, Any] = {}
+        for f in dataclasses.fields(cls):
+            if f.name not in attrs:
+                raise FormatError(path, f"missing attribute {f.name!r}")
+            value = attrs[f.name]
+            try:
+                if f.name in JSON_ATTRIBUTES:
+                    value = json.loads(_text(value))
+                elif f.name == "input_shape":
+                    value = tuple(int(v) for v in np.asarray(value).ravel())
+                elif f.name == "local_accuracy":
+                    value = None if np.isnan(value) else float(value)
+                elif f.name in INT_ATTRIBUTES:
+                    value = int(value)
+                else:
+                    value = _text(value)
+            except (TypeError, ValueError) as error:
+                raise FormatError(path, f"attribute {f.name!r} is malformed ({error})") from None
+            kwargs[f.name] = value
+        meta = cls(**kwargs)
+        meta.check(path)
+        return meta
+
+    def check(self, path: str | os.PathLike[str] = "<file>") -> None:
+        """Range-check the attribute values; raise ``FormatError`` naming every problem."""
+        problems = [f"attribute {name!r} is not a JSON object" for name in JSON_ATTRIBUTES
+                    if not isinstance(getattr(self, name), Mapping)]
+        if isinstance(self.privacy_report, Mapping):
+            try:
+                self.privacy()
+            except ValueError as error:
+                problems.append(f"attribute 'privacy_report' is malformed ({error})")
+        if self.feature_format not in FEATURE_FORMATS:
+            problems.append(f"attribute 'feature_format' is {self.feature_format!r}, expected one of {FEATURE_FORMATS}")
+        if not 0 <= self.integer_bits <= MAX_ENCODING_BITS or not 0 <= self.fraction_bits <= MAX_ENCODING_BITS:
+            problems.append(f"attributes 'integer_bits'/'fraction_bits' ({self.integer_bits}, {self.fraction_bits}) "
+                            f"are outside [0, {MAX_ENCODING_BITS}]")
+        if not 1 <= self.features <= MAX_FEATURE_WIDTH or self.feature_width > MAX_FEATURE_WIDTH:
+            problems.append(f"attribute 'features' ({self.features}) is outside [1, {MAX_FEATURE_WIDTH}]")
+        if not 1 <= self.num_classes <= MAX_CLASSES:
+            problems.append(f"attribute 'num_classes' ({self.num_classes}) is outside [1, {MAX_CLASSES}]")
+        if not 0 <= self.client_index < max(self.client_count, 1):
+            problems.append(f"attribute 'client_index' ({self.client_index}) is outside [0, client_count="
+                            f"{self.client_count})")
+        if problems:
+            raise FormatError(path, "; ".join(problems))
+
+
+def _supported_version(version: Any) -> bool:
+    try:
+        return version is not None and int(version) in SUPPORTED_SCHEMA_VERSIONS
+    except (TypeError, ValueError):
+        return False
+
+
+def _float_or_nan(value: Any) -> float:
+    if value is None:
+        return math.nan
+    if value == "inf":
+        return math.inf
+    return float(value)
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, bytes):
+        return value.decode("utf-8")
+    if isinstance(value, np.ndarray) and value.shape == ():
+        return _text(value.item())
+    return "" if value is None else str(value)
+
+
+def compare_metadata(items: list[tuple[str, ClientMetadata]]) -> list[str]:
+    """Return human-readable mismatches among the clients of one run (empty when they agree).
+
+    Parameters
+    ----------
+    items : list of (str, ClientMetadata)
+        Each client's file name and metadata; the first is the reference.
+    """
+    problems: list[str] = []
+    if not items:
+        return problems
+    first_name, first = items[0]
+    for name, meta in items[1:]:
+        for attr in RUN_CONSISTENT_ATTRIBUTES:
+            a, b = getattr(first, attr), getattr(meta, attr)
+            if a != b:
+                problems.append(f"attribute {attr!r} differs: {first_name} has {a!r}, {name} has {b!r}")
+    return problems

@@ -1,0 +1,132 @@
+"""What ``ldpfl export`` takes: :class:`ExportConfig`, its validation, and the IV-D defaults.
+
+The decisions behind the job are in the docstring of ``stage1_features.export``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+import mechanisms
+from mechanisms.base import ParameterError
+from stage1_features import cnn
+
+DEFAULT_MECHANISM_PARAMS: dict[str, Any] = {"epsilon": 0.5, "alpha": 10.0, "integer_bits": 4, "fraction_bits": 5}
+"""LDPFL IV-D: "we maintained m, n, α, and ε at 4, 5, 10, and 0.5"."""
+
+# Config fields that change what the files hold: a resumed run must agree on all of them.
+COMPARED_FIELDS = ("dataset", "clients", "max_clients", "partition", "beta", "unb", "shards_per_client",
+                   "test_fraction", "extractor", "epochs", "batch_size", "augment", "mechanism", "mechanism_params",
+                   "limit", "store_input_density", "randomness")
+
+EXPORT_DOMAINS = ("bits", "real", "any")
+"""Mechanism domains the flatten-feature release takes: bits of the encoding, real features, or ``none``."""
+
+SAVED_MODEL_WARNING = ("saved models are trained on the raw client data: they are NOT covered by the LDP "
+                       "guarantee and must stay with the client")
+NOT_PRIVATE_WARNING = ("mechanism {mechanism!r} gives an infinite ε per record (none writes the UNRANDOMIZED "
+                       "features): these files are NOT private")
+DENSITY_WARNING = ("/stats/input_bit_density is an aggregate of the UNRANDOMIZED encoding: it is NOT covered by "
+                   "the LDP guarantee")
+
+
+def exportable_mechanisms() -> list[str]:
+    """Return the registered mechanisms that ``ldpfl export`` can apply to the flatten features, sorted."""
+    return [name for name in mechanisms.mechanism_names() if mechanisms.mechanism_class(name).DOMAIN in EXPORT_DOMAINS]
+
+
+class ExportError(ParameterError):
+    """A run that cannot start or resume as asked; the one-line message says what to do.
+
+    Parameters are marked in the message as ```overwrite``` (see ``mechanisms.base.ParameterError``).
+    """
+
+
+@dataclass(frozen=True)
+class ExportConfig:
+    """Everything ``ldpfl export`` takes. ``seed`` is used, never stored.
+
+    ``mechanism_params`` holds ε, α, m, n and any other parameter of ``mechanism`` (IV-D defaults).
+    ``limit`` caps the pooled records used (drawn at random), for quick runs.
+    """
+
+    dataset: str = "mnist5k"
+    data_dir: str | None = None
+    clients: int = 2
+    max_clients: int | None = None
+    partition: str = "iid"
+    beta: float = 0.5
+    unb: float = 0.5
+    shards_per_client: int = 2
+    test_fraction: float = 0.1
+    extractor: str = cnn.AUTO
+    epochs: int = 50
+    batch_size: int = 64
+    augment: bool = True
+    mechanism: str = "uer"
+    mechanism_params: Mapping[str, Any] = field(default_factory=lambda: dict(DEFAULT_MECHANISM_PARAMS))
+    limit: int | None = None
+    save_models: bool = False
+    store_input_density: bool = False
+    clients_parallel: int = 1
+    overwrite: bool = False
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        _int_at_least("clients", self.clients, 1)
+        _int_at_least("clients_parallel", self.clients_parallel, 1)
+        _int_at_least("shards_per_client", self.shards_per_client, 1)
+        if self.max_clients is not None and _int_at_least("max_clients", self.max_clients, 1) < self.clients:
+            raise ValueError(f"max_clients (N_h) must be >= clients ({self.clients}), got {self.max_clients}")
+        if self.limit is not None:
+            _int_at_least("limit", self.limit, 1)
+        if not isinstance(self.test_fraction, int | float) or not 0.0 < self.test_fraction < 1.0:
+            raise ValueError(f"test_fraction must lie in the open interval (0, 1), got {self.test_fraction!r}")
+        from stage1_features.partition import PARTITION_KINDS
+
+        if self.partition not in PARTITION_KINDS:
+            raise ValueError(f"partition must be one of {', '.join(PARTITION_KINDS)}; got {self.partition!r}")
+        if not isinstance(self.beta, int | float) or not math.isfinite(self.beta) or self.beta <= 0:
+            raise ValueError(f"beta must be a finite number > 0, got {self.beta!r}")
+        if not isinstance(self.unb, int | float) or not 0.0 <= self.unb <= 1.0:
+            raise ValueError(f"unb must be a number in [0, 1], got {self.unb!r}")
+        if self.extractor != cnn.AUTO:
+            cnn.architecture(self.extractor)
+        if mechanisms.mechanism_class(self.mechanism).DOMAIN not in EXPORT_DOMAINS:
+            raise ParameterError(f"`mechanism` {self.mechanism!r} does not randomize flatten features; the export "
+                                 f"takes {', '.join(exportable_mechanisms())}")
+        if not isinstance(self.mechanism_params, Mapping):
+            raise ValueError(f"mechanism_params must be a mapping, got {type(self.mechanism_params).__name__}")
+        self.training()  # validates epochs and batch_size
+
+    def training(self) -> cnn.TrainingConfig:
+        """Return the CNN training settings (IV-C)."""
+        return cnn.TrainingConfig(epochs=self.epochs, batch_size=self.batch_size, augment=self.augment)
+
+    def mechanism_spec(self, features: int | None) -> mechanisms.MechanismSpec:
+        """Resolve ``mechanism`` and ``mechanism_params`` over records of ``features`` values (r).
+
+        A key of ``DEFAULT_MECHANISM_PARAMS`` that the mechanism does not take is dropped while it
+        keeps its IV-D default, and refused otherwise (``MechanismSpec.resolve``).
+        """
+        return mechanisms.MechanismSpec.resolve(self.mechanism, self.mechanism_params, features=features,
+                                                defaults=DEFAULT_MECHANISM_PARAMS)
+
+    def public_dict(self) -> dict[str, Any]:
+        """Return the config as written to the manifest: everything but the seed."""
+        out = dataclasses.asdict(self)
+        del out["seed"]
+        out["mechanism_params"] = dict(self.mechanism_params)
+        return out
+
+
+def _int_at_least(name: str, value: Any, low: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < low:
+        raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+    return int(value)

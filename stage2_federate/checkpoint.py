@@ -1,0 +1,111 @@
+"""The federation checkpoint: model, every random stream, the history so far; resumable only as configured.
+
+The checkpoint holds the state of every generator, from which each client's perturbation noise can be
+recomputed (PCG64 can be stepped backwards): it is seed-equivalent, and ``run_federation`` deletes it
+once a run completes unless asked to keep it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from contract.atomic import atomic_write
+from mechanisms.base import ParameterError
+
+from .config import FederationConfig
+from .data import FederatedData
+from .perturbation import perturbation_wiring
+from .streams import Streams
+
+CHECKPOINT_FORMAT = "ldpfl-federation-checkpoint"
+CHECKPOINT_VERSION = 2
+"""Version 2 records the sha256 of every client file the run trains on (``inputs``)."""
+# Options that may change when a run is resumed (they do not change what the run computes, or, for
+# ``rounds``, only how long it goes on).
+RESUMABLE_CHANGES = frozenset({"rounds", "device", "threads", "eval_batch_size"})
+
+
+def client_digests(data: FederatedData) -> dict[str, str]:
+    """Return file name → sha256 of every client file of the run (the manifest's, which the files matched)."""
+    return {record.path: record.sha256 for record in sorted(data.manifest.files, key=lambda r: r.path)}
+
+
+def save_checkpoint(path: Path, *, round_number: int, model: torch.nn.Module, streams: Streams,
+                    config: FederationConfig, randomness: str, history: list[dict[str, Any]],
+                    inputs: Mapping[str, str]) -> None:
+    """Atomically write the state after ``round_number``: model, streams, history, configuration, inputs.
+
+    ``inputs`` maps each client file's name to its sha256 (:func:`client_digests`).
+    """
+    payload = {
+        "format": CHECKPOINT_FORMAT, "version": CHECKPOINT_VERSION, "round": round_number,
+        "model": {k: v.detach().cpu() for k, v in model.state_dict().items()},
+        "rng": streams.state(),
+        "history": history, "config": config.to_dict(), "randomness": randomness,
+        "inputs": dict(inputs),
+    }
+    atomic_write(path, lambda handle: torch.save(payload, handle))
+
+
+def check_inputs(path: Path, payload: Mapping[str, Any], inputs: Mapping[str, str]) -> None:
+    """Refuse to resume a checkpoint trained on other client files than ``inputs`` (name → sha256).
+
+    Raises
+    ------
+    ValueError
+        One line naming the files that differ, are new, or are gone (a ``ParameterError``).
+    """
+    saved = payload.get("inputs")
+    if not isinstance(saved, Mapping):
+        raise ValueError(f"cannot resume {path}: it does not record which client files it was trained on")
+    if dict(saved) == dict(inputs):
+        return
+    changed = sorted(name for name in set(saved) & set(inputs) if saved[name] != inputs[name])
+    gone = sorted(set(saved) - set(inputs))
+    new = sorted(set(inputs) - set(saved))
+    parts = ([f"{', '.join(changed)} differ (sha256)"] if changed else []) + \
+        ([f"{', '.join(gone)} not in this run"] if gone else []) + \
+        ([f"{', '.join(new)} not in the checkpoint's run"] if new else [])
+    raise ParameterError(f"cannot resume {path}: it was trained on other client files than this run directory's "
+                     f"({'; '.join(parts)}); start afresh with `overwrite` or choose another `out_dir`")
+
+
+def load_checkpoint(path: Path, config: FederationConfig) -> dict[str, Any]:
+    """Read and check a checkpoint for resuming a run configured as ``config``.
+
+    Raises
+    ------
+    ValueError
+        No readable ldpfl checkpoint at ``path``, another version, a configuration that differs in
+        anything but ``RESUMABLE_CHANGES``, a new number of rounds for a perturbation whose σ depends
+        on it, or a checkpoint beyond ``config.rounds``.
+    """
+    if not path.is_file():
+        raise ParameterError(f"cannot resume: {path} does not exist (start without `resume`)")
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as error:  # any unpickling failure means an unusable checkpoint
+        raise ValueError(f"cannot resume: {path} is not a readable checkpoint ({type(error).__name__})") from None
+    if not isinstance(payload, dict) or payload.get("format") != CHECKPOINT_FORMAT:
+        raise ValueError(f"cannot resume: {path} is not an ldpfl federation checkpoint")
+    if payload.get("version") != CHECKPOINT_VERSION:
+        raise ValueError(f"cannot resume: {path} has checkpoint version {payload.get('version')!r}, this code "
+                         f"reads {CHECKPOINT_VERSION}")
+    saved, now = payload["config"], config.to_dict()
+    differing = sorted(k for k in set(saved) | set(now) if k not in RESUMABLE_CHANGES and saved.get(k) != now.get(k))
+    if differing:
+        shown = "; ".join(f"{k}: checkpoint {saved.get(k)!r}, now {now.get(k)!r}" for k in differing)
+        raise ValueError(f"cannot resume {path}: the configuration differs ({shown})")
+    rounds_parameter = perturbation_wiring(config.perturbation).rounds
+    if saved.get("rounds") != now["rounds"] and rounds_parameter is not None:
+        raise ParameterError(f"cannot resume {path} with `rounds` {now['rounds']}: the sigma of perturbation "
+                             f"{config.perturbation!r} depends on the number of rounds R (its parameter "
+                             f"{rounds_parameter!r}), which was {saved.get('rounds')}")
+    if payload["round"] > config.rounds:
+        raise ParameterError(f"cannot resume: the checkpoint is at round {payload['round']}, beyond `rounds` "
+                             f"{config.rounds}")
+    return payload

@@ -1,0 +1,148 @@
+"""``FederationConfig``: everything that defines a federation run, validated at construction.
+
+This module imports no torch: a front end can build and check a configuration before torch loads.
+Errors name the configuration's fields (``client_ranges``), never CLI flags; those that name fields
+are :class:`~mechanisms.base.ParameterError`, which a front end renders its own way.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import mechanisms as mech
+from mechanisms.base import ParameterError
+from mechanisms.validation import require_finite_positive, require_int_in_range
+
+from . import budgets
+from .perturbation import SIGN_MODES, SIGN_UPDATE, TARGETS, perturbation_names, perturbation_wiring
+from .strategies import strategy_names
+
+DEVICES = ("auto", "cpu", "cuda")
+
+# The model's options (``model`` builds it; kept here so that a configuration is checked without torch).
+DEFAULT_HIDDEN = (2048,)
+DEFAULT_DROPOUT = 0.1
+ADAM = "adam"
+SGD = "sgd"
+AUTO = "auto"
+OPTIMIZERS = (AUTO, ADAM, SGD)
+DEFAULT_LR = 1e-3  # LDPFL IV-E: SGD with learning rate 0.001; Adam's lr is not given, PyTorch's default 1e-3
+
+
+@dataclass(frozen=True)
+class FederationConfig:
+    """Everything that defines a federation run. ``seed`` is never written to any output.
+
+    Per-client values (``client_epsilons``, ``client_ranges``) are a tuple with one value per client in
+    client-index order, or the name of a preset from ``budgets`` (resolved once N is known).
+    """
+
+    rounds: int = 10
+    clients_per_round: int | None = None
+    local_epochs: int = 2
+    batch_size: int = 64
+    optimizer: str = AUTO
+    lr: float | None = None
+    hidden: tuple[int, ...] = DEFAULT_HIDDEN
+    dropout: float = DEFAULT_DROPOUT
+    aggregation: str = "fedavg"
+    sample_weighted: bool = False
+    fraction: float | None = None
+    perturbation: str = "none"
+    perturb_target: str = "auto"
+    epsilon: float = 1.0
+    client_epsilons: tuple[float, ...] | str | None = None
+    client_ranges: tuple[float, ...] | str | None = None
+    range_length: float = 2.0
+    client_centres: tuple[float, ...] | None = None
+    range_centre: float = 0.0
+    clip: float | None = None
+    delta: float | str | None = None
+    sensitivity: float | None = None
+    sample_rate: float | None = None
+    sign_mode: str = SIGN_UPDATE
+    server_lr: float = 1e-3
+    drop_per_round: int = 0
+    device: str = "auto"
+    threads: int | None = None
+    eval_batch_size: int = 1024
+    seed: int | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        """Normalize lists to tuples and validate every field (ValueError quoting the value)."""
+        for name in ("hidden", "client_centres"):
+            value = getattr(self, name)
+            if isinstance(value, list):
+                object.__setattr__(self, name, tuple(value))
+        for name in ("client_epsilons", "client_ranges"):
+            value = getattr(self, name)
+            if isinstance(value, list):
+                object.__setattr__(self, name, tuple(float(v) for v in value))
+        require_int_in_range("rounds", self.rounds, 1)
+        if self.clients_per_round is not None:
+            require_int_in_range("clients per round", self.clients_per_round, 1)
+        require_int_in_range("local epochs", self.local_epochs, 1)
+        require_int_in_range("batch size", self.batch_size, 1)
+        require_int_in_range("eval batch size", self.eval_batch_size, 1)
+        require_int_in_range("drop per round", self.drop_per_round, 0)
+        if self.optimizer not in OPTIMIZERS:
+            raise ValueError(f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {self.optimizer!r}")
+        if self.lr is not None:
+            require_finite_positive("learning rate", self.lr)
+        for size in self.hidden:
+            require_int_in_range("hidden layer size", size, 1)
+        if not (isinstance(self.dropout, int | float) and 0.0 <= self.dropout < 1.0):
+            raise ValueError(f"dropout must lie in [0, 1), got {self.dropout!r}")
+        if self.aggregation not in strategy_names():
+            raise ValueError(f"aggregation must be one of {', '.join(strategy_names())}, got {self.aggregation!r}")
+        if self.perturbation not in perturbation_names():
+            raise ValueError(f"perturbation must be one of {', '.join(perturbation_names())}, "
+                             f"got {self.perturbation!r}")
+        if self.perturb_target not in TARGETS:
+            raise ValueError(f"perturbation target must be one of {', '.join(TARGETS)}, got {self.perturb_target!r}")
+        if self.sign_mode not in SIGN_MODES:
+            raise ValueError(f"sign mode must be one of {', '.join(SIGN_MODES)}, got {self.sign_mode!r}")
+        require_finite_positive("epsilon", self.epsilon)
+        require_finite_positive("range length L", self.range_length)
+        require_finite_positive("server learning rate", self.server_lr)
+        if not math.isfinite(self.range_centre):
+            raise ValueError(f"range centre must be a finite number, got {self.range_centre!r}")
+        if self.fraction is not None and not (isinstance(self.fraction, int | float) and 0 < self.fraction <= 1):
+            raise ValueError(f"fraction γ must lie in (0, 1], got {self.fraction!r}")
+        if self.device not in DEVICES:
+            raise ValueError(f"device must be one of {', '.join(DEVICES)}, got {self.device!r}")
+        if self.threads is not None:
+            require_int_in_range("threads", self.threads, 1, 1024)
+        for name in ("client_epsilons", "client_ranges"):
+            value = getattr(self, name)
+            if isinstance(value, str):
+                kind = budgets.EPSILON if name == "client_epsilons" else budgets.RANGE
+                if budgets.get_preset(value).kind != kind:
+                    raise ValueError(f"budget preset {value!r} does not set {kind} values")
+        wiring = perturbation_wiring(self.perturbation)
+        if wiring.ranges is None and (self.client_ranges is not None or self.client_centres is not None):
+            takers = [n for n in perturbation_names() if perturbation_wiring(n).ranges is not None]
+            raise ParameterError(f"`client_ranges` and `client_centres` (safe ranges τ_i) apply to perturbation "
+                                 f"{' or '.join(takers) or '(none registered)'} only, not {self.perturbation!r}")
+        if not wiring.budget and self.client_epsilons is not None:
+            raise ParameterError(f"`client_epsilons` budget the model perturbation; perturbation "
+                                 f"{self.perturbation!r} takes no budget (choose a perturbation, or drop "
+                                 "`client_epsilons`)")
+        if self.seed is not None:
+            mech.make_randomness(self.seed)  # validates
+
+    @property
+    def takes_ranges(self) -> bool:
+        """Whether the perturbation takes per-client safe ranges τ_i (``client_ranges``, ``client_centres``)."""
+        return perturbation_wiring(self.perturbation).ranges is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the configuration as JSON-ready values, without the seed."""
+        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "seed"}
+        for key, value in data.items():
+            if isinstance(value, tuple):
+                data[key] = list(value)
+        return data

@@ -1,0 +1,197 @@
+"""What one client does in the Flower engine, without flwr: its file, its streams, its step, its resume state.
+
+A client opens only its own file. Its perturbation is built on the client from the run's configuration
+and the ε_i, L_i, c_i the server resolved for it (``build_client_perturbations`` for one client, with its
+own training size for δ = 1/|D_i|), and its upload is perturbed here (``rounds.client_step``): the
+server never sees an unperturbed parameter.
+
+Its random streams are the local engine's: the root's child ``position`` gives the perturbation
+Generator and that child's child 0 the training torch Generator (``streams.Streams``), so a seeded run
+draws the same numbers in either engine. Between rounds their states live in Flower's ``context.state``
+(:func:`pack_streams` / :func:`unpack_streams`); for ``resume`` a client also keeps them in its own
+state file (:class:`ResumeStore`), next to its data, never on the server.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+import mechanisms as mech
+from contract.atomic import atomic_write_text
+from contract.client_reader import read_client_file
+from contract.layout import client_stem
+from contract.schema import SPLITS, FormatError
+from mechanisms.base import PACKED_BITS
+
+from ..config import FederationConfig
+from ..data import ClientDataset, ClientSplit
+from ..model import FederatedMLP, build_model, evaluate, set_vector
+from ..perturbation import ClientPerturbation, build_client_perturbations, resolve_target
+from ..plan import resolve_device
+from ..rounds import Broadcast, ClientResult, LocalTraining, client_step
+from ..streams import Streams
+from .protocol import ClientSetup, ClientSummary
+
+_CACHE_SIZE = 8  # client files kept in memory per process (a simulation actor serves many clients)
+_DATA: OrderedDict[tuple[str, int, str], ClientDataset] = OrderedDict()
+
+
+def open_client(path: str | Path, device: torch.device) -> ClientDataset:
+    """Read and validate one client file onto ``device`` (cached per process by path and modification time)."""
+    path = Path(path)
+    key = (str(path.resolve()), path.stat().st_mtime_ns, str(device))
+    if key in _DATA:
+        _DATA.move_to_end(key)
+        return _DATA[key]
+    data = read_client_file(path)
+    meta = data.metadata
+    packed = meta.feature_format == PACKED_BITS
+    splits = {}
+    for split in SPLITS:
+        features = torch.from_numpy(np.ascontiguousarray(data.features[split])).to(device)
+        labels = torch.from_numpy(np.ascontiguousarray(data.labels[split], dtype=np.int64)).to(device)
+        splits[split] = ClientSplit(features, labels, meta.feature_width, packed)
+    if len(splits["train"]) == 0:
+        raise FormatError(path, "the training split is empty")
+    client = ClientDataset(meta.client_index, path, meta, splits["train"], splits["test"])
+    _DATA[key] = client
+    while len(_DATA) > _CACHE_SIZE:
+        _DATA.popitem(last=False)
+    return client
+
+
+def summarize(client: ClientDataset) -> ClientSummary:
+    """Return what the server may know of ``client``'s file (:class:`ClientSummary`)."""
+    meta = client.metadata
+    return ClientSummary(
+        index=client.index, file=client.path.name, train_rows=len(client.train), test_rows=len(client.test),
+        label_histogram=client.label_histogram, dataset=meta.dataset, num_classes=meta.num_classes,
+        feature_format=meta.feature_format, feature_width=meta.feature_width, feature_mechanism=meta.mechanism,
+        feature_privacy=dict(meta.privacy_report))
+
+
+def client_perturbation(config: FederationConfig, setup: ClientSetup, client: ClientDataset) -> ClientPerturbation:
+    """Build this client's mechanism exactly as the local engine's ``plan_perturbations`` does for it."""
+    target = resolve_target(config.perturbation, config.perturb_target, config.sign_mode)
+    built = build_client_perturbations(
+        config.perturbation, dim=setup.dim, epsilons=[config.epsilon if setup.epsilon is None else setup.epsilon],
+        target=target, ranges=None if setup.range_length is None else [setup.range_length],
+        centres=None if setup.centre is None else [setup.centre], train_sizes=[len(client.train)], clip=config.clip,
+        delta=config.delta, sensitivity=config.sensitivity, sample_rate=config.sample_rate, rounds=config.rounds,
+        clients=[client.index])
+    return built[0]
+
+
+def fresh_streams(config: FederationConfig, setup: ClientSetup, device: torch.device
+                  ) -> tuple[np.random.Generator, torch.Generator, str]:
+    """Return the client's (perturbation Generator, training torch Generator, randomness mode) at round 0.
+
+    With a seed these are the local engine's streams of the client at ``setup.position``; without one the
+    client draws its own root from the OS CSPRNG.
+    """
+    randomness = mech.make_randomness(config.seed)
+    streams = Streams.create(randomness, setup.clients, device)
+    return streams.perturb[setup.position], streams.train[setup.position], randomness.mode
+
+
+def pack_streams(perturb: np.random.Generator, train: torch.Generator) -> dict[str, str]:
+    """Return both generators' states as JSON-ready text (for ``context.state`` and the resume file)."""
+    return {"perturb": json.dumps(perturb.bit_generator.state),
+            "train": base64.b64encode(bytes(train.get_state().numpy())).decode("ascii")}
+
+
+def unpack_streams(state: Mapping[str, str], perturb: np.random.Generator, train: torch.Generator) -> None:
+    """Set ``perturb`` and ``train`` to a state made by :func:`pack_streams`."""
+    perturb.bit_generator.state = json.loads(state["perturb"])
+    train.set_state(torch.frombuffer(bytearray(base64.b64decode(state["train"])), dtype=torch.uint8))
+
+
+class ResumeStore:
+    """A client's own resume file: its stream states after the last rounds it trained in.
+
+    The file holds generator states, which are seed-equivalent: it stays with the client (its silo, or
+    the run's output directory in a simulation) and is deleted when the run completes, unless the run
+    keeps its checkpoint. Two entries are kept: a run can stop after a client saved round r + 1 but
+    before the server saved its checkpoint of round r + 1, and resume then needs the state of round r.
+    """
+
+    KEEP = 2
+
+    def __init__(self, directory: str | Path, index: int):
+        self.path = Path(directory) / f".{client_stem(index)}.flower-resume.json"
+
+    def save(self, round_number: int, state: Mapping[str, str]) -> None:
+        """Record the state after ``round_number`` (atomically)."""
+        entries = [e for e in self._entries() if e["round"] < round_number]
+        entries.append({"round": int(round_number), **state})
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(self.path, json.dumps({"entries": entries[-self.KEEP:]}))
+
+    def load(self, at_round: int) -> dict[str, str] | None:
+        """Return the latest state saved at or before ``at_round`` (None: the client had not trained yet)."""
+        entries = [e for e in self._entries() if e["round"] <= at_round]
+        if not entries:
+            return None
+        best = max(entries, key=lambda e: e["round"])
+        return {"perturb": best["perturb"], "train": best["train"]}
+
+    def remove(self) -> None:
+        """Delete the file."""
+        self.path.unlink(missing_ok=True)
+
+    def _entries(self) -> list[dict[str, Any]]:
+        if not self.path.is_file():
+            return []
+        return list(json.loads(self.path.read_text())["entries"])
+
+
+@dataclass
+class Trainer:
+    """One client's model scratch space and settings for a run (rebuilt when the architecture changes)."""
+
+    model: FederatedMLP
+    device: torch.device
+
+    @classmethod
+    def build(cls, config: FederationConfig, setup: ClientSetup) -> Trainer:
+        """Build the model (its initial weights are overwritten by every broadcast)."""
+        device = resolve_device(config.device)
+        if config.threads is not None:
+            torch.set_num_threads(config.threads)
+        throwaway = torch.Generator(device=device).manual_seed(0)
+        model = build_model(setup.input_width, config.hidden, setup.num_classes, dropout=config.dropout,
+                            generator=throwaway, device=device)
+        return cls(model, device)
+
+    def broadcast(self, vector: np.ndarray) -> Broadcast:
+        """Return the round's broadcast from the received global vector."""
+        vector = np.ascontiguousarray(vector, dtype=np.float32)
+        return Broadcast(torch.from_numpy(vector.copy()).to(self.device), vector)
+
+    def train(self, config: FederationConfig, setup: ClientSetup, client: ClientDataset, vector: np.ndarray, *,
+              generator: torch.Generator, rng: np.random.Generator) -> ClientResult:
+        """LDPFL Algorithm 1 lines 19-20 on this client: ``rounds.client_step`` (train, then perturb here)."""
+        training = LocalTraining(setup.optimizer, setup.lr, config.local_epochs, config.batch_size)
+        return client_step(self.model, self.broadcast(vector), client.train, client_perturbation(config, setup, client),
+                           training, generator=generator, rng=rng)
+
+    def evaluate(self, config: FederationConfig, client: ClientDataset, vector: np.ndarray) -> tuple[float, int, int]:
+        """Return (summed cross-entropy, correct predictions, rows) of the global model on the test split.
+
+        Summed over the clients, these give the local engine's evaluation on the union of the test splits.
+        """
+        rows = len(client.test)
+        if rows == 0:
+            return 0.0, 0, 0
+        set_vector(self.model, self.broadcast(vector).weights)
+        loss, accuracy = evaluate(self.model, [client.test], config.eval_batch_size)
+        return loss * rows, int(round(accuracy * rows)), rows

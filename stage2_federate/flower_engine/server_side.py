@@ -1,0 +1,243 @@
+"""The server's half of the Flower engine, without flwr: its plan from the clients' summaries, and its outputs.
+
+The server never opens a client file: it learns N, the rows and the label histograms from the
+clients' :class:`~.protocol.ClientSummary` (what the local engine reads from the files) and builds the
+same plan as ``plan.plan_federation``: the model initialized from the server's stream, each client's
+perturbation (for σ_i and the privacy reports; the clients build their own), the strategy, the server
+rule, the records. The round itself reuses ``rounds`` (``strategy.select``, ``draw_dropouts``,
+``server_step``, ``round_record``) in the local engine's order, so a seeded run selects, drops and
+aggregates exactly as the local engine does.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+import mechanisms as mech
+from contract.atomic import atomic_write, atomic_write_text
+from contract.version import package_version
+
+from .. import outputs as out
+from ..checkpoint import CHECKPOINT_FORMAT, CHECKPOINT_VERSION, load_checkpoint
+from ..config import DEFAULT_LR, FederationConfig
+from ..model import FederatedMLP, build_model, get_vector, parameter_count, resolve_optimizer, set_vector
+from ..perturbation import ClientPerturbation, ServerRule, perturbation_wiring
+from ..plan import plan_perturbations, plan_strategy, resolve_device
+from ..rounds import LocalTraining
+from ..strategies import Strategy
+from ..streams import Streams
+from .protocol import ClientSetup, ClientSummary
+
+ENGINE = "flower"
+
+
+@dataclass(frozen=True)
+class _Rows:
+    """The size of a split the server does not hold (``len()`` is all the planners ask of it)."""
+
+    count: int
+
+    def __len__(self) -> int:
+        return self.count
+
+
+@dataclass(frozen=True)
+class _ClientView:
+    """What ``plan.plan_perturbations``/``plan_strategy`` read of a client: index, training rows, labels."""
+
+    index: int
+    train: _Rows
+    label_histogram: tuple[int, ...]
+
+
+@dataclass
+class ServerPlan:
+    """A Flower run, set up on the server: streams, model, strategy, rule, per-client setups, records."""
+
+    config: FederationConfig
+    summaries: list[ClientSummary]
+    randomness: mech.Randomness
+    streams: Streams
+    model: FederatedMLP
+    perturbations: dict[int, ClientPerturbation]
+    strategy: Strategy
+    rule: ServerRule
+    training: LocalTraining
+    setups: dict[int, ClientSetup]
+    privacy: list[dict[str, Any]]
+    record: dict[str, Any]
+
+    @property
+    def vector(self) -> np.ndarray:
+        """Return the current global vector (float32, CPU)."""
+        return get_vector(self.model).cpu().numpy()
+
+    def set_vector(self, vector: np.ndarray) -> None:
+        """Make ``vector`` the global model."""
+        tensor = torch.from_numpy(np.ascontiguousarray(vector, dtype=np.float32))
+        set_vector(self.model, tensor.to(next(self.model.parameters()).device))
+
+
+def check_summaries(summaries: Sequence[ClientSummary]) -> list[ClientSummary]:
+    """Sort the summaries by client index; refuse duplicates and clients whose files do not form one run."""
+    ordered = sorted(summaries, key=lambda s: s.index)
+    indices = [s.index for s in ordered]
+    if len(set(indices)) != len(indices):
+        twice = sorted({i for i in indices if indices.count(i) > 1})
+        raise ValueError(f"two clients hold client index {twice[0]} (every SuperNode needs its own client file)")
+    if not ordered:
+        raise ValueError("no client described itself")
+    first = ordered[0]
+    for s in ordered[1:]:
+        for key in ("dataset", "num_classes", "feature_format", "feature_width"):
+            if getattr(s, key) != getattr(first, key):
+                raise ValueError(f"client files do not form one run: {s.file} has {key} {getattr(s, key)!r}, "
+                                 f"{first.file} has {getattr(first, key)!r}")
+    return ordered
+
+
+def plan_from_summaries(config: FederationConfig, summaries: Sequence[ClientSummary], *,
+                        run_dir: str | None = None) -> ServerPlan:
+    """Set up the run from the clients' summaries as ``plan.plan_federation`` does from their files."""
+    ordered = check_summaries(summaries)
+    first = ordered[0]
+    device = resolve_device(config.device)
+    randomness = mech.make_randomness(config.seed)
+    streams = Streams.create(randomness, len(ordered), device)
+    model = build_model(first.feature_width, config.hidden, first.num_classes, dropout=config.dropout,
+                        generator=streams.init, device=device)
+    dim = parameter_count(model)
+    views = [_ClientView(s.index, _Rows(s.train_rows), s.label_histogram) for s in ordered]
+    clients_plan, target, perturbations = plan_perturbations(config, views, dim)  # type: ignore[arg-type]
+    strategy = plan_strategy(config, views, perturbations)  # type: ignore[arg-type]
+    rule = ServerRule.for_perturbation(config.perturbation, target, config.server_lr)
+    training = LocalTraining(resolve_optimizer(config.optimizer, first.dataset),
+                             DEFAULT_LR if config.lr is None else float(config.lr), config.local_epochs,
+                             config.batch_size)
+    budgeted = perturbation_wiring(config.perturbation).budget
+    setups = {}
+    for position, s in enumerate(ordered):
+        setups[s.index] = ClientSetup(
+            position=position, clients=len(ordered), dim=dim, input_width=first.feature_width,
+            num_classes=first.num_classes, optimizer=training.optimizer, lr=training.lr,
+            epsilon=clients_plan.epsilons[position] if budgeted else None,
+            range_length=None if clients_plan.ranges is None else clients_plan.ranges[position],
+            centre=None if clients_plan.centres is None else clients_plan.centres[position])
+    privacy = []
+    for s in ordered:
+        report = perturbations[s.index].report(randomness.mode)
+        report.update(file=s.file, feature_privacy=dict(s.feature_privacy), feature_mechanism=s.feature_mechanism)
+        privacy.append(report)
+    import flwr  # the server app runs only where Flower is installed
+
+    record = {
+        **config.to_dict(),
+        "randomness": randomness.mode,
+        "engine": ENGINE,
+        "resolved": {
+            "device": str(device), "optimizer": training.optimizer, "lr": training.lr, "parameters": dim,
+            "perturbation_target": target, "sign_aggregation": rule.signed, "server_update": rule.describe(),
+            "client_ids": list(clients_plan.ids), "client_epsilons": list(clients_plan.epsilons) if budgeted else None,
+            "client_ranges": None if clients_plan.ranges is None else list(clients_plan.ranges),
+            "client_centres": None if clients_plan.centres is None else list(clients_plan.centres),
+            "noise_scales": [perturbations[i].noise_scale for i in clients_plan.ids],
+            "clients_per_round": strategy.clients_per_round, "strategy": strategy.describe(),
+            "threads": config.threads, "flower": flwr.__version__,
+        },
+        "run": {
+            "run_dir": run_dir, "dataset": first.dataset, "clients": len(ordered),
+            "feature_format": first.feature_format, "input_width": first.feature_width,
+            "num_classes": first.num_classes, "feature_mechanism": first.feature_mechanism,
+            "train_rows": [s.train_rows for s in ordered], "test_rows": [s.test_rows for s in ordered],
+        },
+    }
+    return ServerPlan(config, ordered, randomness, streams, model, perturbations, strategy, rule, training, setups,
+                      privacy, record)
+
+
+def union_evaluation(sums: Sequence[tuple[float, int, int]]) -> tuple[float, float]:
+    """Mean loss and accuracy over the union of the test splits from per-client (loss sum, correct, rows)."""
+    rows = sum(r for _, _, r in sums)
+    if rows == 0:
+        return math.nan, math.nan
+    return sum(loss for loss, _, _ in sums) / rows, sum(c for _, c, _ in sums) / rows
+
+
+# --------------------------------------------------------------------------------------------------
+# Outputs: the local engine's files, and a status file for the launcher.
+
+
+def output_paths(out_dir: Path) -> dict[str, Path]:
+    """Return the output paths of a run in ``out_dir`` (the local engine's names)."""
+    return {
+        "metrics_csv": out_dir / out.METRICS_CSV, "metrics_json": out_dir / out.METRICS_JSON,
+        "accuracy_png": out_dir / out.PLOT_PNG, "model": out_dir / out.MODEL_PT,
+        "config": out_dir / out.CONFIG_JSON, "checkpoint": out_dir / out.CHECKPOINT_PT,
+    }
+
+
+def write_status(path: str | Path, **values: Any) -> None:
+    """Atomically write the status file the launcher polls (``state``: running, done or error)."""
+    if str(path):
+        atomic_write_text(Path(path), json.dumps({**values, "time": time.time()}))
+
+
+def save_checkpoint(path: Path, *, round_number: int, plan: ServerPlan, history: list[dict[str, Any]]) -> None:
+    """Write the server's checkpoint: the local engine's format plus ``engine`` = flower.
+
+    Its ``rng`` holds the server's streams only in substance (selection, dropouts, ω, the initialization);
+    each client keeps its own streams in its own resume file.
+    """
+    payload = {
+        "format": CHECKPOINT_FORMAT, "version": CHECKPOINT_VERSION, "round": round_number, "engine": ENGINE,
+        "model": {k: v.detach().cpu() for k, v in plan.model.state_dict().items()},
+        "rng": plan.streams.state(), "history": history, "config": plan.config.to_dict(),
+        "randomness": str(plan.record["randomness"]), "ldpfl": package_version(),
+    }
+    atomic_write(path, lambda handle: torch.save(payload, handle))
+
+
+def load_server_checkpoint(path: Path, config: FederationConfig) -> dict[str, Any]:
+    """Read a checkpoint with the local engine's checks, and refuse one the local engine wrote."""
+    payload = load_checkpoint(path, config)
+    if payload.get("engine") != ENGINE:
+        raise ValueError(f"cannot resume {path} with the Flower engine: the local engine wrote it (its clients' "
+                         "random streams are in the checkpoint, not with the clients); resume it with the local "
+                         "engine")
+    return payload
+
+
+def restore(plan: ServerPlan, payload: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Load the checkpoint's model and streams into ``plan``; return its history."""
+    plan.model.load_state_dict(payload["model"])
+    plan.streams.restore(payload["rng"])
+    plan.record["randomness"] = payload["randomness"]
+    from mechanisms.randomness import RANDOMNESS_DESCRIPTIONS
+
+    for report in plan.privacy:
+        report["randomness"] = payload["randomness"]
+        report["randomness_description"] = RANDOMNESS_DESCRIPTIONS[payload["randomness"]]
+    return list(payload["history"])
+
+
+def finish_outputs(paths: Mapping[str, Path], plan: ServerPlan, history: list[dict[str, Any]], *,
+                   keep_checkpoint: bool) -> None:
+    """Write metrics, the model and the plot; delete the checkpoint unless kept (as the local engine does)."""
+    out.write_metrics_csv(paths["metrics_csv"], history)
+    out.write_metrics_json(paths["metrics_json"], config=plan.record, privacy=plan.privacy, rounds=history)
+    state = {k: v.detach().cpu() for k, v in plan.model.state_dict().items()}
+    atomic_write(paths["model"], lambda handle: torch.save(state, handle))
+    if history:
+        out.plot_history(paths["accuracy_png"], history, title=f"{plan.summaries[0].dataset}: "
+                         f"{plan.config.aggregation}, perturbation {plan.config.perturbation} (Flower)")
+    if not keep_checkpoint:
+        paths["checkpoint"].unlink(missing_ok=True)

@@ -1,0 +1,242 @@
+"""Privacy ledger of a federation: what all the rounds in which a client uploaded cost that client.
+
+Pure accounting, no I/O. Each client's upload in one round is one *release* of its perturbed model vector,
+described by a small frozen record (as dp-accounting's ``dp_event`` does):
+
+* ``GaussianRelease(sigma, l2_sensitivity, delta)``: Gaussian noise of parameter σ on a vector that can move
+  by at most Δ₂ in L2 between any two data sets of the client (the clipped parameters or update). k releases
+  are composed with Google's dp-accounting (``RdpAccountant`` by default, ``PLDAccountant`` on request) and
+  reported as ε at the client's δ. The RDP accountant composes α·k·Δ₂²/(2σ²) (Mironov, "Rényi Differential
+  Privacy", CSF 2017: the Gaussian's RDP, additive over releases). That also bounds the discrete Gaussian
+  (Canonne, Kamath, Steinke 2020: N_Z is Δ²/(2σ²)-zCDP, and independent coordinates add Rényi divergences).
+  The total is converted to (ε, δ) by CKS Proposition 12. The PLD accountant models the continuous
+  Gaussian only, so it is refused for a discrete release.
+* ``PureRelease(epsilon)``: a pure ε-LDP release (PDPM, ldpsign, discrete Laplace): basic composition, k·ε
+  (Dwork and Roth 2014, Theorem 3.16), δ = 0.
+* ``NoRelease()``: ``--perturbation none``. Stage 2 adds no noise, so it adds nothing to the ledger: the
+  uploads are computed from the stage-1 release (whose ε is in the client files) and from the labels,
+  which no mechanism covers.
+
+The neighbouring relation is local DP's: any two values of one client's vector. Δ₂ is the largest L2
+distance between two such values, and dp-accounting's Gaussian event with noise multiplier σ/Δ₂ (no
+sampling) is exactly that mechanism. Rounds are adaptive (each starts from the last global model);
+both accountants and basic composition hold under adaptive composition.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Hashable, Mapping
+from dataclasses import dataclass, field
+from numbers import Integral, Real
+from typing import Any
+
+RDP = "rdp"
+PLD = "pld"
+ACCOUNTANTS = (RDP, PLD)
+
+METHOD_NONE = "none"
+METHOD_NO_UPLOADS = "no uploads"
+METHOD_BASIC = "basic composition"
+METHOD_RDP = "dp-accounting RDP"
+METHOD_PLD = "dp-accounting PLD"
+
+
+def _require_finite_positive(name: str, value: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+    return float(value)
+
+
+@dataclass(frozen=True)
+class GaussianRelease:
+    """One release with Gaussian noise of parameter σ on a vector of L2 sensitivity Δ₂ (same units)."""
+
+    sigma: float
+    l2_sensitivity: float
+    delta: float
+    discrete: bool = True
+
+    def __post_init__(self) -> None:
+        _require_finite_positive("sigma", self.sigma)
+        _require_finite_positive("l2_sensitivity", self.l2_sensitivity)
+        if isinstance(self.delta, bool) or not isinstance(self.delta, Real) or not 0.0 < self.delta < 1.0:
+            raise ValueError(f"delta must lie in the open interval (0, 1), got {self.delta!r}")
+
+    @property
+    def noise_multiplier(self) -> float:
+        """σ/Δ₂, dp-accounting's parameter of the Gaussian event."""
+        return self.sigma / self.l2_sensitivity
+
+
+@dataclass(frozen=True)
+class PureRelease:
+    """One pure ε-LDP release (ε may be ∞ for a deterministic output)."""
+
+    epsilon: float
+
+    def __post_init__(self) -> None:
+        if isinstance(self.epsilon, bool) or not isinstance(self.epsilon, Real) or math.isnan(self.epsilon) or (
+                self.epsilon < 0):
+            raise ValueError(f"epsilon must be a number >= 0 (inf allowed), got {self.epsilon!r}")
+
+
+@dataclass(frozen=True)
+class NoRelease:
+    """Stage 2 adds no noise (``--perturbation none``)."""
+
+
+Release = GaussianRelease | PureRelease | NoRelease
+
+
+@dataclass(frozen=True)
+class LedgerEntry:
+    """One client's total over the rounds in which it uploaded.
+
+    ``epsilon``/``delta`` are None for ``NoRelease`` (stage 2 adds nothing); ε is ``math.inf`` when a
+    release was not private.
+    """
+
+    client: Hashable
+    rounds: int
+    epsilon: float | None
+    delta: float | None
+    method: str
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready: infinite ε becomes the string ``"inf"``."""
+        eps = self.epsilon
+        return {
+            "client": self.client, "rounds": self.rounds,
+            "epsilon": "inf" if eps is not None and math.isinf(eps) else eps,
+            "delta": self.delta, "method": self.method, "notes": list(self.notes),
+        }
+
+
+def _require_rounds(rounds: int) -> int:
+    if isinstance(rounds, bool) or not isinstance(rounds, Integral) or rounds < 0:
+        raise ValueError(f"rounds must be an integer >= 0 (uploads of one client), got {rounds!r}")
+    return int(rounds)
+
+
+def _gaussian_epsilon(release: GaussianRelease, rounds: int, accountant: str) -> float:
+    import dp_accounting  # lazy: ~1 s to import, only federations with a Gaussian release need it
+
+    event = dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(release.noise_multiplier), rounds)
+    if accountant == RDP:
+        acc = dp_accounting.rdp.RdpAccountant()
+    else:
+        acc = dp_accounting.pld.PLDAccountant()
+    acc.compose(event)
+    return float(acc.get_epsilon(release.delta))
+
+
+def compose(release: Release, rounds: int, *, accountant: str = RDP, client: Hashable = None) -> LedgerEntry:
+    """Total privacy loss of ``rounds`` releases of ``release`` by one client.
+
+    Parameters
+    ----------
+    release : what one upload is (``GaussianRelease``, ``PureRelease`` or ``NoRelease``).
+    rounds : number of rounds in which the client uploaded (≥ 0).
+    accountant : ``"rdp"`` (default; valid for the discrete and the continuous Gaussian) or ``"pld"``
+        (continuous Gaussian only: tighter, refused for a discrete release).
+    client : label stored in the entry.
+    """
+    rounds = _require_rounds(rounds)
+    if accountant not in ACCOUNTANTS:
+        raise ValueError(f"accountant must be one of {', '.join(ACCOUNTANTS)}; got {accountant!r}")
+    if isinstance(release, NoRelease):
+        return LedgerEntry(client, rounds, None, None, METHOD_NONE,
+                           ("stage 2 adds no noise: the uploads are computed from the stage-1 release and the "
+                            "labels; the stage-1 epsilon is in the client files",))
+    if rounds == 0:
+        return LedgerEntry(client, 0, 0.0, 0.0, METHOD_NO_UPLOADS, ("the client never uploaded",))
+    if isinstance(release, PureRelease):
+        total = math.inf if math.isinf(release.epsilon) else release.epsilon * rounds
+        return LedgerEntry(client, rounds, total, 0.0, METHOD_BASIC,
+                           (f"{rounds} x per-round epsilon {release.epsilon:.6g} (pure LDP, basic composition)",))
+    if isinstance(release, GaussianRelease):
+        if accountant == PLD and release.discrete:
+            raise ValueError("accountant='pld' models the continuous Gaussian; a discrete Gaussian release "
+                             "needs accountant='rdp'")
+        total = _gaussian_epsilon(release, rounds, accountant)
+        method = METHOD_RDP if accountant == RDP else METHOD_PLD
+        kind = "discrete" if release.discrete else "continuous"
+        return LedgerEntry(client, rounds, total, release.delta, method,
+                           (f"{rounds} adaptive releases of the {kind} Gaussian, sigma/sensitivity = "
+                            f"{release.noise_multiplier:.6g}, composed by {method} at delta {release.delta:g}",))
+    raise TypeError(f"release must be a GaussianRelease, PureRelease or NoRelease, got {type(release).__name__}")
+
+
+def privacy_ledger(participation: Mapping[Hashable, int], releases: Release | Mapping[Hashable, Release], *,
+                   accountant: str = RDP) -> dict[Hashable, LedgerEntry]:
+    """Per-client totals: ``participation[c]`` uploads of ``releases[c]`` (or one release shared by all).
+
+    Every client of ``participation`` needs a release; extra releases are refused too, so that a client
+    cannot silently drop out of the ledger.
+    """
+    if not isinstance(participation, Mapping):
+        raise ValueError(f"participation must map each client to its number of uploads, got "
+                         f"{type(participation).__name__}")
+    if isinstance(releases, Mapping):
+        missing = [c for c in participation if c not in releases]
+        extra = [c for c in releases if c not in participation]
+        if missing or extra:
+            raise ValueError(f"releases must cover exactly the clients of participation; missing {missing!r}, "
+                             f"extra {extra!r}")
+        per_client = releases
+    else:
+        per_client = {c: releases for c in participation}
+    cache: dict[tuple[Release, int], LedgerEntry] = {}
+    out: dict[Hashable, LedgerEntry] = {}
+    for client, rounds in participation.items():
+        key = (per_client[client], _require_rounds(rounds))
+        if key not in cache:
+            cache[key] = compose(key[0], key[1], accountant=accountant)
+        entry = cache[key]
+        out[client] = LedgerEntry(client, entry.rounds, entry.epsilon, entry.delta, entry.method, entry.notes)
+    return out
+
+
+def participation_counts(selected_per_round: list[list[Hashable]] | tuple, clients: list[Hashable]
+                         ) -> dict[Hashable, int]:
+    """Count the rounds in which each client uploaded, from the list of uploaders of every round.
+
+    A client listed twice in one round is refused (one upload per round); a client outside ``clients``
+    is refused too.
+    """
+    counts = {c: 0 for c in clients}
+    for r, uploaders in enumerate(selected_per_round):
+        seen = set()
+        for c in uploaders:
+            if c not in counts:
+                raise ValueError(f"round {r} lists client {c!r}, which is not one of the run's clients")
+            if c in seen:
+                raise ValueError(f"round {r} lists client {c!r} twice; a client uploads at most once a round")
+            seen.add(c)
+            counts[c] += 1
+    return counts
+
+
+def release_from_report(report: Any) -> Release:
+    """Return the per-round release described by a mechanism's ``PrivacyReport`` (per record, i.e. per upload).
+
+    * a mechanism that does not randomize (``none``) → ``NoRelease``;
+    * a report with σ and a δ > 0 (the Gaussian family) → ``GaussianRelease(σ, record sensitivity, δ)``;
+      it is ``discrete`` when ``probabilities["sampler"]["kind"]`` starts with "discrete" (the secure sampler);
+    * otherwise → ``PureRelease(exact ε per record)``.
+
+    A report without a per-record figure (``dim`` unknown) is refused: the ledger needs the whole upload.
+    """
+    if report.mechanism == "none":
+        return NoRelease()
+    if report.exact_epsilon_per_record is None:
+        raise ValueError(f"the {report.mechanism} report has no per-record epsilon (dim unknown); build the "
+                         "mechanism with dim= before accounting for its uploads")
+    if report.sigma is not None and report.exact_delta > 0:
+        sampler = dict(report.probabilities).get("sampler", {})
+        discrete = isinstance(sampler, Mapping) and str(sampler.get("kind", "")).startswith("discrete")
+        return GaussianRelease(float(report.sigma), float(report.sensitivity), float(report.exact_delta),
+                               discrete=discrete)
+    return PureRelease(float(report.exact_epsilon_per_record))

@@ -1,0 +1,90 @@
+"""The federation's output directory: one run at a time, and no temporary file left behind.
+
+``run_federation`` holds :func:`locked` on the output directory for the whole run (an advisory
+``flock`` that the kernel drops when the process dies, like the export's lock on its run directory), so
+two runs never mix their outputs. Under the lock, any temporary file of an output (``.NAME.<pid>.<token>.tmp``,
+see ``contract.atomic``) belongs to a process that died mid-write: :func:`remove_temporaries` deletes
+them when a run starts (fresh or resumed) and when it completes. A half-written ``.checkpoint.pt.*.tmp``
+holds generator states, which are seed-equivalent, so it must not outlive the run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+from contract.atomic import TMP_MARK
+from mechanisms.base import ParameterError
+
+from .outputs import OUTPUT_NAMES
+
+LOCK_FILE = ".federate.lock"
+
+
+def temporary_patterns() -> tuple[str, ...]:
+    """Return the glob patterns of the temporary files of every output (``contract.atomic`` naming)."""
+    return tuple(f".{name}.*{TMP_MARK}*" for name in OUTPUT_NAMES)
+
+
+@contextlib.contextmanager
+def locked(out_dir: str | os.PathLike[str]) -> Iterator[Path]:
+    """Hold ``out_dir`` (created if needed) for one federation at a time; yield it.
+
+    When the block fails and ``out_dir`` was created here and holds nothing but the lock, the directory
+    is removed again (a refused run leaves nothing behind).
+
+    Raises
+    ------
+    ParameterError
+        Another process holds the lock (another ``ldpfl federate`` writes into ``out_dir``).
+    """
+    out_dir = Path(out_dir)
+    created = not out_dir.exists()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not on POSIX: no lock
+        yield out_dir
+        return
+    lock = out_dir / LOCK_FILE
+    handle = open(lock, "a+")  # noqa: SIM115 - held for the whole block
+    try:
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ParameterError(f"another ldpfl federate is writing into {out_dir}; wait for it to finish or "
+                                 "choose another `out_dir`") from None
+        try:
+            yield out_dir
+        except BaseException:
+            if created and {p.name for p in out_dir.iterdir()} == {LOCK_FILE}:
+                with contextlib.suppress(OSError):
+                    lock.unlink()
+                    out_dir.rmdir()
+            raise
+    finally:
+        handle.close()
+
+
+def remove_temporaries(out_dir: str | os.PathLike[str]) -> list[str]:
+    """Delete the outputs' temporary files in ``out_dir`` (call it holding :func:`locked`); return their names."""
+    removed = []
+    for pattern in temporary_patterns():
+        for path in sorted(Path(out_dir).glob(pattern)):
+            if path.is_file() or path.is_symlink():
+                path.unlink(missing_ok=True)
+                removed.append(path.name)
+    return removed
+
+
+def clear_outputs(out_dir: str | os.PathLike[str]) -> list[str]:
+    """With ``overwrite``: delete what a federation wrote in ``out_dir`` (its outputs only); return their names."""
+    removed = []
+    for name in OUTPUT_NAMES:
+        path = Path(out_dir) / name
+        if path.is_file():
+            path.unlink()
+            removed.append(name)
+    return removed

@@ -1,0 +1,197 @@
+"""Everything a federation run fixes before round 1, shared by every engine.
+
+:func:`plan_federation` loads the client files, builds the model and the random streams, gives each
+client its perturbation (its mechanism's declared wiring, its own ε_i, δ_i and τ_i), the strategy (with
+sign aggregation when the mechanism's uploads are signs), the server rule, and the records written to
+``config.json`` and the privacy section of ``metrics.json``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+import mechanisms as mech
+from mechanisms.base import ParameterError
+from mechanisms.randomness import RANDOMNESS_DESCRIPTIONS
+
+from . import budgets
+from .config import DEFAULT_LR, DEVICES, FederationConfig
+from .data import ClientDataset, FederatedData, load_run
+from .model import FederatedMLP, build_model, parameter_count, resolve_optimizer
+from .perturbation import (
+    ClientPerturbation,
+    ServerRule,
+    build_client_perturbations,
+    perturbation_wiring,
+    resolve_target,
+)
+from .resources import check_model
+from .rounds import LocalTraining
+from .strategies import ClientProfile, SignAggregation, Strategy, StrategyOptions, create_strategy
+from .streams import Streams
+
+
+def resolve_device(name: str) -> torch.device:
+    """``auto``: CUDA when available, else CPU. ``cuda`` without a GPU is refused."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ParameterError("`device` cuda was requested but torch sees no CUDA device (use `device` cpu or auto)")
+    if name not in DEVICES:
+        raise ValueError(f"device must be one of {', '.join(DEVICES)}, got {name!r}")
+    return torch.device(name)
+
+
+@dataclass(frozen=True)
+class ClientPlan:
+    """The per-client values of a run, in client order: ε_i, and L_i, c_i when the perturbation takes ranges."""
+
+    ids: tuple[int, ...]
+    epsilons: tuple[float, ...]
+    ranges: tuple[float, ...] | None
+    centres: tuple[float, ...] | None
+
+
+def plan_clients(config: FederationConfig, clients: list[ClientDataset]) -> ClientPlan:
+    """Resolve the per-client lists (explicit, preset or one default) for ``clients``."""
+    n = len(clients)
+    epsilons = budgets.resolve_values(config.client_epsilons, config.epsilon, n, what="client epsilons")
+    ranges = centres = None
+    if config.takes_ranges:
+        ranges = budgets.resolve_values(config.client_ranges, config.range_length, n, what="client ranges")
+        centres = (tuple(config.client_centres) if config.client_centres is not None
+                   else (config.range_centre,) * n)
+        if len(centres) != n:
+            raise ValueError(f"client centres list has {len(centres)} values but the run has {n} clients")
+    return ClientPlan(tuple(c.index for c in clients), epsilons, ranges, centres)
+
+
+def plan_perturbations(config: FederationConfig, clients: list[ClientDataset], dim: int,
+                       ) -> tuple[ClientPlan, str, dict[int, ClientPerturbation]]:
+    """Each client's perturbation over ``dim`` model parameters; also the per-client lists and the target."""
+    plan = plan_clients(config, clients)
+    target = resolve_target(config.perturbation, config.perturb_target, config.sign_mode)
+    built = build_client_perturbations(
+        config.perturbation, dim=dim, epsilons=plan.epsilons, target=target, ranges=plan.ranges,
+        centres=plan.centres, train_sizes=[len(c.train) for c in clients], clip=config.clip, delta=config.delta,
+        sensitivity=config.sensitivity, sample_rate=config.sample_rate, rounds=config.rounds, clients=plan.ids)
+    return plan, target, {p.client: p for p in built}
+
+
+def plan_strategy(config: FederationConfig, clients: list[ClientDataset],
+                  perturbations: dict[int, ClientPerturbation]) -> Strategy:
+    """Build the aggregation strategy over the clients' profiles, wrapped for sign uploads (WU eqs. 10, 13, 16)."""
+    profiles = [ClientProfile(c.index, len(c.train), c.label_histogram, perturbations[c.index].noise_scale,
+                              perturbations[c.index].epsilon) for c in clients]
+    options = StrategyOptions(config.clients_per_round, config.sample_weighted, config.fraction)
+    strategy: Strategy = create_strategy(config.aggregation, profiles, options)
+    if perturbation_wiring(config.perturbation).sign_aggregation:
+        strategy = SignAggregation(strategy)
+    if config.drop_per_round > strategy.clients_per_round:
+        raise ValueError(f"drop per round ({config.drop_per_round}) exceeds the {strategy.clients_per_round} "
+                         "clients selected per round")
+    return strategy
+
+
+NOISE_TAIL = 64.0
+"""A Gaussian draw beyond 64 σ has probability below 10^-890: no upload of σ · 64 < float32 max overflows."""
+
+
+def check_noise_scales(config: FederationConfig, perturbations: dict[int, ClientPerturbation]) -> None:
+    """Refuse a noise scale whose draws overflow float32 (every upload would be ±inf and excluded).
+
+    Sign uploads (ldpsign) are finite whatever σ and are not checked.
+
+    Raises
+    ------
+    ParameterError
+        Naming the client, its ε and σ (e.g. ``gaussian`` at ε = 1e-300 gives σ ≈ 4e301).
+    """
+    if perturbation_wiring(config.perturbation).sign_aggregation:
+        return  # the uploads are signs: finite whatever σ
+    limit = float(np.finfo(np.float32).max) / NOISE_TAIL
+    for cid, perturbation in perturbations.items():
+        sigma = perturbation.noise_scale
+        if sigma is not None and not (math.isfinite(sigma) and sigma <= limit):
+            raise ParameterError(f"perturbation {config.perturbation!r} of client {cid} (epsilon "
+                                 f"{perturbation.epsilon:g}) has noise scale sigma = {sigma:.3g}: its draws reach "
+                                 f"{NOISE_TAIL:g} sigma, beyond float32's largest value "
+                                 f"{float(np.finfo(np.float32).max):.3g}, so uploads would overflow to inf; choose "
+                                 "a larger `epsilon` (or `client_epsilons`)")
+
+
+@dataclass
+class FederationPlan:
+    """A run, set up: data, device, streams, the model, and the per-client and server wiring."""
+
+    data: FederatedData
+    device: torch.device
+    randomness: mech.Randomness
+    streams: Streams
+    model: FederatedMLP
+    perturbations: dict[int, ClientPerturbation]
+    strategy: Strategy
+    rule: ServerRule
+    training: LocalTraining
+    privacy: list[dict[str, Any]]
+    record: dict[str, Any]
+
+    def relabel_randomness(self, mode: str) -> None:
+        """Label the records with ``mode`` (a resumed run keeps the mode it started with)."""
+        self.record["randomness"] = mode
+        for report in self.privacy:
+            report["randomness"] = mode
+            report["randomness_description"] = RANDOMNESS_DESCRIPTIONS[mode]
+
+
+def plan_federation(run_dir: Path, config: FederationConfig) -> FederationPlan:
+    """Load the run in ``run_dir`` and set up everything ``config`` describes. Raises ``ValueError``."""
+    if config.threads is not None:
+        torch.set_num_threads(config.threads)
+    device = resolve_device(config.device)
+    data = load_run(run_dir, device)
+    clients = list(data.clients)
+    per_round = len(clients) if config.clients_per_round is None else min(config.clients_per_round, len(clients))
+    check_model(data.input_width, config.hidden, data.num_classes, per_round)  # before torch allocates it
+    randomness = mech.make_randomness(config.seed)
+    streams = Streams.create(randomness, len(clients), device)
+    model = build_model(data.input_width, config.hidden, data.num_classes, dropout=config.dropout,
+                        generator=streams.init, device=device)
+    dim = parameter_count(model)
+    plan, target, perturbations = plan_perturbations(config, clients, dim)
+    check_noise_scales(config, perturbations)
+    strategy = plan_strategy(config, clients, perturbations)
+    rule = ServerRule.for_perturbation(config.perturbation, target, config.server_lr)
+    training = LocalTraining(resolve_optimizer(config.optimizer, data.dataset),
+                             DEFAULT_LR if config.lr is None else float(config.lr), config.local_epochs,
+                             config.batch_size)
+    privacy = []
+    for c in clients:
+        report = perturbations[c.index].report(randomness.mode)
+        report.update(file=c.path.name, feature_privacy=dict(c.metadata.privacy_report),
+                      feature_mechanism=c.metadata.mechanism)
+        privacy.append(report)
+    budgeted = perturbation_wiring(config.perturbation).budget
+    record = {
+        **config.to_dict(),
+        "randomness": randomness.mode,
+        "resolved": {
+            "device": str(device), "optimizer": training.optimizer, "lr": training.lr, "parameters": dim,
+            "perturbation_target": target, "sign_aggregation": rule.signed, "server_update": rule.describe(),
+            "client_ids": list(plan.ids), "client_epsilons": list(plan.epsilons) if budgeted else None,
+            "client_ranges": None if plan.ranges is None else list(plan.ranges),
+            "client_centres": None if plan.centres is None else list(plan.centres),
+            "noise_scales": [perturbations[i].noise_scale for i in plan.ids],
+            "clients_per_round": strategy.clients_per_round, "strategy": strategy.describe(),
+            "threads": torch.get_num_threads(),
+        },
+        "run": data.describe(),
+    }
+    return FederationPlan(data, device, randomness, streams, model, perturbations, strategy, rule, training,
+                          privacy, record)

@@ -1,0 +1,74 @@
+"""Every random stream of a federation run, derived from one root seed sequence.
+
+The root (the user's seed or the OS CSPRNG, ``mechanisms.make_randomness``) gives independent streams:
+the server's numpy Generator (selection, dropouts, ω), a torch Generator for the initialization, and per
+client a numpy Generator (its perturbation, the root's child i) and a torch Generator (its shuffles and
+dropout masks, that child's child 0). ``state``/``restore`` round-trip them exactly, so a resumed run
+equals an uninterrupted one bit for bit (at a fixed thread count).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+import mechanisms as mech
+
+# Spawn keys of the server's streams, beyond any client index.
+SERVER_KEY = 2**31
+INIT_KEY = 2**31 + 1
+
+
+@dataclass
+class Streams:
+    """Every Generator of a run; ``state``/``restore`` round-trip them exactly."""
+
+    server: np.random.Generator
+    init: torch.Generator
+    perturb: list[np.random.Generator]
+    train: list[torch.Generator]
+
+    @classmethod
+    def create(cls, randomness: mech.Randomness, clients: int, device: torch.device) -> Streams:
+        """Create the streams of a run with ``clients`` clients, torch generators on ``device``."""
+        root = randomness.seed_sequence
+
+        def child(*key: int) -> np.random.SeedSequence:
+            return np.random.SeedSequence(root.entropy, spawn_key=(*root.spawn_key, *key))
+
+        def torch_generator(seq: np.random.SeedSequence) -> torch.Generator:
+            return torch.Generator(device=device).manual_seed(int(seq.generate_state(1, np.uint64)[0]))
+
+        client_seqs = randomness.child_sequences(clients)  # client i's stream is the root's child i
+        return cls(
+            server=np.random.Generator(np.random.PCG64(child(SERVER_KEY))),
+            init=torch_generator(child(INIT_KEY)),
+            perturb=[np.random.Generator(np.random.PCG64(s)) for s in client_seqs],
+            train=[torch_generator(np.random.SeedSequence(s.entropy, spawn_key=(*s.spawn_key, 0)))
+                   for s in client_seqs],
+        )
+
+    def state(self) -> dict[str, Any]:
+        """Every generator's state (for the checkpoint)."""
+        return {
+            "server": self.server.bit_generator.state,
+            "init": self.init.get_state(),
+            "perturb": [g.bit_generator.state for g in self.perturb],
+            "train": [g.get_state() for g in self.train],
+        }
+
+    def restore(self, state: Mapping[str, Any]) -> None:
+        """Set every generator to ``state`` (from :meth:`state`); a different client count is refused."""
+        if len(state["perturb"]) != len(self.perturb) or len(state["train"]) != len(self.train):
+            raise ValueError(f"the checkpoint holds random streams for {len(state['perturb'])} clients, "
+                             f"this run has {len(self.perturb)}")
+        self.server.bit_generator.state = state["server"]
+        self.init.set_state(state["init"])
+        for generator, saved in zip(self.perturb, state["perturb"], strict=True):
+            generator.bit_generator.state = saved
+        for torch_generator, saved in zip(self.train, state["train"], strict=True):
+            torch_generator.set_state(saved)

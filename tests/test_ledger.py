@@ -1,0 +1,117 @@
+"""The stage-2 privacy ledger (stage2_federate/ledger.py): dp-accounting called directly, basic composition
+by hand, and the mapping from privacy reports."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+import mechanisms as mech
+from stage2_federate import ledger as lg
+
+
+def direct_rdp_epsilon(noise_multiplier: float, rounds: int, delta: float) -> float:
+    import dp_accounting
+
+    acc = dp_accounting.rdp.RdpAccountant()
+    acc.compose(dp_accounting.GaussianDpEvent(noise_multiplier), rounds)
+    return acc.get_epsilon(delta)
+
+
+def direct_pld_epsilon(noise_multiplier: float, rounds: int, delta: float) -> float:
+    import dp_accounting
+
+    acc = dp_accounting.pld.PLDAccountant()
+    acc.compose(dp_accounting.GaussianDpEvent(noise_multiplier), rounds)
+    return acc.get_epsilon(delta)
+
+
+@pytest.mark.parametrize(("sigma", "sensitivity", "delta", "rounds"), [
+    (38.758, 8.0, 1e-5, 1), (38.758, 8.0, 1e-5, 80), (9.69, 2.0, 1e-5, 20), (377.1, 40.0, 1e-3, 7)])
+def test_gaussian_totals_match_dp_accounting(sigma: float, sensitivity: float, delta: float, rounds: int) -> None:
+    release = lg.GaussianRelease(sigma, sensitivity, delta)
+    entry = lg.compose(release, rounds, client=3)
+    assert entry.epsilon == pytest.approx(direct_rdp_epsilon(sigma / sensitivity, rounds, delta), rel=1e-12)
+    assert (entry.client, entry.rounds, entry.delta, entry.method) == (3, rounds, delta, lg.METHOD_RDP)
+    continuous = lg.GaussianRelease(sigma, sensitivity, delta, discrete=False)
+    pld = lg.compose(continuous, rounds, accountant=lg.PLD)
+    assert pld.epsilon == pytest.approx(direct_pld_epsilon(sigma / sensitivity, rounds, delta), rel=1e-12)
+    # PLD is tight, RDP an upper bound: the two agree in order and PLD is never larger.
+    assert pld.epsilon <= entry.epsilon + 1e-9
+
+
+def test_gaussian_total_golden() -> None:
+    """80 rounds of σ/Δ = 38.758/8 at δ = 1e-5 (gaussian, ε = 1 nominal per round): ε_total = 9.7321 by RDP
+    (0.8220 for one round by RDP; PLD gives 9.0625 for the continuous Gaussian), far below 80 x one round."""
+    entry = lg.compose(lg.GaussianRelease(38.758442100843, 8.0, 1e-5), 80)
+    assert entry.epsilon == pytest.approx(9.732111197, rel=1e-8)
+    assert lg.compose(lg.GaussianRelease(38.758442100843, 8.0, 1e-5), 1).epsilon == pytest.approx(0.82196887, rel=1e-7)
+    pld = lg.compose(lg.GaussianRelease(38.758442100843, 8.0, 1e-5, discrete=False), 80, accountant=lg.PLD)
+    assert pld.epsilon == pytest.approx(9.062516, rel=1e-5)
+
+
+def test_pure_basic_composition_by_hand() -> None:
+    entry = lg.compose(lg.PureRelease(0.25), 12)
+    assert entry.epsilon == 3.0 and entry.delta == 0.0 and entry.method == lg.METHOD_BASIC
+    assert lg.compose(lg.PureRelease(math.inf), 2).epsilon == math.inf
+    assert lg.compose(lg.PureRelease(0.25), 0).epsilon == 0.0
+
+
+def test_none_adds_nothing() -> None:
+    entry = lg.compose(lg.NoRelease(), 5)
+    assert entry.epsilon is None and entry.delta is None and entry.method == lg.METHOD_NONE
+    assert "adds no noise" in entry.notes[0]
+    assert entry.to_dict()["epsilon"] is None
+
+
+def test_privacy_ledger_per_client() -> None:
+    participation = lg.participation_counts([[0, 1], [1, 2], [1]], clients=[0, 1, 2, 3])
+    assert participation == {0: 1, 1: 3, 2: 1, 3: 0}
+    releases = {0: lg.PureRelease(1.5), 1: lg.PureRelease(0.5), 2: lg.GaussianRelease(10.0, 2.0, 1e-5),
+                3: lg.GaussianRelease(10.0, 2.0, 1e-5)}
+    ledger = lg.privacy_ledger(participation, releases)
+    assert ledger[0].epsilon == 1.5 and ledger[1].epsilon == 1.5
+    assert ledger[2].epsilon == pytest.approx(direct_rdp_epsilon(5.0, 1, 1e-5), rel=1e-12)
+    assert ledger[3].epsilon == 0.0 and ledger[3].method == lg.METHOD_NO_UPLOADS
+    shared = lg.privacy_ledger(participation, lg.NoRelease())
+    assert all(e.method == lg.METHOD_NONE for e in shared.values())
+    assert ledger[1].to_dict() == {"client": 1, "rounds": 3, "epsilon": 1.5, "delta": 0.0,
+                                   "method": lg.METHOD_BASIC, "notes": list(ledger[1].notes)}
+
+
+def test_refusals() -> None:
+    with pytest.raises(ValueError, match="releases must cover"):
+        lg.privacy_ledger({0: 1, 1: 1}, {0: lg.PureRelease(1.0)})
+    with pytest.raises(ValueError, match="rounds"):
+        lg.compose(lg.PureRelease(1.0), -1)
+    with pytest.raises(ValueError, match="accountant"):
+        lg.compose(lg.PureRelease(1.0), 1, accountant="moments")
+    with pytest.raises(ValueError, match="accountant='rdp'"):
+        lg.compose(lg.GaussianRelease(1.0, 1.0, 1e-5), 1, accountant=lg.PLD)
+    with pytest.raises(ValueError, match="delta"):
+        lg.GaussianRelease(1.0, 1.0, 0.0)
+    with pytest.raises(ValueError, match="sigma"):
+        lg.GaussianRelease(0.0, 1.0, 1e-5)
+    with pytest.raises(ValueError, match="epsilon"):
+        lg.PureRelease(-1.0)
+    with pytest.raises(ValueError, match="twice"):
+        lg.participation_counts([[0, 0]], clients=[0])
+    with pytest.raises(ValueError, match="not one of"):
+        lg.participation_counts([[7]], clients=[0])
+
+
+def test_release_from_report() -> None:
+    """Reports map to releases per record (one upload = one record of dim coordinates)."""
+    none = mech.create_mechanism("none").report()
+    assert lg.release_from_report(none) == lg.NoRelease()
+    pdpm = mech.create_mechanism("pdpm", epsilon=1.0, dim=10).report()
+    pure = lg.release_from_report(pdpm)
+    assert isinstance(pure, lg.PureRelease) and pure.epsilon == pytest.approx(10.0)
+    fedaw = mech.create_mechanism("fedaw-gaussian", epsilon=1.0, delta=1e-5, sensitivity=2.0, dim=10).report()
+    release = lg.release_from_report(fedaw)
+    assert isinstance(release, lg.GaussianRelease)
+    assert release.sigma == pytest.approx(fedaw.sigma) and release.delta == 1e-5
+    assert release.l2_sensitivity == pytest.approx(fedaw.sensitivity)
+    with pytest.raises(ValueError, match="dim"):
+        lg.release_from_report(mech.create_mechanism("gaussian").report())
