@@ -8,6 +8,7 @@ the rename and of the directory after it make the new name survive a power loss.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import secrets
 from collections.abc import Callable, Iterator
@@ -63,6 +64,33 @@ def replace_durably(tmp: str | os.PathLike[str], target: str | os.PathLike[str])
     """
     fsync_file(tmp)
     os.replace(tmp, target)
+    fsync_directory(Path(target).parent)
+    return Path(target)
+
+
+def link_durably(tmp: str | os.PathLike[str], target: str | os.PathLike[str]) -> Path:
+    """Fsync ``tmp`` and give it the name ``target`` only if no file has that name; fsync the directory.
+
+    The rename that cannot replace: ``os.link`` fails atomically when ``target`` exists (so the check
+    and the rename are one step, even against another process), then ``tmp`` is unlinked. Where the
+    file system has no hard links, an existence check and ``os.replace`` are used instead.
+
+    Raises
+    ------
+    FileExistsError
+        ``target`` exists; ``tmp`` is left in place (the caller removes it).
+    """
+    fsync_file(tmp)
+    try:
+        os.link(tmp, target)
+    except FileExistsError:
+        raise
+    except OSError:  # pragma: no cover - no hard links here (some network and FAT file systems)
+        if os.path.lexists(target):
+            raise FileExistsError(errno.EEXIST, "file exists", str(target)) from None
+        os.replace(tmp, target)
+    else:
+        os.unlink(tmp)
     fsync_directory(Path(target).parent)
     return Path(target)
 

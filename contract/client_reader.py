@@ -16,6 +16,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 
+from contract.memory import format_bytes, memory_shortfall
 from contract.schema import MAX_ROWS, MAX_SPLIT_BYTES, SPLITS, ClientMetadata, FormatError
 from mechanisms.base import PACKED_BITS
 
@@ -29,6 +30,8 @@ def short_error(error: BaseException, limit: int = 200) -> str:
 
 
 def _check_dataset(path: Path, name: str, dset: h5py.Dataset) -> None:
+    if not isinstance(dset, h5py.Dataset):
+        raise FormatError(path, f"{name!r} is a {type(dset).__name__}, expected a dataset")
     if dset.is_virtual:
         raise FormatError(path, f"dataset {name!r} is a virtual dataset (refused)")
     if dset.external:
@@ -40,6 +43,25 @@ def _check_dataset(path: Path, name: str, dset: h5py.Dataset) -> None:
             raise FormatError(path, f"dataset {name!r} uses unknown filter id {code} (only fletcher32 is allowed)")
     if dset.ndim not in (1, 2) or any(s > MAX_ROWS * 100 for s in dset.shape):
         raise FormatError(path, f"dataset {name!r} declares shape {dset.shape}, beyond the limits")
+    if dset.dtype.kind not in "biuf":
+        raise FormatError(path, f"dataset {name!r} has dtype {dset.dtype}, not a number type")
+
+
+def _check_storage(path: Path, name: str, dset: h5py.Dataset) -> None:
+    """Refuse a dataset that stores fewer bytes than it declares: chunks never written (a crafted or cut file).
+
+    Client files are written whole with no compression (Fletcher-32 only adds 4 bytes per chunk), so
+    their storage is at least the declared size. A file that declares gigabytes in a few kilobytes
+    would otherwise make a reader allocate the declared size and read fill values.
+    """
+    declared = int(np.prod(dset.shape, dtype=np.int64)) * dset.dtype.itemsize
+    if declared == 0:
+        return
+    stored = int(dset.id.get_storage_size())
+    if stored < declared:
+        raise FormatError(path, f"dataset {name!r} declares {dset.shape} {dset.dtype} ({format_bytes(declared)}) "
+                                f"but stores only {format_bytes(stored)}: its chunks were never written (an "
+                                "incomplete or crafted file)")
 
 
 def _walk_links(path: Path, group: h5py.Group, prefix: str = "") -> None:
@@ -96,15 +118,20 @@ def check_structure(path: str | os.PathLike[str], handle: h5py.File, metadata: C
         declared_bytes = features.shape[0] * features.shape[1] * features.dtype.itemsize
         if features.shape[0] > MAX_ROWS or declared_bytes > MAX_SPLIT_BYTES:
             raise FormatError(path, f"dataset '{split}/features' declares {features.shape[0]} rows, beyond the limits")
+        for name, dset in ((f"{split}/features", features), (f"{split}/labels", labels)):
+            _check_storage(path, name, dset)
         rows[split] = int(features.shape[0])
     if "stats" in handle:
         stats = handle["stats"]
+        if not isinstance(stats, h5py.Group):
+            raise FormatError(path, f"'stats' is a {type(stats).__name__}, expected a group")
         if set(stats) - {"input_bit_density"}:
             raise FormatError(path, f"group 'stats' holds unexpected objects {sorted(set(stats))}")
         if "input_bit_density" in stats:
             _check_dataset(path, "stats/input_bit_density", stats["input_bit_density"])
             if stats["input_bit_density"].shape != (metadata.feature_width,):
                 raise FormatError(path, "dataset 'stats/input_bit_density' has the wrong shape")
+            _check_storage(path, "stats/input_bit_density", stats["input_bit_density"])
     return rows
 
 
@@ -149,9 +176,27 @@ class ClientData:
         return {split: len(labels) for split, labels in self.labels.items()}
 
 
+def declared_bytes(handle: h5py.File, splits: tuple[str, ...] = SPLITS) -> int:
+    """Return the bytes that reading ``splits`` whole allocates (features, labels as int64), from declared shapes."""
+    total = 0
+    for split in splits:
+        features, labels = handle[split]["features"], handle[split]["labels"]
+        total += int(np.prod(features.shape, dtype=np.int64)) * features.dtype.itemsize
+        total += int(labels.shape[0]) * (labels.dtype.itemsize + 8)
+    return total
+
+
 def read_client_file(path: str | os.PathLike[str], splits: tuple[str, ...] = SPLITS) -> ClientData:
-    """Validate and read whole splits (HDF5 verifies the checksum of every chunk read)."""
+    """Validate and read whole splits (HDF5 verifies the checksum of every chunk read).
+
+    The memory the splits need (from their declared shapes) is compared with the memory available
+    before anything is read; for files of any size, read in blocks (:func:`verify_client_data`,
+    :func:`iter_feature_chunks`).
+    """
     with open_client_file(path) as (handle, metadata, _rows):
+        shortfall = memory_shortfall(declared_bytes(handle, splits))
+        if shortfall is not None:
+            raise FormatError(path, f"reading splits {list(splits)} whole {shortfall}; read it in row blocks")
         try:
             features = {s: handle[s]["features"][()] for s in splits}
             labels = {s: handle[s]["labels"][()].astype(np.int64) for s in splits}
@@ -163,6 +208,45 @@ def read_client_file(path: str | os.PathLike[str], splits: tuple[str, ...] = SPL
             if labels[s].size and (labels[s].min() < 0 or labels[s].max() >= metadata.num_classes):
                 raise FormatError(path, f"labels of split {s!r} fall outside [0, {metadata.num_classes})")
     return ClientData(Path(path), metadata, features, labels, density)
+
+
+def verify_client_data(path: str | os.PathLike[str],
+                       block_bytes: int = 16 << 20) -> tuple[ClientMetadata, dict[str, int]]:
+    """Validate a client file and read every chunk of it in row blocks (memory O(block), whatever its size).
+
+    HDF5 verifies each chunk's Fletcher-32 checksum as it is read; labels must lie in ``[0, num_classes)``.
+
+    Returns
+    -------
+    tuple
+        The metadata and the rows per split.
+
+    Raises
+    ------
+    FormatError
+        The structure, a checksum or a label.
+    """
+    with open_client_file(path) as (handle, metadata, rows):
+        for split in SPLITS:
+            features, labels = handle[split]["features"], handle[split]["labels"]
+            row_bytes = max(1, int(np.prod(features.shape[1:], dtype=np.int64)) * features.dtype.itemsize)
+            step = max(1, block_bytes // row_bytes)
+            for start in range(0, rows[split], step):
+                try:
+                    features[start:start + step]
+                    block = labels[start:start + step]
+                except OSError as error:
+                    raise FormatError(path, f"split {split!r} rows {start}:{start + step} failed their checksum or "
+                                            f"could not be read ({short_error(error)})") from None
+                if block.size and (block.min() < 0 or block.max() >= metadata.num_classes):
+                    raise FormatError(path, f"labels of split {split!r} fall outside [0, {metadata.num_classes})")
+        if "stats" in handle and "input_bit_density" in handle["stats"]:
+            try:
+                handle["stats"]["input_bit_density"][()]
+            except OSError as error:
+                raise FormatError(path, f"dataset 'stats/input_bit_density' failed its checksum or could not be "
+                                        f"read ({short_error(error)})") from None
+    return metadata, rows
 
 
 def iter_feature_chunks(handle: h5py.File, split: str, rows_per_chunk: int = 4096) -> Iterator[np.ndarray]:

@@ -16,10 +16,10 @@ from types import TracebackType
 import h5py
 import numpy as np
 
-from contract.atomic import replace_durably, temporary_path
+from contract.atomic import link_durably, replace_durably, temporary_path
 from contract.digest import sha256_file
 from contract.schema import SPLITS, ClientMetadata
-from mechanisms.base import PACKED_BITS
+from mechanisms.base import PACKED_BITS, ParameterError
 
 CHUNK_BYTES = 1 << 20
 
@@ -27,6 +27,24 @@ CHUNK_BYTES = 1 << 20
 def rows_per_chunk(row_bytes: int, rows: int) -> int:
     """Return the rows of one HDF5 chunk: about ``CHUNK_BYTES``, at least 1, at most ``rows``."""
     return int(max(1, min(rows, CHUNK_BYTES // max(row_bytes, 1))))
+
+
+class ClientFileExists(ParameterError, FileExistsError):
+    """A client file is already there: a writer never replaces one unless told to (``overwrite``).
+
+    A ``ParameterError`` (its message marks ```overwrite```, which the CLI spells ``--overwrite``) and a
+    ``FileExistsError``.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, appeared: bool = False) -> None:
+        self.filename = str(path)
+        when = "appeared while this one was being written (another export process?)" if appeared else "exists"
+        ParameterError.__init__(self, f"{path} {when}; it is kept, never replaced: rerun to adopt it if it is "
+                                      "this run's, or start over with `overwrite`")
+
+    def __str__(self) -> str:
+        """Return the message with plain parameter names (not ``OSError``'s errno form)."""
+        return self.render(lambda name: name)
 
 
 class ClientFileWriter:
@@ -53,7 +71,8 @@ class ClientFileWriter:
                  input_bit_density: np.ndarray | None = None, overwrite: bool = False):
         self.path = Path(path)
         if self.path.exists() and not overwrite:
-            raise FileExistsError(f"{self.path} exists (pass overwrite=True to replace it)")
+            raise ClientFileExists(self.path)
+        self.overwrite = overwrite
         metadata.check(self.path)
         self.metadata = metadata
         self.rows = {split: int(rows.get(split, 0)) for split in SPLITS}
@@ -92,10 +111,21 @@ class ClientFileWriter:
         group["labels"][start:stop] = labels
 
     def commit(self) -> str:
-        """Close, fsync and rename into place (then fsync the directory); return the file's sha256."""
+        """Close, fsync and rename into place (then fsync the directory); return the file's sha256.
+
+        Without ``overwrite`` the rename cannot replace a file that appeared meanwhile (written by another
+        process): ``ClientFileExists`` is raised and the temporary file removed.
+        """
         self._file.close()
         digest = sha256_file(self.tmp_path)
-        replace_durably(self.tmp_path, self.path)
+        if self.overwrite:
+            replace_durably(self.tmp_path, self.path)
+        else:
+            try:
+                link_durably(self.tmp_path, self.path)
+            except FileExistsError:
+                self.abort()
+                raise ClientFileExists(self.path, appeared=True) from None
         self._committed = True
         return digest
 

@@ -8,9 +8,9 @@ directory that ``ldpfl federate`` and ``ldpfl inspect`` read:
 1. every source is validated by the one validator (``contract.run_dir.validate_run``: manifest, sha256,
    structure, one run);
 2. the sources must not give the same client index twice, must carry the same plan (the fingerprint of
-   their ``plan.json``, and of the ``plan`` passed in), and their files must form one run
-   (``contract.schema.compare_metadata``, the comparison the validator uses): an error names the file
-   that disagrees;
+   their ``plan.json``, and of the ``plan`` passed in), their files must have been exported with it, and
+   they must form one run (``contract.schema.compare_metadata``, the comparison the validator uses): an
+   error names the file that disagrees;
 3. the files are copied into a hidden temporary directory next to the target, with the plan and a new
    manifest (``tool: ldpfl gather``), the copy is validated again, and the directory is renamed into
    place. On any error nothing is left under the target name.
@@ -31,7 +31,7 @@ from contract.atomic import TMP_MARK, fsync_directory, fsync_file
 from contract.digest import sha256_file
 from contract.manifest import FileRecord, write_manifest
 from contract.plan import PLAN_FILE, SharedPlan, read_plan, write_plan
-from contract.run_dir import validate_run
+from contract.run_dir import files_off_plan, validate_run
 from contract.schema import ClientMetadata, FormatError, compare_metadata
 
 TOOL = "ldpfl gather"
@@ -123,7 +123,10 @@ def gather_runs(sources: Sequence[str | os.PathLike[str]], out_dir: str | os.Pat
                                   "client index")
             owner[record.client_index] = source
             gathered.append((path, record, metadata))
-    problems = compare_metadata([(str(path), metadata) for path, _, metadata in gathered])
+    named = [(str(path), metadata) for path, _, metadata in gathered]
+    problems = compare_metadata(named)
+    if shared is not None:
+        problems += files_off_plan(shared.fingerprint, named, plan_source)
     if problems:
         raise FormatError(out, f"the silos' files do not form one run: {'; '.join(problems)}")
 

@@ -88,7 +88,11 @@ def read_manifest(run_dir: str | os.PathLike[str]) -> Manifest:
         data = json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
         raise FormatError(path, f"unreadable manifest ({short_error(error)})") from None
-    if not isinstance(data, dict) or data.get("schema") != MANIFEST_SCHEMA:
+    except RecursionError:
+        raise FormatError(path, "unreadable manifest (JSON nested too deeply)") from None
+    if not isinstance(data, dict):
+        raise FormatError(path, f"is a JSON {type(data).__name__}, not an object (not an ldpfl manifest)")
+    if data.get("schema") != MANIFEST_SCHEMA:
         raise FormatError(path, f"attribute 'schema' is not {MANIFEST_SCHEMA!r}")
     if data.get("schema_version") not in SUPPORTED_SCHEMA_VERSIONS:
         raise FormatError(path, f"'schema_version' is {data.get('schema_version')!r}, expected one of "

@@ -16,10 +16,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from contract.client_reader import open_client_file, read_client_file
+from contract.client_reader import open_client_file, verify_client_data
 from contract.digest import sha256_file
-from contract.layout import CLIENT_FILE_SUFFIX, MANIFEST_NAME, client_index_from_name, is_hidden
+from contract.file_checks import file_problems
+from contract.layout import CLIENT_FILE_SUFFIX, MANIFEST_NAME, client_index_from_name, is_hidden, is_local_file
 from contract.manifest import FileRecord, Manifest, read_manifest
+from contract.plan import PLAN_FILE, read_plan
 from contract.schema import ClientMetadata, FormatError, compare_metadata
 
 
@@ -108,6 +110,34 @@ def listed_index_problem(metadata: ClientMetadata, listed_as: int | None) -> str
     return f"attribute 'client_index' is {metadata.client_index} but the manifest lists this file as client {listed_as}"
 
 
+def plan_problems(run_dir: Path, files: list[tuple[str, ClientMetadata]]) -> list[str]:
+    """Return how the files disagree with ``run_dir/plan.json`` (nothing when there is no plan file).
+
+    Parameters
+    ----------
+    run_dir : Path
+        The run directory.
+    files : list of (str, ClientMetadata)
+        Each file's name and metadata.
+    """
+    if not (run_dir / PLAN_FILE).is_file():
+        return []
+    try:
+        plan = read_plan(run_dir / PLAN_FILE)
+    except FormatError as error:
+        return [str(error)]
+    return files_off_plan(plan.fingerprint, files, PLAN_FILE)
+
+
+def files_off_plan(fingerprint: str, files: list[tuple[str, ClientMetadata]], plan_name: str) -> list[str]:
+    """Return one problem per file whose ``plan_fingerprint`` is not ``fingerprint`` (the plan ``plan_name``'s)."""
+    def short(value: str | None) -> str:
+        return "none" if value is None else value[:19] + "…"
+
+    return [f"{name} was not exported with {plan_name} (plan fingerprint {short(meta.plan_fingerprint)}, the plan's "
+            f"{short(fingerprint)})" for name, meta in files if meta.plan_fingerprint != fingerprint]
+
+
 def check_client_file(path: str | os.PathLike[str], record: FileRecord | None = None, *,
                       read_data: bool = False) -> FileCheck:
     """Hash and validate one client file (against its manifest entry, when given).
@@ -119,8 +149,9 @@ def check_client_file(path: str | os.PathLike[str], record: FileRecord | None = 
     record : FileRecord, optional
         Its manifest entry.
     read_data : bool
-        Also read every chunk (HDF5 verifies each Fletcher-32 checksum); by default only the
-        attributes and structure are validated.
+        Also read every chunk, in row blocks (HDF5 verifies each Fletcher-32 checksum); by default
+        only the attributes, the structure and ``contract.file_checks.file_problems`` (mechanism,
+        privacy report, checksums present: what ``ldpfl inspect`` flags) are checked.
 
     Returns
     -------
@@ -131,13 +162,12 @@ def check_client_file(path: str | os.PathLike[str], record: FileRecord | None = 
         return FileCheck(path, record, None, None, None, FormatError(path, "no such file"))
     digest = sha256_file(path)
     try:
+        with open_client_file(path) as (handle, metadata, rows):
+            problems = file_problems(handle, metadata)  # the contradictions ldpfl inspect flags
+        if problems:
+            raise FormatError(path, "; ".join(problems))
         if read_data:
-            data = read_client_file(path)
-            metadata, rows = data.metadata, data.rows
-            del data
-        else:
-            with open_client_file(path) as (_, metadata, rows):
-                pass
+            verify_client_data(path)  # every chunk, in row blocks
     except FormatError as error:
         return FileCheck(path, record, digest, None, None, error)
     return FileCheck(path, record, digest, metadata, dict(rows), None)
@@ -205,9 +235,15 @@ class RunCheck:
         return sorted({i for i in indices if indices.count(i) > 1})
 
     def problems(self) -> list[str]:
-        """Return run-level problems among the files that validate: attributes that differ, repeated indices."""
+        """Return run-level problems among the files that validate.
+
+        Attributes that differ (``compare_metadata``: among them the plan fingerprint, the class names and
+        the widths), repeated indices, and, when the run directory holds a ``plan.json``, a file that was
+        not exported with that plan or a plan file that cannot be read.
+        """
         valid = [(f.name, f.metadata) for f in self.files if f.metadata is not None]
         problems = compare_metadata(valid)
+        problems += plan_problems(self.run_dir, valid)
         indices = [meta.client_index for _, meta in valid]
         duplicates = sorted({i for i in indices if indices.count(i) > 1})
         if duplicates:
@@ -257,7 +293,8 @@ def check_run_dir(run_dir: str | os.PathLike[str], *, unlisted: bool = True, rea
     run_dir : path
         The run directory.
     unlisted : bool
-        Also check the ``*.h5`` files that the manifest does not list (temporary files excluded).
+        Also check the ``*.h5`` files that the manifest does not list (temporary and local-only files
+        ``client_NNN.local.h5`` excluded).
     read_unlisted : bool
         Read every chunk of those (a file found but never listed must prove its data intact).
 
@@ -274,12 +311,22 @@ def check_run_dir(run_dir: str | os.PathLike[str], *, unlisted: bool = True, rea
         manifest_error = error
     records = manifest.files if manifest is not None else []
     files = [check_client_file(run_dir / record.path, record) for record in records]
-    if unlisted and run_dir.is_dir():
-        listed_names = {record.path for record in records}
-        extra = sorted(p.name for p in run_dir.glob(f"*{CLIENT_FILE_SUFFIX}")
-                       if not is_hidden(p.name) and p.name not in listed_names)
+    if unlisted:
+        extra = unlisted_client_files(run_dir, {record.path for record in records})
         files += [check_client_file(run_dir / name, read_data=read_unlisted) for name in extra]
     return RunCheck(run_dir, manifest, manifest_error, tuple(files))
+
+
+def unlisted_client_files(run_dir: str | os.PathLike[str], listed: set[str]) -> list[str]:
+    """Return the names of the ``*.h5`` files in ``run_dir`` that are not in ``listed`` (sorted).
+
+    Temporary (hidden) and local-only files (``client_NNN.local.h5``) are not client files.
+    """
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        return []
+    return sorted(p.name for p in run_dir.glob(f"*{CLIENT_FILE_SUFFIX}")
+                  if not is_hidden(p.name) and not is_local_file(p.name) and p.name not in listed)
 
 
 def validate_run(run_dir: str | os.PathLike[str]) -> tuple[Manifest, list[tuple[FileRecord, ClientMetadata]]]:
@@ -296,5 +343,16 @@ def validate_run(run_dir: str | os.PathLike[str]) -> tuple[Manifest, list[tuple[
         A ``ValueError`` naming the file and the problem (see :meth:`RunCheck.require_valid`).
     ValueError
         Files that do not belong to one run, with every differing attribute and the files named.
+    FormatError
+        Client files in the directory that the manifest does not list (an interrupted export, or files
+        copied in): federating the listed ones alone would silently leave those clients out.
     """
-    return check_run_dir(run_dir, unlisted=False).require_valid()
+    check = check_run_dir(run_dir, unlisted=False)
+    manifest, checked = check.require_valid()
+    extra = unlisted_client_files(run_dir, {record.path for record in manifest.files})
+    if extra:
+        shown = ", ".join(extra[:10]) + (f" and {len(extra) - 10} more" if len(extra) > 10 else "")
+        raise FormatError(check.manifest_path, f"lists {len(manifest.files)} of the {len(manifest.files) + len(extra)} "
+                                               f"client files in {Path(run_dir)}; not listed: {shown} (finish or "
+                                               "resume the export with ldpfl export, or move those files away)")
+    return manifest, checked

@@ -27,16 +27,19 @@ from typing import Any
 import numpy as np
 
 from contract.jsonout import json_default
+from contract.release_point import FLATTEN, parse_release
 from contract.version import package_version
-from mechanisms.base import FEATURE_FORMATS, PACKED_BITS
+from mechanisms.base import FEATURE_FORMATS, FLOAT32, PACKED_BITS
 from mechanisms.registry import mechanism_class, mechanism_names
 from mechanisms.report import PrivacyReport
 from mechanisms.spec import ENCODING_KEYS, MechanismSpec
 
 SCHEMA = "ldpfl-features"
-SCHEMA_VERSION = 2
-"""Written by this code. Version 2 stores the derived boolean ``private`` as int8 0/1 (version 1: numpy bool)."""
-SUPPORTED_SCHEMA_VERSIONS = (1, 2)
+SCHEMA_VERSION = 3
+"""Written by this code. Version 2 stores the derived boolean ``private`` as int8 0/1 (version 1: numpy bool);
+version 3 adds the attributes ``release`` and ``local_only`` (and the optional ``class_names``,
+``plan_fingerprint``)."""
+SUPPORTED_SCHEMA_VERSIONS = (1, 2, 3)
 """Read by this code (client files and manifests)."""
 SPLITS = ("train", "test")
 
@@ -50,10 +53,20 @@ JSON_ATTRIBUTES = ("partition", "mechanism_parameters", "privacy_report", "label
 INT_ATTRIBUTES = ("num_classes", "client_index", "client_count", "integer_bits", "fraction_bits", "features",
                   "schema_version")
 
+OPTIONAL_ATTRIBUTES = ("class_names", "plan_fingerprint")
+"""Attributes a file may lack (older files, benchmark exports): read as ``None``, not written when ``None``.
+``class_names`` is a JSON list of the class names (class k is ``class_names[k]``, own data: issue 16);
+``plan_fingerprint`` is the fingerprint of the shared plan the file was exported with (``contract.plan``)."""
+
+DEFAULTED_ATTRIBUTES: dict[str, Any] = {"release": FLATTEN, "local_only": False}
+"""Attributes of version 3 that files of versions 1 and 2 lack; such files are read with these values
+(they hold LDPFL's flatten features and are meant to be shared). Version-3 files must carry them."""
+
 RUN_CONSISTENT_ATTRIBUTES = ("dataset", "num_classes", "client_count", "extractor", "integer_bits", "fraction_bits",
-                             "features", "feature_format", "mechanism")
+                             "features", "feature_format", "mechanism", "class_names", "plan_fingerprint", "release")
 """Attributes that must agree across the clients of one run. ``schema_version`` may differ: a resumed
-export adds files of the current version to a run that holds older ones, and readers take both."""
+export adds files of the current version to a run that holds older ones, and readers take both. Files of
+separate silos gathered into one run agree on ``plan_fingerprint`` and ``class_names`` (issue 16)."""
 
 
 class FormatError(ValueError):
@@ -107,6 +120,10 @@ class ClientMetadata:
     package_version: str = field(default_factory=package_version)
     created_utc: str = field(default_factory=utc_now)
     schema_version: int = SCHEMA_VERSION
+    class_names: tuple[str, ...] | None = None
+    plan_fingerprint: str | None = None
+    release: str = FLATTEN
+    local_only: bool = False
 
     @property
     def bits_per_value(self) -> int:
@@ -149,12 +166,18 @@ class ClientMetadata:
         attrs: dict[str, Any] = {"schema": SCHEMA}
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
-            if f.name in JSON_ATTRIBUTES:
+            if f.name in OPTIONAL_ATTRIBUTES and value is None:
+                continue
+            if f.name == "class_names":
+                value = json.dumps(list(value), ensure_ascii=False)
+            elif f.name in JSON_ATTRIBUTES:
                 value = json.dumps(value, sort_keys=True, default=json_default)
             elif f.name == "input_shape":
                 value = np.asarray(value, dtype=np.int64)
             elif f.name == "local_accuracy":
                 value = np.nan if value is None else float(value)
+            elif f.name == "local_only":
+                value = np.int8(bool(value))
             attrs[f.name] = value
         report = self.privacy_report
         attrs["nominal_epsilon"] = _float_or_nan(report.get("nominal_epsilon"))
@@ -189,27 +212,40 @@ class ClientMetadata:
                                     "(not an ldpfl feature file)")
         version = attrs.get("schema_version")
         if not _supported_version(version):
-            version = version.item() if isinstance(version, np.generic) else version
-            raise FormatError(path, f"attribute 'schema_version' is {version!r}, this reader supports "
+            raise FormatError(path, f"attribute 'schema_version' is {_describe(version)}, this reader supports "
                                     f"{', '.join(map(str, SUPPORTED_SCHEMA_VERSIONS))}")
         kwargs: dict[str, Any] = {}
         for f in dataclasses.fields(cls):
             if f.name not in attrs:
+                if f.name in OPTIONAL_ATTRIBUTES:
+                    continue
+                if f.name in DEFAULTED_ATTRIBUTES and _scalar_int(version) < 3:
+                    continue
                 raise FormatError(path, f"missing attribute {f.name!r}")
             value = attrs[f.name]
             try:
-                if f.name in JSON_ATTRIBUTES:
+                if f.name == "class_names":
+                    value = json.loads(_text(value))
+                    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                        raise ValueError("not a JSON list of strings")
+                    value = tuple(value)
+                elif f.name in JSON_ATTRIBUTES:
                     value = json.loads(_text(value))
                 elif f.name == "input_shape":
                     value = tuple(int(v) for v in np.asarray(value).ravel())
                 elif f.name == "local_accuracy":
                     value = None if np.isnan(value) else float(value)
+                elif f.name == "local_only":
+                    if _scalar_int(value) not in (0, 1):
+                        raise ValueError(f"expected 0 or 1, got {value!r}")
+                    value = bool(int(value))
                 elif f.name in INT_ATTRIBUTES:
-                    value = int(value)
+                    value = _scalar_int(value)
                 else:
                     value = _text(value)
-            except (TypeError, ValueError) as error:
-                raise FormatError(path, f"attribute {f.name!r} is malformed ({error})") from None
+            except (TypeError, ValueError, OverflowError, RecursionError) as error:
+                problem = " ".join(str(error).split())[:200]
+                raise FormatError(path, f"attribute {f.name!r} is malformed ({problem})") from None
             kwargs[f.name] = value
         meta = cls(**kwargs)
         meta.check(path)
@@ -233,18 +269,66 @@ class ClientMetadata:
             problems.append(f"attribute 'features' ({self.features}) is outside [1, {MAX_FEATURE_WIDTH}]")
         if not 1 <= self.num_classes <= MAX_CLASSES:
             problems.append(f"attribute 'num_classes' ({self.num_classes}) is outside [1, {MAX_CLASSES}]")
+        if self.class_names is not None and (len(self.class_names) != self.num_classes
+                                             or len(set(self.class_names)) != len(self.class_names)):
+            problems.append(f"attribute 'class_names' holds {len(self.class_names)} names (distinct: "
+                            f"{len(set(self.class_names))}) for num_classes = {self.num_classes}")
+        problems += self._release_problems()
         if not 0 <= self.client_index < max(self.client_count, 1):
             problems.append(f"attribute 'client_index' ({self.client_index}) is outside [0, client_count="
                             f"{self.client_count})")
         if problems:
             raise FormatError(path, "; ".join(problems))
 
+    def _release_problems(self) -> list[str]:
+        """Return how ``release`` contradicts itself or the width (K for bottleneck:K, k for scores/label)."""
+        try:
+            point = parse_release(self.release)
+        except ValueError as error:
+            return [f"attribute 'release' is malformed ({error})"]
+        if point.is_flatten:
+            return []
+        width = point.width(self.features, self.num_classes)
+        problems = []
+        if self.features != width:
+            problems.append(f"attribute 'features' ({self.features}) differs from the width {width} of release "
+                            f"{self.release!r}")
+        if self.feature_format != FLOAT32:
+            problems.append(f"release {self.release!r} is stored as {FLOAT32!r}, not {self.feature_format!r}")
+        return problems
+
 
 def _supported_version(version: Any) -> bool:
     try:
-        return version is not None and int(version) in SUPPORTED_SCHEMA_VERSIONS
-    except (TypeError, ValueError):
+        return _scalar_int(version) in SUPPORTED_SCHEMA_VERSIONS
+    except (TypeError, ValueError, OverflowError):
         return False
+
+
+def _describe(value: Any) -> str:
+    """Return ``value`` on one short line: an array by its shape and dtype, anything else by its repr."""
+    if isinstance(value, np.ndarray) and value.shape != ():
+        return f"an array of shape {value.shape} ({value.dtype})"
+    if isinstance(value, np.generic | np.ndarray):
+        value = value.item()
+    return " ".join(repr(value).split())[:80]
+
+
+def _scalar_int(value: Any) -> int:
+    """Return an integer attribute's value; an array, a boolean, a string or a non-integral number is refused.
+
+    Raises
+    ------
+    TypeError
+        Not a scalar integer (the message describes the value on one line).
+    """
+    if isinstance(value, np.ndarray) and value.shape == ():
+        value = value.item()
+    if isinstance(value, bool | np.bool_) or not isinstance(value, int | np.integer | float | np.floating):
+        raise TypeError(f"{_describe(value)} is not an integer")
+    if isinstance(value, float | np.floating) and not float(value).is_integer():
+        raise TypeError(f"{_describe(value)} is not an integer")
+    return int(value)
 
 
 def _float_or_nan(value: Any) -> float:

@@ -24,6 +24,8 @@ DEBUG_VARIABLE = "LDPFL_DEBUG"
 # Subcommands load on demand, so `ldpfl mechanisms` and `ldpfl inspect` never pay for TensorFlow or torch.
 LAZY_COMMANDS = {
     "export": "stage1_features.cli:export_command",
+    "plan": "stage1_features.silo_cli:plan_command",
+    "gather": "ldpfl.gather_cli:gather_command",
     "federate": "stage2_federate.cli:federate_command",
     "inspect": "ldpfl.inspect_cli:inspect_command",
     "mechanisms": "ldpfl.mechanisms_cli:mechanisms_command",
@@ -32,7 +34,11 @@ LAZY_COMMANDS = {
 
 
 class LdpflGroup(click.Group):
-    """A lazily loaded group whose errors are one line each: usage and input errors exit 2, I/O errors 1."""
+    """A lazily loaded group whose errors are one line each.
+
+    Usage and input errors (``ValueError``) exit 2; I/O errors, exhausted memory and any other exception
+    exit 1, as one ``Error: ...`` line (the traceback only with ``LDPFL_DEBUG=1``).
+    """
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         """Return the subcommands whose modules are installed, sorted."""
@@ -58,7 +64,7 @@ class LdpflGroup(click.Group):
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
         """Run the command line; turn every error into one ``Error:`` line and an exit code."""
-        if not standalone_mode or os.environ.get(DEBUG_VARIABLE):
+        if not standalone_mode or debugging():
             return super().main(args, prog_name, complete_var, standalone_mode=standalone_mode, **extra)
         try:
             rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
@@ -70,7 +76,20 @@ class LdpflGroup(click.Group):
             _fail(cli_message(error, getattr(self, "invoked", None)), 2)
         except OSError as error:
             _fail(f"{error.strerror or error}: {error.filename}" if error.filename else str(error), 1)
+        except MemoryError as error:
+            _fail(f"out of memory{f' ({error})' if str(error) else ''}; set {DEBUG_VARIABLE}=1 for the traceback", 1)
+        except RecursionError:
+            _fail(f"input nested too deeply to process (RecursionError); set {DEBUG_VARIABLE}=1 for the traceback",
+                  1)
+        except Exception as error:  # noqa: BLE001 - the last resort: one line, never a traceback
+            _fail(f"{type(error).__name__}: {error} (an unexpected error; set {DEBUG_VARIABLE}=1 for the "
+                  "traceback)", 1)
         sys.exit(rv if isinstance(rv, int) else 0)
+
+
+def debugging() -> bool:
+    """Return whether ``LDPFL_DEBUG`` asks for tracebacks (set, and not ``0``)."""
+    return os.environ.get(DEBUG_VARIABLE, "") not in ("", "0")
 
 
 def option_flag(command: click.Command | None, parameter: str) -> str:
@@ -94,8 +113,14 @@ def cli_message(error: ValueError, command: click.Command | None = None) -> str:
     return str(error)
 
 
+MAX_MESSAGE = 2000
+
+
 def _fail(message: str, code: int) -> None:
-    click.echo(f"Error: {' '.join(message.split())}", err=True)
+    text = " ".join(message.split())
+    if len(text) > MAX_MESSAGE:
+        text = text[:MAX_MESSAGE] + " ..."
+    click.echo(f"Error: {text}", err=True)
     sys.exit(code)
 
 
@@ -107,6 +132,8 @@ def cli() -> None:
     \b
     demo        the whole pipeline on the embedded MNIST-5k data: export, federate, inspect
     export      stage 1: train a CNN per client, encode and randomize its features, write HDF5
+    plan        the shared plan that separate silos export with (own data, one silo at a time)
+    gather      put the files of separate silos into one run directory
     federate    stage 2: federated training of a fully-connected model over the HDF5 files
     inspect     what a randomized HDF5 file is, what privacy it carries, whether its bits look right
     mechanisms  list the randomization mechanisms and their privacy reports

@@ -31,6 +31,8 @@ from typing import Any
 
 from contract.jsonout import json_ready
 from contract.layout import MANIFEST_NAME, METRICS_PATH
+from contract.manifest import Manifest
+from contract.release_history import history_from_manifest, total_epsilon
 from contract.run_dir import check_run_dir
 from contract.schema import FormatError
 from ldpfl.inspect_file import OK, FileReport, inspect_file, manifest_check
@@ -45,6 +47,8 @@ class FederationSummary:
     rounds: tuple[int, ...]
     test_accuracy: tuple[float | None, ...]
     problem: str | None = None
+    ledger: Mapping[str, Any] | None = None  # metrics.json's privacy_ledger (stage 2), when well formed
+    ledger_problem: str | None = None
 
     @property
     def final_accuracy(self) -> float | None:
@@ -75,9 +79,36 @@ def read_federation_metrics(run_dir: str | os.PathLike) -> FederationSummary | N
         if not isinstance(rounds, list) or not all(isinstance(r, dict) for r in rounds):
             raise ValueError("'rounds' is not a list of objects")
         numbers = [(int(r.get("round", i + 1)), as_float(r.get("test_accuracy"))) for i, r in enumerate(rounds)]
-    except (OSError, ValueError, TypeError, KeyError, UnicodeDecodeError) as error:
+    except (OSError, ValueError, TypeError, KeyError, UnicodeDecodeError, RecursionError) as error:
         return FederationSummary((), (), f"{path}: unreadable ({' '.join(str(error).split())[:160]})")
-    return FederationSummary(tuple(r for r, _ in numbers), tuple(a for _, a in numbers))
+    ledger, problem = _read_ledger(data.get("privacy_ledger"))
+    return FederationSummary(tuple(r for r, _ in numbers), tuple(a for _, a in numbers), None, ledger,
+                             None if problem is None else f"{path}: {problem}")
+
+
+LEDGER_ROW_KEYS = ("client", "rounds", "epsilon", "delta", "method")
+
+
+def _read_ledger(section: Any) -> tuple[dict[str, Any] | None, str | None]:
+    """Return the stage-2 ledger of ``metrics.json`` (rows of client, rounds, ε, δ, method), or a problem.
+
+    An older metrics.json without the section gives ``(None, None)``; a malformed one ``(None, problem)``.
+    """
+    if section is None:
+        return None, None
+    if not isinstance(section, Mapping) or not isinstance(section.get("clients"), list):
+        return None, "privacy_ledger is not an object with a 'clients' list"
+    rows = []
+    for row in section["clients"]:
+        if not isinstance(row, Mapping) or not all(k in row for k in LEDGER_ROW_KEYS):
+            return None, f"privacy_ledger rows need the keys {', '.join(LEDGER_ROW_KEYS)}"
+        epsilon = row["epsilon"]
+        if epsilon is not None and epsilon != "inf" and not isinstance(epsilon, int | float):
+            return None, f"privacy_ledger: epsilon of client {row['client']!r} is not a number"
+        rows.append({k: row[k] for k in (*LEDGER_ROW_KEYS, "mechanism") if k in row})
+    return {"rounds": section.get("rounds"), "accountant": section.get("accountant"),
+            "adds_privacy_loss": bool(section.get("adds_privacy_loss", True)), "counted": section.get("counted"),
+            "clients": rows, "notes": [str(n) for n in section.get("notes", ()) if isinstance(n, str)]}, None
 
 
 @dataclass
@@ -91,6 +122,8 @@ class Inspection:
     problems: list[str] = field(default_factory=list)  # run-level: manifest, mismatches across clients
     notes: list[str] = field(default_factory=list)
     federation: FederationSummary | None = None
+    # each client's releases of its records (manifest's release_history) and their total ε per record
+    release_history: dict[int, dict[str, Any]] | None = None
 
     @property
     def ok(self) -> bool:
@@ -113,7 +146,32 @@ class Inspection:
             "manifest": None if self.manifest is None else dict(self.manifest), "problems": list(self.problems),
             "notes": list(self.notes), "files": [f.to_dict() for f in self.files],
             "federation": None if self.federation is None else self.federation.to_dict(),
+            "privacy_ledger": self.privacy_ledger(),
+            "release_history": None if self.release_history is None else {
+                str(k): v for k, v in sorted(self.release_history.items())},
         })
+
+    def privacy_ledger(self) -> dict[str, Any]:
+        """Return one privacy ledger of the run: stage 1 per file, stage 2 per client.
+
+        Stage 1 is the release of each file's features (ε per record and δ, from its attributes); stage 2
+        the totals per client from ``federation/metrics.json`` (None when there is no federation).
+        """
+        stage1 = []
+        for f in self.files:
+            m = f.metadata
+            if m is None:
+                continue
+            report = dict(m.privacy_report)
+            stage1.append({"client": m.client_index, "file": f.name, "mechanism": m.mechanism,
+                           "nominal_epsilon": as_float(report.get("nominal_epsilon")),
+                           "epsilon_per_record": as_float(report.get("exact_epsilon_per_record")),
+                           "delta": as_float(report.get("exact_delta")), "private": m.private})
+        stage2 = None if self.federation is None else self.federation.ledger
+        return {"stage1": stage1, "stage2": None if stage2 is None else dict(stage2),
+                "notes": ["stage 1: one release of each client's features (train and test rows), per record",
+                          "stage 2: each client's total over the rounds in which its upload reached the "
+                          "server (federation/metrics.json)"]}
 
     def format_text(self, *, details: bool = False) -> str:
         """Human-readable report: a file's full section, or a run's summary table (plus sections)."""
@@ -126,6 +184,19 @@ class Inspection:
             for report in self.files:
                 lines += ["", *file_lines(report)]
         return "\n".join(lines)
+
+
+def release_history(manifest: Manifest) -> tuple[dict[int, dict[str, Any]] | None, str | None]:
+    """Return each listed client's releases (``contract.release_history``) with their total ε, or a problem.
+
+    The total is the sum of the per-record ε of the releases (basic composition, Dwork & Roth Thm. 3.16).
+    """
+    try:
+        history = history_from_manifest(manifest.info, manifest.files, str(manifest.run_dir))
+    except ValueError as error:
+        return None, f"{manifest.run_dir / MANIFEST_NAME}: {error}"
+    return {i: {"releases": [e.to_dict() for e in entries], "total_exact_epsilon_per_record": total_epsilon(entries)}
+            for i, entries in history.items()}, None
 
 
 def inspect_path(path: str | os.PathLike, *, block_rows: int | None = None) -> Inspection:
@@ -162,7 +233,13 @@ def inspect_run(run_dir: str | os.PathLike[str], *, block_rows: int | None = Non
         present, expected = len({m.client_index for m in valid}), valid[0].client_count
         if present < expected:
             result.notes.append(f"{present} of {expected} clients present")
+    if check.manifest is not None:
+        result.release_history, problem = release_history(check.manifest)
+        if problem:
+            result.problems.append(problem)
     result.federation = read_federation_metrics(run_dir)
     if result.federation is not None and result.federation.problem:
         result.notes.append(result.federation.problem)
+    if result.federation is not None and result.federation.ledger_problem:
+        result.notes.append(result.federation.ledger_problem)
     return result

@@ -21,6 +21,7 @@ import numpy as np
 
 import mechanisms as mech
 from contract.client_reader import iter_feature_chunks, open_client_file, short_error
+from contract.file_checks import checksum_problems, unprotected_datasets
 from contract.jsonout import json_ready
 from contract.layout import MANIFEST_NAME
 from contract.manifest import read_manifest
@@ -168,7 +169,8 @@ def _float_statistics(path: Path, handle: h5py.File, features: int, mechanism: A
     outputs = None
     values = None if mechanism is None else mechanism.output_values()
     if values is not None:
-        outputs = dict(zip(("high", "low", "centre"), (float(v) for v in values), strict=True))
+        names = ("high", "low", "centre") if len(values) == 3 else tuple(f"v{i}" for i in range(len(values)))
+        outputs = dict(zip(names, (float(v) for v in values), strict=True))  # PDPM's three, duchi's ±B, ...
     hits = np.zeros(len(outputs or ()) + 1, dtype=np.int64)  # each output, then "other"
     for split in SPLITS:
         dset = handle[split]["features"]
@@ -202,12 +204,8 @@ def _read_input_density(path: Path, handle: h5py.File) -> np.ndarray | None:
 def _read_data(path: Path, handle: h5py.File, metadata: ClientMetadata, mechanism: Any | None,
                report: FileReport, block_rows: int | None) -> None:
     """Read every dataset once, in row blocks, through the checksum filter; fill the report's statistics."""
-    datasets = [f"{s}/{n}" for s in SPLITS for n in ("labels", "features")]
-    if "stats" in handle:
-        datasets += [f"stats/{n}" for n in handle["stats"]]
-    unprotected = [name for name in datasets if not handle[name].fletcher32]
-    if unprotected:
-        report.flags.append(f"datasets {unprotected} carry no Fletcher-32 checksum: their data cannot be verified")
+    unprotected = unprotected_datasets(handle)
+    report.flags.extend(checksum_problems(handle))  # the validator behind federate refuses the same
     for split in SPLITS:
         report.label_histograms[split] = _read_labels(path, handle, split, metadata.num_classes, block_rows)
         stated = metadata.label_histograms.get(split)

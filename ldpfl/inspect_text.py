@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from contract.schema import SPLITS
 from ldpfl.inspect_file import OK, FileReport
@@ -66,6 +66,8 @@ def file_lines(report: FileReport) -> list[str]:
         f"  client      {meta.client_index} of {meta.client_count}",
         f"  partition   {json.dumps(meta.partition, sort_keys=True, default=str)}",
         f"  extractor   {meta.extractor}, input shape {'x'.join(str(s) for s in meta.input_shape)}",
+        f"  release     {meta.release}" + ("   LOCAL ONLY: unrandomized records, never to be shared"
+                                          if meta.local_only else ""),
         encoding,
         f"  features    {meta.feature_format} ({unit})",
         f"  mechanism   {meta.mechanism} ({params})",
@@ -127,6 +129,36 @@ def file_lines(report: FileReport) -> list[str]:
     return lines
 
 
+def _stage2_ledger_lines(ledger: Mapping[str, Any] | None) -> list[str]:
+    """Return the stage-2 privacy ledger's lines (each client's total over its uploads), if there is one."""
+    if ledger is None:
+        return []
+    if not ledger.get("adds_privacy_loss", True):
+        return ["  privacy ledger  stage 2 adds nothing (perturbation none); the exact eps/record above is all"]
+    lines = [f"  privacy ledger  stage 2, each client over its uploads ({ledger.get('accountant')}):"]
+    for row in ledger.get("clients", ()):
+        eps = row.get("epsilon")
+        shown = "n/a" if eps is None else ("inf (not private)" if eps == "inf" else f"{float(eps):.4g}")
+        delta = f" at delta {row['delta']:g}" if isinstance(row.get("delta"), int | float) and row["delta"] else ""
+        lines.append(f"    client {row.get('client')}: eps {shown}{delta} over {row.get('rounds')} uploads "
+                     f"({row.get('method')})")
+    return lines
+
+
+def _release_history_lines(result: Inspection) -> list[str]:
+    """Return the releases of the run's records and their total ε per record, when there was more than one."""
+    history = result.release_history
+    if history is None or all(len(h["releases"]) < 2 for h in history.values()):
+        return []
+    lines = ["  releases    these records were released more than once (--from-models): each release spends their "
+             "privacy again; total exact eps per record = the sum over releases (basic composition)"]
+    rows = [[str(client), str(len(h["releases"])),
+             " + ".join(f"{r['mechanism']}/{r['release']} {_fmt(as_float(r['exact_epsilon_per_record']), 6)}"
+                        for r in h["releases"]),
+             _fmt(h["total_exact_epsilon_per_record"], 6)] for client, h in sorted(history.items())]
+    return lines + _table(["client", "releases", "mechanism/release eps", "total eps/record"], rows, indent="    ")
+
+
 def run_lines(result: Inspection) -> list[str]:
     """Return the lines of a run's summary: one row per client, then the run's problems and notes."""
     n_bad = sum(f.status != OK for f in result.files)
@@ -145,10 +177,11 @@ def run_lines(result: Inspection) -> list[str]:
         rows.append([
             "?" if m is None else str(m.client_index), f.name, str(f.rows.get("train", "-")),
             str(f.rows.get("test", "-")), _compact_histogram(f.label_histograms.get("train")),
-            "-" if m is None else m.mechanism, _fmt(None if p is None else p.nominal_epsilon),
+            "-" if m is None else m.release, "-" if m is None else m.mechanism,
+            _fmt(None if p is None else p.nominal_epsilon),
             _fmt(None if p is None else p.exact_epsilon_per_record, 6),
             _fmt(None if m is None else m.local_accuracy, 3), sha, status])
-    lines += _table(["client", "file", "train", "test", "train labels", "mechanism", "nominal eps",
+    lines += _table(["client", "file", "train", "test", "train labels", "release", "mechanism", "nominal eps",
                      "exact eps/record", "local acc", "sha", "status"], rows)
     flagged = [(f.name, flag) for f in result.files if not f.error for flag in f.flags[1:]]
     if flagged:
@@ -159,9 +192,11 @@ def run_lines(result: Inspection) -> list[str]:
         lines += [f"  ! {p}" for p in result.problems]
     elif len([f for f in result.files if f.metadata]) > 1:
         lines.append("  consistency  all readable clients agree on dataset, extractor, encoding, format and mechanism")
+    lines += _release_history_lines(result)
     if result.federation is not None and not result.federation.problem:
         fed = result.federation.to_dict()
         lines.append(f"  federation  {fed['rounds']} rounds, final test accuracy {_fmt(fed['final_test_accuracy'])}, "
                      f"best {_fmt(fed['best_test_accuracy'])}")
+        lines += _stage2_ledger_lines(result.federation.ledger)
     lines += [f"  note: {n}" for n in result.notes]
     return lines

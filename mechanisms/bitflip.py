@@ -22,7 +22,7 @@ from .base import PACKED_BITS, Mechanism, param, require_generator
 from .calibration import BitClass, bit_epsilon
 from .encoding import FixedPointEncoding
 from .report import PrivacyReport
-from .validation import require_bits, require_choice, require_epsilon, require_int_in_range
+from .validation import require_bits, require_choice, require_epsilon, require_record_size
 
 THRESHOLD_BITS = 32
 THRESHOLD_SCALE = float(1 << THRESHOLD_BITS)
@@ -75,7 +75,7 @@ class BitMechanism(Mechanism):
     def __post_init__(self) -> None:
         """Validate ε, r, the sensitivity rule, m and n."""
         require_epsilon(self.epsilon)
-        require_int_in_range("features (r)", self.features, 1)
+        require_record_size("features (r)", self.features)
         require_choice("sensitivity_rule", self.sensitivity_rule, SENSITIVITY_RULES)
         self.encoding  # validates m and n  # noqa: B018
 

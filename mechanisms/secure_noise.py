@@ -206,22 +206,31 @@ def _geometric(scale: float, n: int, rng: np.random.Generator) -> np.ndarray:
     P(V = v) ∝ e^(-m v/scale). Each g has a unique (r, v), hence P(G = g) ∝ e^(-g/scale).
     """
     m = max(1, math.ceil(scale))
-    out = np.empty(n, dtype=np.int64)
-    # R: rejection in rounds over the still-unaccepted indices.
-    pending = np.arange(n)
-    while pending.size:
-        r = rng.integers(0, m, size=pending.size, dtype=np.int64) if m > 1 else np.zeros(pending.size, np.int64)
-        accept = _bernoulli(np.exp(-r / scale), pending.size, rng) if m > 1 else np.ones(pending.size, bool)
-        out[pending[accept]] = r[accept]
-        pending = pending[~accept]
-    # V: unbounded loop in rounds over the indices whose last trial succeeded.
+    # R: rejection, first over all n, then in rounds over the indices still unaccepted.
+    if m > 1:
+        out = rng.integers(0, m, size=n, dtype=np.int64)
+        pending = np.flatnonzero(~_bernoulli(_exp_of_ratio(out, scale), n, rng))
+        while pending.size:
+            r = rng.integers(0, m, size=pending.size, dtype=np.int64)
+            accept = _bernoulli(_exp_of_ratio(r, scale), pending.size, rng)
+            out[pending[accept]] = r[accept]
+            pending = pending[~accept]
+    else:
+        out = np.zeros(n, dtype=np.int64)
+    # V: unbounded loop, first over all n, then in rounds over the indices whose last trial succeeded.
     p_continue = math.exp(-m / scale)
-    active = np.arange(n)
+    active = np.flatnonzero(_bernoulli(p_continue, n, rng))
     while active.size:
-        success = _bernoulli(p_continue, active.size, rng)
-        active = active[success]
         out[active] += m
+        active = active[_bernoulli(p_continue, active.size, rng)]
     return out
+
+
+def _exp_of_ratio(r: np.ndarray, scale: float) -> np.ndarray:
+    """Compute exp(-r/scale) elementwise (one division and one exp per element, in place)."""
+    x = r.astype(np.float64)
+    x /= -scale
+    return np.exp(x, out=x)
 
 
 def _two_sided_geometric(scale: float, n: int, rng: np.random.Generator) -> np.ndarray:
@@ -276,15 +285,23 @@ def discrete_gaussian(sigma: float, size: int | tuple[int, ...], *, rng: np.rand
     t = math.floor(sigma) + 1
     centre = sigma * sigma / t
     two_var = 2.0 * sigma * sigma
-    out = np.empty(n, dtype=np.int64)
-    pending = np.arange(n)
+    out = _two_sided_geometric(t, n, rng)
+    pending = np.flatnonzero(~_bernoulli(_gaussian_acceptance(out, centre, two_var), n, rng))
     while pending.size:
         y = _two_sided_geometric(t, pending.size, rng)
-        gap = np.abs(y) - centre
-        accept = _bernoulli(np.exp(-(gap * gap) / two_var), pending.size, rng)
+        accept = _bernoulli(_gaussian_acceptance(y, centre, two_var), pending.size, rng)
         out[pending[accept]] = y[accept]
         pending = pending[~accept]
     return out.reshape(shape)
+
+
+def _gaussian_acceptance(y: np.ndarray, centre: float, two_var: float) -> np.ndarray:
+    """Compute CKS Algorithm 3's acceptance probability exp(-(|y| - σ²/t)²/(2σ²)) elementwise, in place."""
+    gap = np.abs(y).astype(np.float64)
+    gap -= centre
+    gap *= gap
+    gap /= -two_var
+    return np.exp(gap, out=gap)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -17,9 +17,21 @@ from stage1_features import cnn
 from stage1_features.datasets import dataset_names
 from stage1_features.export_config import exportable_mechanisms
 from stage1_features.partition import PARTITION_KINDS
+from stage1_features.release_cli import check_from_models, release_options
+from stage1_features.silo_cli import explicit_parameters, own_data_options, silo_config
 
 MECHANISM_CHOICES = exportable_mechanisms()
 DEDICATED = {"epsilon": "--epsilon", "alpha": "--alpha", "integer_bits": "-m", "fraction_bits": "-n"}
+
+
+class NonEmptyPath(click.Path):
+    """A ``click.Path`` that refuses an empty string (click would turn ``--out ""`` into the current directory)."""
+
+    def convert(self, value, param, ctx):  # noqa: ANN001, ANN201 - click's signature
+        """Refuse ``""`` (say '.' for the current directory), else convert as ``click.Path``."""
+        if isinstance(value, str) and not value.strip():
+            self.fail("is empty; give a directory (use '.' for the current one)", param, ctx)
+        return super().convert(value, param, ctx)
 
 
 def parse_param(text: str) -> tuple[str, Any]:
@@ -65,8 +77,8 @@ def _print_table(result: Any) -> None:
     click.echo(f"run directory  {result.run_dir}")
     width = (f"r·l = {result.feature_width} bits" if result.feature_format == "packed-bits"
              else f"{result.features} float32 values")
-    click.echo(f"dataset {result.dataset}, extractor {result.extractor} (r = {result.features}), "
-               f"mechanism {result.mechanism}, {width} per record")
+    click.echo(f"dataset {result.dataset}, extractor {result.extractor}, release {result.release} "
+               f"({result.features} values per record), mechanism {result.mechanism}, {width} per record")
     click.echo(f"{'client':>6}  {'train':>7}  {'test':>6}  {'local acc':>9}  {'file':<16} status")
     for c in result.clients:
         click.echo(f"{c.index:>6}  {c.rows.get('train', 0):>7}  {c.rows.get('test', 0):>6}  "
@@ -102,7 +114,8 @@ def _print_table(result: Any) -> None:
 @click.option("--no-augment", is_flag=True, help="Train without rotation/shift augmentation.")
 @click.option("--mechanism", type=click.Choice(MECHANISM_CHOICES), default="uer", show_default=True,
               help="Randomization: a bit mechanism over the fixed-point encoding, a float mechanism over the "
-                   "features, or none (NOT private).")
+                   "features, or none (NOT private). --release bottleneck:K and scores take bounded (duchi, "
+                   "piecewise, hybrid, laplace) or real mechanisms, label takes krr or oue-label.")
 @click.option("--epsilon", type=float, default=None, help="Nominal privacy budget ε  [default: 0.5, IV-D]")
 @click.option("--alpha", type=float, default=None, help="α of uer/moue  [default: 10, IV-D]")
 @click.option("-m", "--integer-bits", type=int, default=None, help="m, integer bits  [default: 4, IV-D]")
@@ -126,16 +139,20 @@ def _print_table(result: Any) -> None:
 @click.option("--seed", type=int, default=None,
               help="Reproducible run, for tests and research only: output seeded this way has NO privacy against "
                    "anyone who can guess the seed. Never stored. Default: the OS CSPRNG.")
-@click.option("--out", "out", type=click.Path(path_type=Path), default=None,
+@click.option("--out", "out", type=NonEmptyPath(path_type=Path), default=None,
               help="Run directory  [default: runs/<dataset>]")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary on stdout.")
 @click.option("--quiet", is_flag=True, help="No progress bars.")
+@release_options
+@own_data_options
 def export_command(dataset: str, data_dir: str | None, clients: int, max_clients: int | None, partition: str,
                    beta: float, unb: float, shards_per_client: int, test_fraction: float, extractor: str,
                    epochs: int, batch_size: int, no_augment: bool, mechanism: str, epsilon: float | None,
                    alpha: float | None, integer_bits: int | None, fraction_bits: int | None, params: tuple[str, ...],
                    limit: int | None, save_models: bool, store_input_density: bool, clients_parallel: int,
-                   overwrite: bool, seed: int | None, out: Path | None, as_json: bool, quiet: bool) -> None:
+                   overwrite: bool, seed: int | None, out: Path | None, as_json: bool, quiet: bool,
+                   release: str, from_models: str | None, keep_clean_test: bool, noise_aware: bool,
+                   **silo: Any) -> None:
     """Stage 1: per client, train a CNN, encode and randomize its flatten features, write HDF5.
 
     Each client gets its share of the pooled dataset, holds out 10 % for testing, trains the CNN of
@@ -149,6 +166,17 @@ def export_command(dataset: str, data_dir: str | None, clients: int, max_clients
       ldpfl export --dataset mnist5k --clients 2 --epochs 1 --out runs/mnist5k
       ldpfl export --dataset fashion-mnist --clients 10 --out runs/fmnist --clients-parallel 2
       ldpfl export --extractor none --mechanism pdpm --param safe_range_length=2
+      ldpfl export --release label --mechanism krr --epsilon 2 --out runs/mnist5k-label
+      ldpfl export --release bottleneck:16 --mechanism piecewise --epsilon 5 --out runs/mnist5k-bn16
+      ldpfl export --from-models runs/mnist5k --release scores --mechanism duchi --epsilon 2 \
+                   --out runs/mnist5k-scores
+
+    \b
+    Your own data (--data; formats in data/README.md), one silo at a time with a shared plan
+    (ldpfl plan; walkthrough in docs/cross-silo.md):
+      ldpfl export --data scans/ --image-size 28 28 --color-mode grayscale --clients 4 --out runs/scans
+      ldpfl export --plan plan.json --data scans.npz --client-index 0 --clients 3 --out export_a
+      ldpfl export --plan plan.json --data records.csv --label-column diagnosis --client-index 2 --clients 3
     """
     from stage1_features.export import run_export
     from stage1_features.export_config import ExportConfig
@@ -162,8 +190,12 @@ def export_command(dataset: str, data_dir: str | None, clients: int, max_clients
         epochs=epochs, batch_size=batch_size, augment=not no_augment, mechanism=mechanism,
         mechanism_params=mechanism_parameters(epsilon, alpha, integer_bits, fraction_bits, params), limit=limit,
         save_models=save_models, store_input_density=store_input_density, clients_parallel=clients_parallel,
-        overwrite=overwrite, seed=seed)
-    result = run_export(config, out if out is not None else Path("runs") / dataset, progress=not quiet)
+        overwrite=overwrite, seed=seed, release=release, from_models=from_models, keep_clean_test=keep_clean_test,
+        noise_aware=noise_aware)
+    check_from_models(click.get_current_context(), from_models, out)
+    config = silo_config(click.get_current_context(), config, silo,  # --data, --client-index, --plan (issue 16)
+                         explicit_parameters(epsilon, alpha, integer_bits, fraction_bits, params))
+    result = run_export(config, out if out is not None else Path("runs") / config.dataset, progress=not quiet)
     for note in result.notes:
         click.echo(f"warning: {note}", err=True)
     if as_json:

@@ -61,6 +61,7 @@ AUTO = "auto"
 WEIGHT_DECAY = 1e-4  # IV-A1: regularizers.l2(1e-4) on all convolution layers
 BN_MOMENTUM = 0.9  # see the module docstring: moving statistics usable after a few dozen steps
 FLATTEN_LAYER = "flatten_features"  # the layer whose output is exported (Fig. 3 no. 16, Fig. 4 no. 27)
+BOTTLENECK_LAYER = "release_bottleneck"  # ``--release bottleneck:K``: K tanh units right after the flatten layer
 
 # ``--extractor auto``: the paper's choice per dataset (IV-A). digits (8×8) is too small for either net
 # and covtype is tabular, so both use the raw features unless a CNN is asked for explicitly.
@@ -84,7 +85,7 @@ class Architecture:
     source: str
     summary: str
     flatten_width: Callable[[tuple[int, ...]], int]
-    builder: Callable[..., Any] | None = None  # (keras, input_shape, num_classes) -> keras.Model
+    builder: Callable[..., Any] | None = None  # (keras, input_shape, num_classes, bottleneck) -> keras.Model
 
 
 def _image_shape(name: str, input_shape: tuple[int, ...]) -> tuple[int, int, int]:
@@ -115,8 +116,15 @@ def _none_width(input_shape: tuple[int, ...]) -> int:
     return int(np.prod(input_shape, dtype=np.int64))
 
 
-def _build_mnist(keras: Any, input_shape: tuple[int, ...], num_classes: int) -> Any:
-    """Fig. 3 (IV-A1), layers numbered as in the paper."""
+def _bottleneck(keras: Any, x: Any, units: int | None) -> Any:
+    """``--release bottleneck:K``: a K-unit tanh layer after the flatten layer (outputs in [-1, 1]^K), or nothing."""
+    if units is None:
+        return x
+    return keras.layers.Dense(int(units), activation="tanh", name=BOTTLENECK_LAYER)(x)
+
+
+def _build_mnist(keras: Any, input_shape: tuple[int, ...], num_classes: int, bottleneck: int | None = None) -> Any:
+    """Fig. 3 (IV-A1), layers numbered as in the paper; the head continues from the bottleneck when there is one."""
     layers, l2 = keras.layers, keras.regularizers.L2(WEIGHT_DECAY)
 
     def conv(filters: int) -> Any:
@@ -137,6 +145,7 @@ def _build_mnist(keras: Any, input_shape: tuple[int, ...], num_classes: int) -> 
     x = layers.Activation("relu")(x)                              # 14
     x = layers.MaxPooling2D(pool_size=(2, 2))(x)                  # 15
     x = layers.Flatten(name=FLATTEN_LAYER)(x)                     # 16: r = 1,024 on 28×28
+    x = _bottleneck(keras, x, bottleneck)                         # (--release bottleneck:K only)
     x = layers.BatchNormalization(axis=-1, momentum=BN_MOMENTUM)(x)  # 17
     x = layers.Dense(512)(x)                                      # 18
     x = layers.Activation("relu")(x)                              # 19
@@ -146,8 +155,8 @@ def _build_mnist(keras: Any, input_shape: tuple[int, ...], num_classes: int) -> 
     return keras.Model(inputs, outputs, name=MNIST_CNN.replace("-", "_"))
 
 
-def _build_cifar(keras: Any, input_shape: tuple[int, ...], num_classes: int) -> Any:
-    """Fig. 4 (IV-A1); for FMNIST only the input layer changes to 28×28×1."""
+def _build_cifar(keras: Any, input_shape: tuple[int, ...], num_classes: int, bottleneck: int | None = None) -> Any:
+    """Fig. 4 (IV-A1); for FMNIST only the input layer changes to 28×28×1. The head follows the bottleneck, if any."""
     layers, l2 = keras.layers, keras.regularizers.L2(WEIGHT_DECAY)
     inputs = keras.Input(shape=input_shape)
     x = inputs
@@ -159,6 +168,7 @@ def _build_cifar(keras: Any, input_shape: tuple[int, ...], num_classes: int) -> 
         x = layers.MaxPooling2D(pool_size=(2, 2))(x)
         x = layers.Dropout(dropout)(x)
     x = layers.Flatten(name=FLATTEN_LAYER)(x)                     # 27: r = 1,152 (28×28×1) / 2,048 (32×32×3)
+    x = _bottleneck(keras, x, bottleneck)                         # (--release bottleneck:K only)
     outputs = layers.Dense(num_classes, activation="softmax")(x)  # 28
     return keras.Model(inputs, outputs, name=CIFAR_CNN.replace("-", "_"))
 
@@ -254,11 +264,12 @@ def import_keras(threads: int | None = None) -> Any:
     return keras
 
 
-def build_model(name: str, input_shape: tuple[int, ...], num_classes: int) -> Any:
+def build_model(name: str, input_shape: tuple[int, ...], num_classes: int, *, bottleneck: int | None = None) -> Any:
     """Build the (untrained) Keras model of extractor ``name``; its flatten layer is named FLATTEN_LAYER.
 
-    Weights are initialized from Keras' global seed: call ``keras.utils.set_random_seed`` first for a
-    reproducible model.
+    With ``bottleneck`` = K, a K-unit tanh layer named BOTTLENECK_LAYER follows the flatten layer and the
+    head continues from it (``--release bottleneck:K``). Weights are initialized from Keras' global seed:
+    call ``keras.utils.set_random_seed`` first for a reproducible model.
     """
     arch = architecture(name)
     if arch.builder is None:
@@ -266,7 +277,9 @@ def build_model(name: str, input_shape: tuple[int, ...], num_classes: int) -> An
     flatten_width(name, input_shape)  # validates the input shape with a clear message
     if num_classes < 2:
         raise ValueError(f"num_classes must be an integer >= 2, got {num_classes!r}")
-    return arch.builder(import_keras(), tuple(int(s) for s in input_shape), int(num_classes))
+    if bottleneck is not None and not 1 <= int(bottleneck) <= flatten_width(name, input_shape):
+        raise ValueError(f"bottleneck must lie in [1, {flatten_width(name, input_shape)}], got {bottleneck!r}")
+    return arch.builder(import_keras(), tuple(int(s) for s in input_shape), int(num_classes), bottleneck)
 
 
 @dataclass(frozen=True)
@@ -413,14 +426,14 @@ def EpochProgress(keras: Any, description: str, epochs: int, steps: int, positio
 
 
 class FeatureExtractor:
-    """The trained model's flatten-layer output (Algorithm 1 line 6) and its softmax, batch by batch."""
+    """The trained model's flatten-layer output (Algorithm 1 line 6), or another layer's, and its softmax."""
 
-    def __init__(self, model: Any):
+    def __init__(self, model: Any, layer: str = FLATTEN_LAYER):
         keras = import_keras()
         import tensorflow as tf
 
         self.model = model
-        self._both = keras.Model(model.input, [model.get_layer(FLATTEN_LAYER).output, model.output])
+        self._both = keras.Model(model.input, [model.get_layer(layer).output, model.output])
         self._call = tf.function(lambda x: self._both(x, training=False), reduce_retracing=True)
         self.width = int(self._both.outputs[0].shape[-1])
 
@@ -436,6 +449,65 @@ class FeatureExtractor:
             stop = min(rows, start + batch_rows)
             features, probabilities = self.predict(x_source(np.arange(start, stop)))
             yield slice(start, stop), features, probabilities
+
+
+def noise_aware_model(model: Any, variance: tuple[float, float], seed: int) -> Any:
+    """Return a training model that adds the release mechanism's noise after the bottleneck (``--noise-aware``).
+
+    The returned model shares every layer (and so every weight) with ``model``; between the bottleneck
+    and the head it inserts Gaussian noise of variance ``a + b·x²`` per coordinate (``variance`` = (a, b),
+    the mechanism's per-coordinate variance at input x, which is exactly quadratic for Duchi et al.,
+    Piecewise and Hybrid, and constant for Laplace and Gaussian). The noise is drawn in training only;
+    ``model`` itself, the one saved and used to extract the release, has no noise layer.
+
+    Parameters
+    ----------
+    model : keras.Model
+        A model of ``build_model(..., bottleneck=K)``: flatten, bottleneck, then a chain of head layers.
+    variance : (float, float)
+        (a, b) of the per-coordinate variance a + b·x².
+    seed : int
+        Seed of the noise draws (from the client's training stream).
+    """
+    keras = import_keras()
+    ops = keras.ops
+    a, b = (float(v) for v in variance)
+
+    class MechanismNoise(keras.layers.Layer):
+        def __init__(self) -> None:
+            super().__init__(name="training_mechanism_noise")
+            self.generator = keras.random.SeedGenerator(seed)
+
+        def call(self, x: Any, training: Any = None) -> Any:
+            if not training:
+                return x
+            std = ops.sqrt(ops.maximum(a + b * ops.square(x), 0.0))
+            return x + std * keras.random.normal(ops.shape(x), seed=self.generator)
+
+    names = [layer.name for layer in model.layers]
+    start = names.index(BOTTLENECK_LAYER)
+    x = MechanismNoise()(model.get_layer(BOTTLENECK_LAYER).output)
+    for layer in model.layers[start + 1:]:  # the head: a chain of single-input layers
+        x = layer(x)
+    return keras.Model(model.input, x, name=f"{model.name}_noise_aware")
+
+
+def bottleneck_units(model: Any) -> int | None:
+    """Return K of the model's BOTTLENECK_LAYER, or None when it has none."""
+    try:
+        layer = model.get_layer(BOTTLENECK_LAYER)
+    except ValueError:
+        return None
+    return int(layer.units)
+
+
+def load_model(path: str | os.PathLike) -> Any:
+    """Load a client CNN saved by ``save_model`` (``--from-models``), uncompiled: it only predicts."""
+    keras = import_keras()
+    try:
+        return keras.models.load_model(Path(path), compile=False)
+    except Exception as error:  # noqa: BLE001 - Keras raises many types for a bad file
+        raise ValueError(f"{path}: not a loadable Keras model ({' '.join(str(error).split())[:160]})") from None
 
 
 def save_model(model: Any, path: str | os.PathLike) -> Path:

@@ -25,7 +25,10 @@ Decisions (documented here because the paper is silent):
   records spends their privacy budget a second time. Listed files must verify (sha256, structure);
   a client file present under its final name but missing from the manifest (a crash between the rename
   and the manifest write) is validated and adopted; one that fails validation is an error that asks for
-  ``overwrite=True`` (``--overwrite``). See ``stage1_features.export_run_dir``.
+  ``--overwrite``. See ``stage1_features.export_run_dir``.
+* **Parallel workers die with the export** (``--clients-parallel``): a killed export leaves no worker
+  writing behind it, a rerun waits for any that linger, and no rename replaces a client file
+  (``stage1_features.worker_guard``).
 * **The partition is stored** (``partition.npz``: each client's row indices in the pooled dataset, no
   seed), because a resumed run without ``--seed`` could not redraw it: redoing client 2 on a fresh
   partition would give it records that client 0 already released.
@@ -57,21 +60,38 @@ import numpy as np
 from contract.digest import sha256_file
 from contract.layout import MANIFEST_NAME, PARTITION_FILE
 from contract.manifest import FileRecord, write_manifest
+from contract.plan import PLAN_FILE, write_plan
 from contract.version import package_version
-from stage1_features import cnn
-from stage1_features.export_config import DENSITY_WARNING, NOT_PRIVATE_WARNING, SAVED_MODEL_WARNING, ExportConfig
+from stage1_features import cnn, from_models
+from stage1_features.export_config import (
+    DENSITY_WARNING,
+    NOT_PRIVATE_WARNING,
+    SAVED_MODEL_WARNING,
+    ExportConfig,
+    ExportError,
+)
+from stage1_features.export_manifest import kept_local_records, manifest_info
 from stage1_features.export_plan import ExportPlan, make_client_partition, make_plan
 from stage1_features.export_results import ClientSummary, ExportResult
 from stage1_features.export_run_dir import (
     TOOL,
     clear_outputs,
     existing_clients,
+    load_holdouts,
     locked,
     prepare_run_dir,
     remove_stale,
     save_partition,
 )
-from stage1_features.export_worker import ClientOutcome, ClientTask, export_client, init_worker, progress_bar
+from stage1_features.export_worker import (
+    ClientOutcome,
+    ClientTask,
+    client_holdout,
+    export_client,
+    init_worker,
+    progress_bar,
+)
+from stage1_features.release import noise_variance
 
 
 def run_export(config: ExportConfig, out_dir: str | os.PathLike[str], *, progress: bool = True) -> ExportResult:
@@ -103,9 +123,20 @@ def run_export(config: ExportConfig, out_dir: str | os.PathLike[str], *, progres
     """
     started = time.perf_counter()
     plan = make_plan(config)
-    fresh = make_client_partition(plan)  # drawn before anything is written, so a bad split writes nothing
+    config = plan.config  # from_models: with the source run's data settings
+    source = plan.source
+    run_dir = Path(out_dir)
+    if source is not None and run_dir.resolve() == source.run_dir.resolve():
+        raise ExportError("`from_models` releases into a new run directory: `out` is the source run itself")
+    if source is not None:  # drawn and checked before anything is written, so a bad split writes nothing
+        fresh_clients, fresh_desc, fresh_holdouts = from_models.source_partition(source, plan)
+    else:
+        fresh_clients, fresh_desc = make_client_partition(plan)
+        fresh_holdouts = fresh_holdouts_of(plan, fresh_clients)
     run_dir = prepare_run_dir(out_dir)
     notes = []
+    if source is not None:
+        notes.append(from_models.rerelease_warning(source, plan))
     if not plan.privacy.private:
         notes.append(NOT_PRIVATE_WARNING.format(mechanism=config.mechanism))
     if config.save_models:
@@ -117,37 +148,50 @@ def run_export(config: ExportConfig, out_dir: str | os.PathLike[str], *, progres
         if config.overwrite:
             clear_outputs(run_dir)
         kept, clients, partition_desc = existing_clients(run_dir, plan)
+        holdouts = fresh_holdouts if clients is None else load_holdouts(run_dir, config.clients)
+        if config.plan is not None:  # each silo's run directory carries the shared plan (issue 16)
+            write_plan(config.plan, run_dir / PLAN_FILE)
         if clients is None:
-            clients, partition_desc = fresh
-            partition_sha = save_partition(run_dir, clients)
+            clients, partition_desc = fresh_clients, fresh_desc
+            partition_sha = save_partition(run_dir, clients, holdouts)
         else:
             partition_sha = sha256_file(run_dir / PARTITION_FILE)
         run_info = {
             "tool": TOOL, "dataset": plan.dataset.name, "client_count": config.clients,
             "randomness": plan.randomness.mode, "package_version": package_version(),
             "config": config.public_dict(), "fingerprint": plan.fingerprint(), "extractor": plan.extractor,
-            "features": plan.features, "feature_format": plan.spec.feature_format,
+            "features": plan.features, "feature_format": plan.feature_format, "release": str(plan.release),
+            "from_models": None if source is None else str(source.run_dir.resolve()),
             "feature_width": plan.feature_width, "mechanism": config.mechanism,
             "privacy_report": plan.privacy.to_dict(), "training": config.training().to_dict(),
             "partition": partition_desc, "partition_file": {"path": PARTITION_FILE, "sha256": partition_sha},
+            "plan_fingerprint": None if config.plan is None else config.plan.fingerprint,
         }
         records: dict[int, FileRecord] = {i: rec for i, (rec, _) in kept.items()}
         summaries = {i: summary for i, (_, summary) in kept.items()}
-        write_manifest(run_dir, list(records.values()), run_info)  # lists adopted files at once
-        pending = [i for i in range(config.clients) if i not in kept]
-        tasks = [_task(plan, run_dir, i, clients[i], partition_desc or {}, progress) for i in pending]
+        local_records = kept_local_records(run_dir, kept) if config.keep_clean_test else {}
+
+        def manifest() -> None:
+            write_manifest(run_dir, list(records.values()), manifest_info(run_info, plan, records, local_records))
+
+        manifest()  # lists adopted files at once
+        pending = [i for i in config.exported_clients() if i not in kept]
+        tasks = [_task(plan, run_dir, i, clients[i], partition_desc or {}, progress,
+                       None if holdouts is None else holdouts[i]) for i in pending]
 
         def finished(outcome: ClientOutcome) -> None:
             records[outcome.index] = outcome.record
+            if outcome.local_record is not None:
+                local_records[outcome.index] = outcome.local_record
             summaries[outcome.index] = ClientSummary(
                 outcome.index, dict(outcome.record.rows), outcome.local_accuracy, outcome.record.path,
                 outcome.record.sha256,
                 "new", outcome.model_file, round(outcome.seconds, 3),
                 None if outcome.train_samples_per_s is None else round(outcome.train_samples_per_s, 1))
-            write_manifest(run_dir, list(records.values()), run_info)  # the parent alone writes it
+            manifest()  # the parent alone writes it
 
-        bar = progress_bar(total=config.clients, initial=len(kept), desc="clients", unit="client", position=0,
-                           disable=not progress)
+        bar = progress_bar(total=len(config.exported_clients()), initial=len(kept), desc="clients", unit="client",
+                           position=0, disable=not progress)
         with bar:
             if config.clients_parallel > 1 and len(tasks) > 1:
                 _run_parallel(tasks, config, plan, finished, bar)
@@ -157,13 +201,13 @@ def run_export(config: ExportConfig, out_dir: str | os.PathLike[str], *, progres
                     finished(export_client(task, plan.dataset))
                     bar.update(1)
     return ExportResult(run_dir, run_dir / MANIFEST_NAME, plan.dataset.name, plan.extractor, config.mechanism,
-                        plan.spec.feature_format, plan.features, plan.feature_width, plan.privacy,
+                        plan.feature_format, plan.features, plan.feature_width, plan.privacy,
                         plan.randomness.mode, [summaries[i] for i in sorted(summaries)],
-                        time.perf_counter() - started, tuple(notes))
+                        time.perf_counter() - started, tuple(notes), str(plan.release))
 
 
 def _task(plan: ExportPlan, run_dir: Path, index: int, indices: np.ndarray, partition: Mapping[str, Any],
-          progress: bool) -> ClientTask:
+          progress: bool, holdout: tuple[np.ndarray, np.ndarray] | None) -> ClientTask:
     config = plan.config
     streams = plan.randomness.child_sequences(config.clients)  # client i: child stream i, in any process
     position = 1 + (index % config.clients_parallel if config.clients_parallel > 1 else 0)
@@ -173,7 +217,19 @@ def _task(plan: ExportPlan, run_dir: Path, index: int, indices: np.ndarray, part
         extractor=plan.extractor, training=config.training(), mechanism=plan.spec.to_dict(),
         partition=dict(partition), privacy=plan.privacy, randomness=plan.randomness.mode, run_dir=str(run_dir),
         save_model=config.save_models, store_input_density=config.store_input_density, progress=progress,
-        position=position)
+        position=position, data=config.data, data_options=dict(config.data_options),
+        classes=None if config.plan is None else config.plan.classes,
+        plan_fingerprint=None if config.plan is None else config.plan.fingerprint,
+        release=str(plan.release), holdout=holdout, keep_clean_test=config.keep_clean_test,
+        noise_variance=noise_variance(plan.spec) if config.noise_aware else None,
+        model_path=None if plan.source is None else str(plan.source.model_path(index)),
+        release_number=1 if plan.source is None else len(plan.source.history.get(index, ())) + 1)
+
+
+def fresh_holdouts_of(plan: ExportPlan, clients: list[np.ndarray]) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Each client's hold-out split (IV-C), drawn from its own stream as its worker would, to be stored."""
+    streams = plan.randomness.child_sequences(plan.config.clients)
+    return [client_holdout(clients[i], plan.config.test_fraction, streams[i]) for i in range(len(clients))]
 
 
 def _run_parallel(tasks: list[ClientTask], config: ExportConfig, plan: ExportPlan,
@@ -185,7 +241,8 @@ def _run_parallel(tasks: list[ClientTask], config: ExportConfig, plan: ExportPla
     workers = min(config.clients_parallel, len(tasks))
     threads = max(1, (os.cpu_count() or 1) // workers)
     executor = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
-                                   initializer=init_worker, initargs=(threads, cnn.is_cnn(plan.extractor)))
+                                   initializer=init_worker,
+                                   initargs=(threads, cnn.is_cnn(plan.extractor), os.getpid(), tasks[0].run_dir))
     try:
         pending = {executor.submit(export_client, task) for task in tasks}
         while pending:

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 import mechanisms
+from contract.plan import SharedPlan
 from mechanisms.base import ParameterError
 from stage1_features import cnn
 
@@ -23,10 +24,11 @@ DEFAULT_MECHANISM_PARAMS: dict[str, Any] = {"epsilon": 0.5, "alpha": 10.0, "inte
 # Config fields that change what the files hold: a resumed run must agree on all of them.
 COMPARED_FIELDS = ("dataset", "clients", "max_clients", "partition", "beta", "unb", "shards_per_client",
                    "test_fraction", "extractor", "epochs", "batch_size", "augment", "mechanism", "mechanism_params",
-                   "limit", "store_input_density", "randomness")
+                   "limit", "store_input_density", "randomness", "data", "data_options", "client_index", "plan")
 
 EXPORT_DOMAINS = ("bits", "real", "any")
-"""Mechanism domains the flatten-feature release takes: bits of the encoding, real features, or ``none``."""
+"""Mechanism domains the flatten-feature release takes: bits of the encoding, real features, or ``none``
+(the other releases: ``stage1_features.release.RELEASE_DOMAINS``)."""
 
 SAVED_MODEL_WARNING = ("saved models are trained on the raw client data: they are NOT covered by the LDP "
                        "guarantee and must stay with the client")
@@ -36,9 +38,16 @@ DENSITY_WARNING = ("/stats/input_bit_density is an aggregate of the UNRANDOMIZED
                    "the LDP guarantee")
 
 
-def exportable_mechanisms() -> list[str]:
-    """Return the registered mechanisms that ``ldpfl export`` can apply to the flatten features, sorted."""
-    return [name for name in mechanisms.mechanism_names() if mechanisms.mechanism_class(name).DOMAIN in EXPORT_DOMAINS]
+def exportable_mechanisms(release: str | None = None) -> list[str]:
+    """Return the registered mechanisms that ``ldpfl export`` can apply to ``release``, sorted.
+
+    Without ``release``: every mechanism some release takes (``--mechanism``'s choices).
+    """
+    from stage1_features import release as releases
+
+    if release is None:
+        return releases.exportable_mechanisms()
+    return releases.release_mechanisms(releases.parse_release(release))
 
 
 class ExportError(ParameterError):
@@ -54,6 +63,11 @@ class ExportConfig:
 
     ``mechanism_params`` holds ε, α, m, n and any other parameter of ``mechanism`` (IV-D defaults).
     ``limit`` caps the pooled records used (drawn at random), for quick runs.
+
+    Own data (issue 16, ``stage1_features.silo``): ``data`` is the user's file or image folder, read with
+    ``data_options`` (``silo.DATA_OPTIONS``); ``dataset`` is then the name the files record. With
+    ``client_index`` (single-silo mode) the whole input is client ``client_index``'s of ``clients``: no
+    partitioning. ``plan`` is the shared plan the export must agree with (``contract.plan``).
     """
 
     dataset: str = "mnist5k"
@@ -77,6 +91,14 @@ class ExportConfig:
     clients_parallel: int = 1
     overwrite: bool = False
     seed: int | None = None
+    release: str = "flatten"
+    from_models: str | None = None
+    keep_clean_test: bool = False
+    noise_aware: bool = False
+    data: str | None = None
+    data_options: Mapping[str, Any] = field(default_factory=dict)
+    client_index: int | None = None
+    plan: SharedPlan | None = None
 
     def __post_init__(self) -> None:
         _int_at_least("clients", self.clients, 1)
@@ -98,12 +120,35 @@ class ExportConfig:
             raise ValueError(f"unb must be a number in [0, 1], got {self.unb!r}")
         if self.extractor != cnn.AUTO:
             cnn.architecture(self.extractor)
-        if mechanisms.mechanism_class(self.mechanism).DOMAIN not in EXPORT_DOMAINS:
-            raise ParameterError(f"`mechanism` {self.mechanism!r} does not randomize flatten features; the export "
-                                 f"takes {', '.join(exportable_mechanisms())}")
+        from stage1_features import release as releases
+
+        try:
+            point = releases.parse_release(self.release)
+        except ValueError as error:
+            raise ParameterError(f"`release`: {error}") from None
+        object.__setattr__(self, "release", str(point))
+        releases.check_mechanism(point, self.mechanism)
+        if self.noise_aware and point.kind != "bottleneck":
+            raise ParameterError(f"`noise_aware` trains the release layer against the mechanism's noise: it needs "
+                                 f"`release` bottleneck:K, got {str(point)!r}")
+        if self.noise_aware and self.from_models is not None:
+            raise ParameterError("`noise_aware` shapes the CNN's training; `from_models` reuses trained CNNs")
         if not isinstance(self.mechanism_params, Mapping):
             raise ValueError(f"mechanism_params must be a mapping, got {type(self.mechanism_params).__name__}")
         self.training()  # validates epochs and batch_size
+        if self.client_index is not None:
+            if self.data is None:
+                raise ParameterError("`client_index` (single-silo mode) exports the user's own `data`; a "
+                                     "benchmark dataset is partitioned among the clients instead")
+            if _int_at_least("client_index", self.client_index, 0) >= self.clients:
+                raise ParameterError(f"`client_index` must be in [0, {self.clients - 1}] (`clients` = "
+                                     f"{self.clients}), got {self.client_index}")
+        if self.plan is not None and self.data is None:
+            raise ParameterError("a shared `plan` applies to the user's own `data`")
+
+    def exported_clients(self) -> list[int]:
+        """Return the client indices this export writes: all N, or the silo's own in single-silo mode."""
+        return list(range(self.clients)) if self.client_index is None else [self.client_index]
 
     def training(self) -> cnn.TrainingConfig:
         """Return the CNN training settings (IV-C)."""
@@ -120,9 +165,11 @@ class ExportConfig:
 
     def public_dict(self) -> dict[str, Any]:
         """Return the config as written to the manifest: everything but the seed."""
-        out = dataclasses.asdict(self)
+        out = dataclasses.asdict(dataclasses.replace(self, plan=None))
         del out["seed"]
         out["mechanism_params"] = dict(self.mechanism_params)
+        out["data_options"] = {k: list(v) if isinstance(v, tuple) else v for k, v in self.data_options.items()}
+        out["plan"] = None if self.plan is None else self.plan.fingerprint
         return out
 
 

@@ -7,6 +7,7 @@ drawn from the root stream.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from dataclasses import dataclass
@@ -15,14 +16,31 @@ from typing import Any
 import numpy as np
 
 import mechanisms
+from contract.file_checks import float32_overflow
 from mechanisms.base import ParameterError
 from stage1_features import cnn
 from stage1_features.export_config import COMPARED_FIELDS, ExportConfig
+from stage1_features.release import (
+    ReleasePoint,
+    StoredLayout,
+    noise_variance,
+    parse_release,
+    release_notes,
+    stored_layout,
+)
+
+OPTIONAL_COMPARED = {"release": "flatten", "from_models": None, "keep_clean_test": False, "noise_aware": False}
+"""Config fields compared on resume only when they differ from these defaults (runs exported before they
+existed have fingerprints without them, and keep resuming)."""
 
 
 @dataclass(frozen=True)
 class ExportPlan:
-    """A validated export: the config, the loaded dataset, r, the mechanism spec and its privacy report."""
+    """A validated export: config, dataset, release and width, mechanism spec, privacy report, layout, source.
+
+    ``layout`` says how the files store the release; ``source`` is the earlier run of ``from_models``.
+    ``features`` is the values per record of the release: r (flatten), K (bottleneck:K) or k (scores, label).
+    """
 
     config: ExportConfig
     dataset: Any  # stage1_features.datasets.Dataset
@@ -31,13 +49,30 @@ class ExportPlan:
     spec: mechanisms.MechanismSpec
     randomness: mechanisms.Randomness
     privacy: mechanisms.PrivacyReport
+    release: ReleasePoint = ReleasePoint("flatten")
+    layout: StoredLayout | None = None
+    source: Any = None  # stage1_features.from_models.SourceRun with ``from_models``
+
+    def __post_init__(self) -> None:
+        """Fill in the stored layout of the release (flatten: as the mechanism says)."""
+        if self.layout is None:
+            object.__setattr__(self, "layout", stored_layout(self.release, self.spec))
 
     @property
     def feature_width(self) -> int:
-        """Return the model's input width: r·l bits (packed) or r (float32)."""
+        """Return the model's input width: r·l bits (packed) or the values per record (float32)."""
+        assert self.layout is not None
+        if self.layout.feature_format != mechanisms.PACKED_BITS:
+            return self.features
         width = self.spec.feature_width
         assert width is not None  # the spec is resolved with r
         return width
+
+    @property
+    def feature_format(self) -> str:
+        """Return how the files store the release (``packed-bits`` or ``float32``)."""
+        assert self.layout is not None
+        return self.layout.feature_format
 
     def fingerprint(self) -> dict[str, Any]:
         """Return the resolved values that a resumed run must share (``COMPARED_FIELDS``), JSON-normalized."""
@@ -45,6 +80,8 @@ class ExportPlan:
         values = {key: public.get(key) for key in COMPARED_FIELDS}
         values.update(extractor=self.extractor, mechanism_params=self.spec.recorded_parameters(),
                       randomness=self.randomness.mode)
+        values.update({key: public.get(key) for key, default in OPTIONAL_COMPARED.items()
+                       if public.get(key) != default})
         if not cnn.is_cnn(self.extractor):  # no CNN is trained: the training settings change nothing
             values.update(epochs=None, batch_size=None, augment=None)
         return json.loads(json.dumps(values, sort_keys=True, default=str))
@@ -52,25 +89,54 @@ class ExportPlan:
 
 def make_plan(config: ExportConfig) -> ExportPlan:
     """Validate ``config``, load the dataset, fix r and resolve the mechanism. Raises ``ValueError``."""
-    from stage1_features.datasets import load_dataset
+    from stage1_features import silo
 
     randomness = mechanisms.make_randomness(config.seed)
     # Fail fast on mechanism parameters before the (possibly slow) dataset load; r is not known yet.
-    config.mechanism_spec(1)
-    dataset = load_dataset(config.dataset, config.data_dir)
-    extractor = cnn.resolve_extractor(config.extractor, dataset.name)
+    config.mechanism_spec(2)
+    source = None
+    if config.from_models is not None:  # the records, models and settings of an earlier run (issue 15 item 2)
+        from stage1_features import from_models
+
+        source = from_models.read_source_run(config.from_models)
+        config = from_models.adopt_source_settings(config, source)
+        from_models.check_release_fits(source, config.release)
+        from_models.check_models(source, config.exported_clients())
+    dataset = silo.load_export_data(config.dataset, config.data_dir, config.data, config.data_options,
+                                    None if config.plan is None else config.plan.classes)  # own data: issue 16
+    extractor = silo.resolve_extractor(config.extractor, dataset, config.data is not None)
     r = cnn.flatten_width(extractor, tuple(dataset.input_shape))
+    point = parse_release(config.release)
+    if not point.is_flatten and not cnn.is_cnn(extractor):
+        raise ParameterError(f"`release` {point} is a layer of the client CNN; `extractor` {extractor!r} trains "
+                             "none (use mnist-cnn or cifar-cnn)")
+    if point.units is not None and point.units > r:
+        raise ParameterError(f"`release` {point}: K = {point.units} exceeds the flatten width r = {r} of "
+                             f"{extractor!r} on {dataset.name}")
+    width = point.width(r, dataset.num_classes)
     if cnn.is_cnn(extractor) and dataset.num_classes < 2:
         raise ValueError(f"dataset {dataset.name!r} has {dataset.num_classes} class; a CNN needs >= 2")
     if config.limit is not None and config.limit > len(dataset):
         raise ValueError(f"limit must be in [1, {len(dataset)}] (the pooled size of {dataset.name}), "
                          f"got {config.limit}")
-    spec = config.mechanism_spec(r)
+    spec = config.mechanism_spec(width)
+    if config.noise_aware:
+        noise_variance(spec)  # refuses a mechanism without a noise variance to train against
+    overflow = None if spec.encodes_bits else float32_overflow(spec.build().noise_scale())
+    if overflow is not None:  # every released value would be ±inf (issue 13: refused, nothing written)
+        raise ParameterError(f"mechanism {spec.name!r} with `epsilon` {spec.parameters.get('epsilon')}: {overflow}; "
+                             "choose a larger `epsilon`")
     if config.store_input_density and not spec.encodes_bits:
         raise ParameterError(f"`store_input_density` applies to bit encodings only; mechanism {config.mechanism!r} "
                              "writes float32 features")
+    if config.plan is not None:  # the shared plan of separate silos (issue 16): refuse what contradicts it
+        silo.require_plan(config.plan, "the plan", dataset=dataset, extractor=extractor, features=width, spec=spec,
+                          release=config.release)
     privacy = spec.report().with_randomness(randomness.mode)
-    return ExportPlan(config, dataset, extractor, r, spec, randomness, privacy)
+    notes = release_notes(point, dataset.num_classes)
+    if notes:
+        privacy = dataclasses.replace(privacy, notes=(*privacy.notes, *notes))
+    return ExportPlan(config, dataset, extractor, width, spec, randomness, privacy, point, source=source)
 
 
 def make_client_partition(plan: ExportPlan) -> tuple[list[np.ndarray], dict[str, Any]]:
@@ -79,6 +145,11 @@ def make_client_partition(plan: ExportPlan) -> tuple[list[np.ndarray], dict[str,
 
     config, dataset = plan.config, plan.dataset
     rng = plan.randomness.generator()  # the root stream; the clients use its children
+    if config.client_index is not None:  # single-silo mode: the whole input is this silo's (issue 16)
+        from stage1_features.silo import silo_partition
+
+        clients, described = silo_partition(dataset.y, config.client_index, config.clients, rng, config.limit)
+        return clients, described | {"test_fraction": config.test_fraction}
     pool = np.arange(len(dataset), dtype=np.int64)
     if config.limit is not None and config.limit < len(dataset):
         pool = np.sort(rng.choice(len(dataset), size=config.limit, replace=False))

@@ -47,6 +47,7 @@ class ExportResult:
     clients: list[ClientSummary]
     seconds: float
     notes: tuple[str, ...] = ()
+    release: str = "flatten"
 
     @property
     def new(self) -> int:
@@ -58,7 +59,8 @@ class ExportResult:
         report = self.privacy.to_dict()
         return {
             "run_dir": str(self.run_dir), "manifest": str(self.manifest), "dataset": self.dataset,
-            "extractor": self.extractor, "mechanism": self.mechanism, "feature_format": self.feature_format,
+            "extractor": self.extractor, "release": self.release, "mechanism": self.mechanism,
+            "feature_format": self.feature_format,
             "features": self.features, "feature_width": self.feature_width,
             "nominal_epsilon": report.get("nominal_epsilon"),
             "exact_epsilon_per_record": report.get("exact_epsilon_per_record"),

@@ -28,13 +28,16 @@ from contract.layout import (
     client_files,
     client_index_from_name,
     client_stem,
+    is_local_file,
 )
 from contract.manifest import FileRecord, record_for
+from contract.plan import PLAN_FILE
 from contract.run_dir import FileCheck, check_run_dir
 from contract.schema import ClientMetadata
 from stage1_features.export_config import ExportError
 from stage1_features.export_plan import ExportPlan
 from stage1_features.export_results import ClientSummary
+from stage1_features.worker_guard import wait_for_stale_workers
 
 TOOL = "ldpfl export"
 LOCK_FILE = ".export.lock"
@@ -52,7 +55,10 @@ def model_file_name(index: int) -> str:
 
 @contextlib.contextmanager
 def locked(run_dir: Path) -> Iterator[None]:
-    """Hold the run directory for one export at a time (an advisory lock the kernel drops when a process dies)."""
+    """Hold the run directory for one export at a time (an advisory lock the kernel drops when a process dies).
+
+    Then wait until no worker of an earlier, killed export is alive (``worker_guard``).
+    """
     try:
         import fcntl
     except ImportError:  # pragma: no cover - not on POSIX: no lock
@@ -64,6 +70,10 @@ def locked(run_dir: Path) -> Iterator[None]:
             fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             raise ExportError(f"another ldpfl export is running in {run_dir}; wait for it to finish") from None
+        try:
+            wait_for_stale_workers(run_dir)  # the workers of a killed export, before anything is examined
+        except TimeoutError as error:
+            raise ExportError(str(error)) from None
         yield
     finally:
         handle.close()
@@ -71,6 +81,8 @@ def locked(run_dir: Path) -> Iterator[None]:
 
 def prepare_run_dir(out_dir: str | os.PathLike[str]) -> Path:
     """Create ``out_dir`` if needed and check that it is a writable directory (``ExportError`` if not)."""
+    if not os.fspath(out_dir).strip():
+        raise ExportError("the output directory is empty (\"\"); give a directory (use '.' for the current one)")
     run_dir = Path(out_dir)
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -98,19 +110,46 @@ def remove_stale(run_dir: Path) -> list[str]:
 
 
 def clear_outputs(run_dir: Path) -> None:
-    """With ``overwrite``: remove what an export wrote (client files, models, manifest, partition), nothing else."""
-    models = [p for p in run_dir.iterdir() if MODEL_FILE_RE.match(p.name)]
-    for path in [*client_files(run_dir).values(), *models, run_dir / MANIFEST_NAME, run_dir / PARTITION_FILE]:
+    """With ``overwrite``: remove what an export wrote (client files, models, manifest, partition, plan), only that."""
+    models = [p for p in run_dir.iterdir() if MODEL_FILE_RE.match(p.name) or is_local_file(p.name)]
+    for path in [*client_files(run_dir).values(), *models, run_dir / MANIFEST_NAME, run_dir / PARTITION_FILE,
+                 run_dir / PLAN_FILE]:
         path.unlink(missing_ok=True)
 
 
-def save_partition(run_dir: Path, clients: list[np.ndarray]) -> str:
-    """Write ``partition.npz`` atomically (client_000 … : int64 row indices in the pool); return its sha256."""
+HOLDOUT_KEYS = ("_train", "_test")
+
+
+def save_partition(run_dir: Path, clients: list[np.ndarray],
+                   holdouts: list[tuple[np.ndarray, np.ndarray]] | None = None) -> str:
+    """Write ``partition.npz`` atomically and return its sha256.
+
+    ``client_000`` … hold each client's int64 row indices in the pool; with ``holdouts``,
+    ``client_000_train`` / ``client_000_test`` … hold each client's hold-out split (IV-C), in the row order
+    of its file (``--from-models`` reuses them).
+    """
+    arrays = {client_stem(i): np.asarray(c, dtype=np.int64) for i, c in enumerate(clients)}
+    for i, parts in enumerate(holdouts or ()):
+        arrays |= {client_stem(i) + key: np.asarray(part, dtype=np.int64) for key, part in zip(HOLDOUT_KEYS, parts,
+                                                                                                strict=True)}
     with atomic_path(run_dir / PARTITION_FILE) as tmp:
         with open(tmp, "wb") as handle:
-            np.savez(handle, **{client_stem(i): np.asarray(c, dtype=np.int64) for i, c in enumerate(clients)})
+            np.savez(handle, **arrays)
         digest = sha256_file(tmp)
     return digest
+
+
+def load_holdouts(run_dir: Path, count: int) -> list[tuple[np.ndarray, np.ndarray]] | None:
+    """Return each client's stored (train, test) rows, or None when ``partition.npz`` has none (older runs)."""
+    path = run_dir / PARTITION_FILE
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            keys = [[client_stem(i) + key for key in HOLDOUT_KEYS] for i in range(count)]
+            if not all(key in data.files for pair in keys for key in pair):
+                return None
+            return [(np.asarray(data[a], dtype=np.int64), np.asarray(data[b], dtype=np.int64)) for a, b in keys]
+    except (OSError, ValueError) as error:
+        raise ExportError(f"{path} is unreadable ({error})") from None
 
 
 def load_partition(run_dir: Path, count: int, pool_size: int, sha256: str | None) -> list[np.ndarray]:
@@ -137,11 +176,12 @@ def _mismatches(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
 
 
 def _check_metadata(path: Path, meta: ClientMetadata, plan: ExportPlan, index: int) -> None:
-    spec = plan.spec
+    layout = plan.layout
     expected = {"dataset": plan.dataset.name, "client_index": index, "client_count": plan.config.clients,
-                "extractor": plan.extractor, "features": plan.features, "mechanism": spec.name,
-                "feature_format": spec.feature_format, "integer_bits": spec.integer_bits,
-                "fraction_bits": spec.fraction_bits, "randomness": plan.randomness.mode}
+                "extractor": plan.extractor, "features": plan.features, "mechanism": plan.spec.name,
+                "feature_format": layout.feature_format, "integer_bits": layout.integer_bits,
+                "fraction_bits": layout.fraction_bits, "randomness": plan.randomness.mode,
+                "release": str(plan.release)}
     found = {key: getattr(meta, key) for key in expected}
     problems = _mismatches(found, expected)
     if problems:

@@ -7,10 +7,11 @@ and the randomization draws do not depend on how much randomness the training co
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -18,13 +19,17 @@ import numpy as np
 
 import mechanisms
 from contract.client_writer import ClientFileWriter
-from contract.layout import client_file_name
+from contract.layout import client_file_name, local_file_name
 from contract.manifest import FileRecord, record_for
+from contract.release_point import ReleasePoint, parse_release
 from contract.schema import ClientMetadata, label_histogram
 from contract.version import package_version
 from stage1_features import cnn
+from stage1_features.export_config import ExportError
 from stage1_features.export_run_dir import model_file_name
-from stage1_features.features import BATCH_ROWS, BitDensity, ReleasePipeline, raw_feature_batches, write_split
+from stage1_features.features import BATCH_ROWS, BitDensity, raw_feature_batches, write_split
+from stage1_features.release import clean_layout, release_values, stored_layout
+from stage1_features.worker_guard import die_with_parent, require_parent
 
 
 @dataclass(frozen=True)
@@ -49,6 +54,16 @@ class ClientTask:
     store_input_density: bool
     progress: bool
     position: int = 1
+    data: str | None = None  # own data (issue 16): the user's file or folder, read with data_options
+    data_options: Mapping[str, Any] = field(default_factory=dict)
+    classes: tuple[str, ...] | None = None  # the shared plan's class list
+    plan_fingerprint: str | None = None
+    release: str = "flatten"  # the release point (stage1_features.release)
+    model_path: str | None = None  # from_models: the source run's trained CNN of this client
+    holdout: tuple[np.ndarray, np.ndarray] | None = None  # (train, test) rows, when fixed by the parent
+    release_number: int = 1  # the how-many-th release of this client's records (from_models: > 1)
+    keep_clean_test: bool = False  # also write the local-only client_NNN.local.h5
+    noise_variance: tuple[float, float] | None = None  # noise_aware: (a, b) of the variance a + b·x² to train with
 
     def spec(self) -> mechanisms.MechanismSpec:
         """Return the plan's mechanism spec, as it crossed the process boundary."""
@@ -57,7 +72,7 @@ class ClientTask:
 
 @dataclass(frozen=True)
 class ClientOutcome:
-    """A finished client: its manifest record, local accuracy, model file and timings."""
+    """A finished client: its manifest record, local accuracy, model file, timings and local-only file."""
 
     index: int
     record: FileRecord
@@ -65,18 +80,42 @@ class ClientOutcome:
     model_file: str | None
     seconds: float
     train_samples_per_s: float | None
+    local_record: FileRecord | None = None  # keep_clean_test: client_NNN.local.h5 (never shared)
 
 
-_DATASETS: dict[tuple[str, str | None], Any] = {}
+def client_streams(stream: np.random.SeedSequence, release_number: int = 1) -> tuple[np.random.Generator, ...]:
+    """Return a client's (hold-out, training, release) generators, from its child stream of the root.
+
+    The client's stream is split with ``Generator.spawn``: children 0 (hold-out split), 1 (CNN training)
+    and 2 (release). Release n > 1 (``from_models``) uses child 1 + n, so no release repeats another's draws.
+    """
+    client_rng = np.random.Generator(np.random.PCG64(stream))  # = randomness.child_generators(N)[i]
+    holdout_rng, train_rng, release_rng = client_rng.spawn(3)
+    if release_number > 1:
+        child = np.random.SeedSequence(stream.entropy, spawn_key=(*stream.spawn_key, 1 + int(release_number)),
+                                       pool_size=stream.pool_size)
+        release_rng = np.random.Generator(np.random.PCG64(child))
+    return holdout_rng, train_rng, release_rng
 
 
-def _cached_dataset(name: str, data_dir: str | None) -> Any:
-    """Workers load the dataset once per process."""
-    from stage1_features.datasets import load_dataset
+def client_holdout(indices: np.ndarray, test_fraction: float, stream: np.random.SeedSequence
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """Return a client's (train, test) rows (IV-C: 90 % / 10 %), drawn from its hold-out stream."""
+    from stage1_features.partition import holdout_split
 
-    key = (name, data_dir)
+    return holdout_split(indices, test_fraction, client_streams(stream)[0])
+
+
+_DATASETS: dict[str, Any] = {}
+
+
+def _cached_dataset(task: ClientTask) -> Any:
+    """Workers load the dataset (a benchmark set or the user's own data) once per process."""
+    from stage1_features.silo import load_export_data
+
+    key = repr((task.dataset, task.data_dir, task.data, sorted(task.data_options.items()), task.classes))
     if key not in _DATASETS:
-        _DATASETS[key] = load_dataset(name, data_dir)
+        _DATASETS[key] = load_export_data(task.dataset, task.data_dir, task.data, task.data_options, task.classes)
     return _DATASETS[key]
 
 
@@ -92,10 +131,12 @@ def export_client(task: ClientTask, dataset: Any = None) -> ClientOutcome:
     from stage1_features.partition import holdout_split
 
     start = time.perf_counter()
-    dataset = dataset if dataset is not None else _cached_dataset(task.dataset, task.data_dir)
-    client_rng = np.random.Generator(np.random.PCG64(task.stream))  # = randomness.child_generators(N)[i]
-    holdout_rng, train_rng, release_rng = client_rng.spawn(3)
-    train_idx, test_idx = holdout_split(task.indices, task.test_fraction, holdout_rng)  # IV-C: 90 % / 10 %
+    dataset = dataset if dataset is not None else _cached_dataset(task)
+    holdout_rng, train_rng, release_rng = client_streams(task.stream, task.release_number)
+    if task.holdout is not None:  # fixed by the parent (stored in partition.npz, or the source run's)
+        train_idx, test_idx = (np.asarray(a, dtype=np.int64) for a in task.holdout)
+    else:
+        train_idx, test_idx = holdout_split(task.indices, task.test_fraction, holdout_rng)  # IV-C: 90 % / 10 %
     splits = {"train": train_idx, "test": test_idx}
     labels = {s: dataset.y[idx] for s, idx in splits.items()}
     input_shape = tuple(dataset.input_shape)
@@ -106,17 +147,28 @@ def export_client(task: ClientTask, dataset: Any = None) -> ClientOutcome:
     model_file: str | None = None
     rate: float | None = None
     batches: Any
+    point = parse_release(task.release)
     if cnn.is_cnn(task.extractor):
         keras = cnn.import_keras()
-        # Keras needs integer seeds: derive them from this client's training stream (Algorithm 1 line 2-3).
-        keras.utils.set_random_seed(int(train_rng.integers(2**31)))
-        model = cnn.build_model(task.extractor, input_shape, dataset.num_classes)
-        x_train = dataset.features(train_idx).reshape(len(train_idx), *input_shape)
-        trained = cnn.train_model(model, x_train, labels["train"], task.training, rng=train_rng,
-                                  progress=task.progress, description=name, position=task.position)
-        rate = trained.samples_per_s
-        del x_train
-        extractor = cnn.FeatureExtractor(model)  # Algorithm 1 line 4: CNM_i, cut at the flatten layer
+        if task.model_path is not None:  # from_models: the source run's trained CNN (issue 15 item 2)
+            model = cnn.load_model(task.model_path)
+            if point.units is not None and cnn.bottleneck_units(model) != point.units:
+                raise ExportError(f"{task.model_path} has no {point.units}-unit {cnn.BOTTLENECK_LAYER} layer "
+                                  f"(it has {cnn.bottleneck_units(model)}); `release` {point} cannot use it")
+        else:
+            # Keras needs integer seeds: derive them from this client's training stream (Algorithm 1 line 2-3).
+            keras.utils.set_random_seed(int(train_rng.integers(2**31)))
+            model = cnn.build_model(task.extractor, input_shape, dataset.num_classes, bottleneck=point.units)
+            x_train = dataset.features(train_idx).reshape(len(train_idx), *input_shape)
+            trainer = model  # noise_aware: the same layers with the mechanism's noise after the bottleneck
+            if task.noise_variance is not None:
+                trainer = cnn.noise_aware_model(model, task.noise_variance, int(train_rng.integers(2**31)))
+            trained = cnn.train_model(trainer, x_train, labels["train"], task.training, rng=train_rng,
+                                      progress=task.progress, description=name, position=task.position)
+            rate = trained.samples_per_s
+            del x_train
+        # Algorithm 1 line 4: CNM_i, cut at the flatten layer (or at the bottleneck of bottleneck:K)
+        extractor = cnn.FeatureExtractor(model, cnn.BOTTLENECK_LAYER if point.units else cnn.FLATTEN_LAYER)
 
         def images(idx: np.ndarray) -> np.ndarray:
             return dataset.features(idx).reshape(len(idx), *input_shape)
@@ -129,7 +181,7 @@ def export_client(task: ClientTask, dataset: Any = None) -> ClientOutcome:
             for start_row in range(0, len(test_idx), BATCH_ROWS):
                 rows = test_idx[start_row:start_row + BATCH_ROWS]
                 features, probabilities = extractor.predict(images(rows))
-                test_features.append(features)
+                test_features.append(release_values(point, features, probabilities))
                 correct += int(np.sum(np.argmax(probabilities, axis=1) == dataset.y[rows]))
             accuracy = correct / len(test_idx)
         if task.save_model:
@@ -139,10 +191,10 @@ def export_client(task: ClientTask, dataset: Any = None) -> ClientOutcome:
             idx = splits[split]
             for batch, start_row in enumerate(range(0, len(idx), BATCH_ROWS)):  # Algorithm 1 line 6
                 if split == "test" and test_features:
-                    features = test_features[batch]
+                    values = test_features[batch]
                 else:
-                    features, _ = extractor.predict(images(idx[start_row:start_row + BATCH_ROWS]))
-                yield features, labels[split][start_row:start_row + BATCH_ROWS]
+                    values = release_values(point, *extractor.predict(images(idx[start_row:start_row + BATCH_ROWS])))
+                yield values, labels[split][start_row:start_row + BATCH_ROWS]
 
         batches = cnn_batches
     else:
@@ -152,20 +204,26 @@ def export_client(task: ClientTask, dataset: Any = None) -> ClientOutcome:
         batches = raw_batches
 
     spec = task.spec()
-    assert spec.features is not None  # resolved with r by the plan
+    assert spec.features is not None  # resolved with the release's width by the plan
+    layout = stored_layout(point, spec)
     metadata = ClientMetadata(
         dataset=dataset.name, num_classes=int(dataset.num_classes), client_index=task.index,
         client_count=task.client_count, partition=dict(task.partition), extractor=task.extractor,
-        input_shape=input_shape, integer_bits=spec.integer_bits, fraction_bits=spec.fraction_bits,
-        features=spec.features, feature_format=spec.feature_format,
-        mechanism=spec.name, mechanism_parameters=spec.recorded_parameters(),
+        input_shape=input_shape, integer_bits=layout.integer_bits, fraction_bits=layout.fraction_bits,
+        features=spec.features, feature_format=layout.feature_format,
+        mechanism=spec.name, mechanism_parameters=layout.mechanism_parameters,
         privacy_report=task.privacy.to_dict(), randomness=task.randomness,
         label_histograms={s: label_histogram(labels[s], dataset.num_classes) for s in splits},
         local_accuracy=accuracy, package_version=package_version(),
+        class_names=getattr(dataset, "class_names", None), plan_fingerprint=task.plan_fingerprint,
+        release=str(point),
     )
     rows = {s: len(idx) for s, idx in splits.items()}
+    local_record = None
+    if task.keep_clean_test:  # written first: a kept client file always has its local file (resume)
+        local_record = write_clean_test(task, metadata, spec, point, batches("test"), len(test_idx))
     path = run_dir / client_file_name(task.index)
-    pipeline = ReleasePipeline.for_spec(spec)
+    pipeline = layout.pipeline
     density = BitDensity(metadata.feature_width) if task.store_input_density else None
     bar = progress_bar(total=sum(rows.values()), desc=f"{name} release", unit="row", leave=False,
                        position=task.position, disable=not task.progress)
@@ -175,13 +233,48 @@ def export_client(task: ClientTask, dataset: Any = None) -> ClientOutcome:
                         density=density if split == "train" else None, progress=bar)
         if density is not None:
             writer.write_input_bit_density(density.density())
+        require_parent(str(path))  # a worker whose export died commits nothing (issue 13)
         digest = writer.commit()
     return ClientOutcome(task.index, record_for(path, task.index, digest, rows), accuracy, model_file,
-                         time.perf_counter() - start, rate)
+                         time.perf_counter() - start, rate, local_record)
 
 
-def init_worker(threads: int | None, uses_tensorflow: bool) -> None:
-    """Spawned worker start-up: cap BLAS/TensorFlow threads so K workers share the cores."""
+def write_clean_test(task: ClientTask, metadata: ClientMetadata, spec: mechanisms.MechanismSpec,
+                     point: ReleasePoint, batches: Iterable[tuple[np.ndarray, np.ndarray]],
+                     rows: int) -> FileRecord:
+    """Write ``client_NNN.local.h5``: the client's test split of the release, UNRANDOMIZED (``keep_clean_test``).
+
+    The same schema as the client file (mechanism ``none``, the same width and format, so the federated
+    model reads it), with ``local_only`` set and no training rows. Issue 17 item 4: a silo predicting on
+    its own records releases nothing, so the global model can be evaluated on clean features too. This file
+    is never shared: its privacy report says it is not private.
+    """
+    layout = clean_layout(point, spec)
+    identity = mechanisms.create_mechanism("none")
+    clean = dataclasses.replace(
+        metadata, integer_bits=layout.integer_bits, fraction_bits=layout.fraction_bits,
+        feature_format=layout.feature_format, mechanism=identity.NAME,
+        mechanism_parameters=layout.mechanism_parameters,
+        privacy_report=identity.report().with_randomness(task.randomness).to_dict(),
+        label_histograms={"train": [0] * metadata.num_classes, "test": list(metadata.label_histograms["test"])},
+        local_only=True)
+    path = Path(task.run_dir) / local_file_name(task.index)
+    split_rows = {"train": 0, "test": rows}
+    with ClientFileWriter(path, clean, split_rows, overwrite=True) as writer:
+        write_split(writer, "test", batches, layout.pipeline, np.random.default_rng(0))  # none draws nothing
+        digest = writer.commit()
+    return record_for(path, task.index, digest, split_rows)
+
+
+def init_worker(threads: int | None, uses_tensorflow: bool, parent_pid: int | None = None,
+                run_dir: str | None = None) -> None:
+    """Spawned worker start-up: die with the parent, then cap BLAS/TensorFlow threads so K workers share the cores.
+
+    With ``parent_pid`` the worker is killed when that process dies and holds the workers' shared lock
+    on ``run_dir`` (``stage1_features.worker_guard``).
+    """
+    if parent_pid is not None:
+        die_with_parent(parent_pid, run_dir)
     if threads is not None:
         for variable in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
             os.environ[variable] = str(threads)

@@ -19,7 +19,7 @@ import numpy as np
 
 import mechanisms
 from contract.client_writer import ClientFileWriter
-from mechanisms.base import FLOAT32, PACKED_BITS
+from mechanisms.base import FLOAT32, PACKED_BITS, ParameterError
 
 BATCH_ROWS = 1024  # rows per CNN prediction batch
 RELEASE_ROWS = 256  # rows per encode / randomize / pack / write step: ~22 MiB of temporaries at r = 1,152
@@ -122,6 +122,10 @@ def write_split(writer: ClientFileWriter, split: str, batches: Iterable[tuple[np
                 density.add(bits)
             parts.append(stored)
         stored = parts[0] if len(parts) == 1 else np.concatenate(parts)
+        if stored.dtype.kind == "f" and not np.all(np.isfinite(stored)):  # never release infinities (issue 13)
+            raise ParameterError(f"mechanism {pipeline.mechanism.NAME!r} released values that are not finite "
+                                 f"(rows {start}:{start + len(stored)} of split {split!r}); nothing was kept. "
+                                 "Its noise overflows float32: choose a larger `epsilon`")
         writer.write_rows(split, start, stored, np.asarray(labels, dtype=np.int32))
         start += len(stored)
         if progress is not None:

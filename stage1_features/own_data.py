@@ -272,7 +272,7 @@ def load_own_data(path: str | os.PathLike[str], *, data_format: str | None = Non
         only = class_names[int(present[0])]
         raise DataError(path, f"holds records of one class only ({only!r}); a classifier needs at least two")
     x, pixel_scale, scaling, notes = _scale(path, x, scale, x_is_pixels, table=fmt in (CSV, PARQUET))
-    dataset_name = name if name is not None else _stem(path)
+    dataset_name = name if name is not None else default_name(path)
     return OwnDataset(dataset_name, x, y, len(class_names), tuple(x.shape[1:]), source, pixel_scale,
                       class_names=class_names, data_format=fmt, path=str(path), scaling=scaling, notes=notes)
 
@@ -307,7 +307,9 @@ def _class_list(classes: Sequence[str] | None) -> tuple[str, ...] | None:
     return names
 
 
-def _stem(path: Path) -> str:
+def default_name(path: str | os.PathLike[str]) -> str:
+    """Return the dataset name of a file or folder by default: its name without a known ending."""
+    path = Path(path)
     name = path.name
     for suffix in sorted(SUFFIXES, key=len, reverse=True):
         if name.lower().endswith(suffix):

@@ -143,6 +143,8 @@ def _numbers_from_file(path: Path, what: str) -> list[float]:
             data = json.loads(text)
         except json.JSONDecodeError as error:
             raise ValueError(f"{what} file {path} is not valid JSON ({error.msg}, line {error.lineno})") from None
+        except RecursionError:
+            raise ValueError(f"{what} file {path}: JSON nested too deeply") from None
         if isinstance(data, dict):
             lists = [v for v in data.values() if isinstance(v, list)]
             if len(lists) != 1:

@@ -26,7 +26,7 @@ CHECKPOINT_VERSION = 2
 """Version 2 records the sha256 of every client file the run trains on (``inputs``)."""
 # Options that may change when a run is resumed (they do not change what the run computes, or, for
 # ``rounds``, only how long it goes on).
-RESUMABLE_CHANGES = frozenset({"rounds", "device", "threads", "eval_batch_size"})
+RESUMABLE_CHANGES = frozenset({"rounds", "device", "threads", "eval_batch_size", "eval_clean"})
 
 
 def client_digests(data: FederatedData) -> dict[str, str]:

@@ -17,6 +17,16 @@ from .strategies import strategy_class, strategy_names
 _HIDDEN_HELP = "Hidden layer sizes, e.g. 2048 (default, LDPFL's DNN) or 512,256; 'none' = logistic regression."
 
 
+class NonEmptyPath(click.Path):
+    """A ``click.Path`` that refuses an empty string (click would turn ``--out ""`` into the current directory)."""
+
+    def convert(self, value, param, ctx):  # noqa: ANN001, ANN201 - click's signature
+        """Refuse ``""`` (say '.' for the current directory), else convert as ``click.Path``."""
+        if isinstance(value, str) and not value.strip():
+            self.fail("is empty; give a directory (use '.' for the current one)", param, ctx)
+        return super().convert(value, param, ctx)
+
+
 def _parse_hidden(ctx: click.Context, param: click.Parameter, value: str) -> tuple[int, ...]:
     text = value.strip().lower()
     if text in ("none", "0", ""):
@@ -145,7 +155,7 @@ Examples:
 @click.option("--seed", type=click.IntRange(min=0), default=None,
               help="Seed for reproducible runs, for tests and research only: output seeded this way has NO privacy "
                    "against anyone who can guess the seed. Default: the OS CSPRNG. Never written to outputs.")
-@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+@click.option("--out", "out_dir", type=NonEmptyPath(file_okay=False, path_type=Path), default=None,
               help="Output directory (default RUN_DIR/federation).")
 @click.option("--resume", is_flag=True, help="Continue an interrupted run from OUT/checkpoint.pt.")
 @click.option("--overwrite", is_flag=True, help="Start afresh even if OUT already holds a run.")
@@ -153,10 +163,25 @@ Examples:
               help="Keep checkpoint.pt after the run completes, to --resume it later with more rounds. By default "
                    "it is deleted then: it holds every generator's state, from which the clients' perturbation "
                    "noise can be recomputed, so it is seed-equivalent. An interrupted run always keeps it.")
+@click.option("--eval-clean", is_flag=True,
+              help="Also evaluate the global model each round on each client's UNRANDOMIZED local test file "
+                   "(client_NNN.local.h5 of 'ldpfl export --keep-clean-test'): clean_test_accuracy in the metrics. "
+                   "A silo predicting on its own records releases nothing; see docs/privacy.md.")
+@click.option("--engine", type=click.Choice(["local", "flower"]), default="local", show_default=True,
+              help="local: every client in this process. flower: Flower's simulation engine on this machine (a "
+                   "private SuperLink, one ClientApp per client file, each opening only its own file; needs "
+                   "pip install -e '.[flower]'); same selections and accuracies at a fixed --seed. Real silos: "
+                   "docs/flower.md.")
+@click.option("--cpus-per-client", type=click.IntRange(min=1), default=None,
+              help="flower: whole CPUs Ray reserves for each simulated client (default 1).")
+@click.option("--client-timeout", type=click.FloatRange(min=0.0, min_open=True), default=None,
+              help="flower: seconds to wait for the replies of one exchange (default 600); a client that does not "
+                   "answer in time is logged as lost for the round.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar and no summary.")
 def federate_command(run_dir: Path, presets: tuple[str, ...], out_dir: Path | None, resume: bool, overwrite: bool,
-                     keep_checkpoint: bool, as_json: bool, quiet: bool, **options: object) -> None:
+                     keep_checkpoint: bool, as_json: bool, quiet: bool, engine: str, cpus_per_client: int | None,
+                     client_timeout: float | None, **options: object) -> None:
     """Federated training of a fully-connected model over the client files in RUN_DIR (LDPFL stage 2).
 
     Each round selects clients, trains them locally on their randomized features, perturbs their uploads
@@ -173,13 +198,21 @@ def federate_command(run_dir: Path, presets: tuple[str, ...], out_dir: Path | No
                                    "values; give one")
         options[key] = name
 
+    if engine != "flower" and (cpus_per_client is not None or client_timeout is not None):
+        raise click.UsageError("--cpus-per-client and --client-timeout apply to --engine flower only")
     apply_runtime_defaults()  # before torch loads: huge pages, sleeping OpenMP threads (see runtime.py)
     from .config import FederationConfig
-    from .federation import run_federation  # imports torch
 
     config = FederationConfig(**options)
-    result = run_federation(run_dir, config, out_dir=out_dir, resume=resume, progress=not quiet and not as_json,
-                            overwrite=overwrite, keep_checkpoint=keep_checkpoint)
+    if engine == "flower":
+        result = _run_on_flower(run_dir, config, out_dir=out_dir, resume=resume, progress=not quiet and not as_json,
+                                overwrite=overwrite, keep_checkpoint=keep_checkpoint, cpus_per_client=cpus_per_client,
+                                client_timeout=client_timeout)
+    else:
+        from .federation import run_federation  # imports torch
+
+        result = run_federation(run_dir, config, out_dir=out_dir, resume=resume, progress=not quiet and not as_json,
+                                overwrite=overwrite, keep_checkpoint=keep_checkpoint)
     if as_json:
         from contract.jsonout import echo_json
 
@@ -190,6 +223,28 @@ def federate_command(run_dir: Path, presets: tuple[str, ...], out_dir: Path | No
     from .outputs import summary_table
 
     click.echo(summary_table(result.history))
+    if result.privacy_ledger is not None:
+        from .ledger import ledger_lines
+
+        click.echo("\n".join(ledger_lines(result.privacy_ledger)))
     final = result.final_accuracy
     click.echo(f"final test accuracy {'n/a' if final is None else f'{final:.4f}'} after {len(result.history)} "
                f"rounds; outputs in {result.paths['metrics_json'].parent}")
+
+
+def _run_on_flower(run_dir: Path, config: object, *, cpus_per_client: int | None, client_timeout: float | None,
+                   **kwargs: object) -> object:
+    """``--engine flower``: Flower's simulation engine; its failures become one ``Error:`` line."""
+    from .flower_engine import FlowerMissingError, require_flower
+
+    try:
+        require_flower()
+    except FlowerMissingError as error:
+        raise click.ClickException(str(error)) from None
+    from .flower_engine.launch import FlowerOptions, FlowerRunError, run_flower
+
+    options = FlowerOptions(cpus_per_client=cpus_per_client or 1, round_timeout=client_timeout or 600.0)
+    try:
+        return run_flower(run_dir, config, options=options, **kwargs)  # type: ignore[arg-type]
+    except FlowerRunError as error:
+        raise click.ClickException(f"the Flower run failed: {error}") from None

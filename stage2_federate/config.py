@@ -69,6 +69,7 @@ class FederationConfig:
     device: str = "auto"
     threads: int | None = None
     eval_batch_size: int = 1024
+    eval_clean: bool = False  # also evaluate on the clients' local-only clean test files (export --keep-clean-test)
     seed: int | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:

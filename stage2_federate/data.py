@@ -1,8 +1,13 @@
-"""Client data of one export run, validated and held in memory once, batched in torch.
+"""Client data of one export run, validated, held in memory or streamed in row blocks, batched in torch.
 
 Packed-bit files stay packed: each client's split is one uint8 tensor of shape (rows, ceil(r·l/8)), and
 every batch is unpacked in torch (shift and mask, then float) right before the forward pass. A float copy
 of a whole split is never made. Float-feature files (real-valued mechanisms) are float32 tensors.
+
+A split is read once and held (:class:`ClientSplit`) when it is small (``streaming.RESIDENT_SPLIT_BYTES``)
+and the memory budget allows; otherwise it is read block by block at every pass
+(``streaming.StreamedSplit``), so memory stays O(block) whatever a file's declared size. Both shuffle
+alike (``streaming.shuffled_blocks``): the choice never changes a run's result.
 """
 
 from __future__ import annotations
@@ -11,14 +16,18 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import h5py
 import numpy as np
 import torch
 
-from contract.client_reader import read_client_file
+from contract.client_reader import open_client_file, read_client_file, short_error
+from contract.layout import local_file_name
 from contract.manifest import Manifest
 from contract.run_dir import validate_run
 from contract.schema import SPLITS, ClientMetadata, FormatError
 from mechanisms.base import PACKED_BITS
+
+from .streaming import ResidencyBudget, StreamedSplit, block_rows, shuffled_blocks
 
 _SHIFTS_CACHE: dict[torch.device, torch.Tensor] = {}
 
@@ -65,12 +74,15 @@ class ClientSplit:
             for start in range(0, n, batch_size):
                 yield self.inputs(slice(start, start + batch_size)), self.labels[start:start + batch_size]
             return
-        order = torch.randperm(n, generator=generator, device=generator.device)
-        if order.device != self.features.device:
-            order = order.to(self.features.device)
-        for start in range(0, n, batch_size):
-            index = order[start:start + batch_size]
-            yield self.inputs(index), self.labels[index]
+        row_bytes = int(np.prod(self.features.shape[1:])) * self.features.element_size()
+        for block_start, order in shuffled_blocks(n, block_rows(row_bytes, batch_size), generator):
+            if order.device != self.features.device:
+                order = order.to(self.features.device)
+            if block_start:
+                order = order + block_start
+            for start in range(0, len(order), batch_size):
+                index = order[start:start + batch_size]
+                yield self.inputs(index), self.labels[index]
 
 
 @dataclass
@@ -80,8 +92,8 @@ class ClientDataset:
     index: int
     path: Path
     metadata: ClientMetadata
-    train: ClientSplit
-    test: ClientSplit
+    train: ClientSplit | StreamedSplit
+    test: ClientSplit | StreamedSplit
 
     @property
     def label_histogram(self) -> tuple[int, ...]:
@@ -89,6 +101,8 @@ class ClientDataset:
         recorded = self.metadata.label_histograms.get("train")
         if recorded is not None and len(recorded) == self.metadata.num_classes:
             return tuple(int(v) for v in recorded)
+        if isinstance(self.train, StreamedSplit):
+            return self.train.label_histogram()
         counts = torch.bincount(self.train.labels.cpu(), minlength=self.metadata.num_classes)
         return tuple(int(v) for v in counts[: self.metadata.num_classes])
 
@@ -144,26 +158,109 @@ def load_run(run_dir: str | Path, device: torch.device | str = "cpu") -> Federat
     run_dir = Path(run_dir)
     manifest, checked = validate_run(run_dir)
     device = torch.device(device)
-    clients = []
-    for record, _meta in checked:
-        data = read_client_file(run_dir / record.path)
-        meta = data.metadata
-        packed = meta.feature_format == PACKED_BITS
-        splits = {}
-        for split in SPLITS:
-            features = np.ascontiguousarray(data.features[split])
-            labels = np.ascontiguousarray(data.labels[split], dtype=np.int64)
-            splits[split] = ClientSplit(torch.from_numpy(features).to(device), torch.from_numpy(labels).to(device),
-                                        meta.feature_width, packed)
-        if len(splits["train"]) == 0:
-            raise FormatError(run_dir / record.path, "the training split is empty")
-        clients.append(ClientDataset(record.client_index, run_dir / record.path, meta, splits["train"],
-                                     splits["test"]))
+    budget = ResidencyBudget.from_memory()
+    clients = [load_client(run_dir / record.path, device, budget, index=record.client_index)
+               for record, _meta in checked]
     clients.sort(key=lambda c: c.index)
     return FederatedData(run_dir, manifest, clients)
 
 
-def evaluation_splits(data: FederatedData, clients: Sequence[int] | None = None) -> list[ClientSplit]:
+def load_client(path: str | Path, device: torch.device, budget: ResidencyBudget | None = None, *,
+                index: int | None = None) -> ClientDataset:
+    """Open one validated client file: each split held in memory if ``budget`` allows, else streamed.
+
+    Parameters
+    ----------
+    path : path
+        The client file.
+    device : torch.device
+        Where batches go.
+    budget : ResidencyBudget, optional
+        Memory for resident splits; by default a fresh one from the memory available.
+    index : int, optional
+        The client index (default: the file's attribute ``client_index``).
+
+    Raises
+    ------
+    FormatError
+        The structure, a checksum, a label outside the classes, an empty training split.
+    """
+    path = Path(path)
+    budget = budget if budget is not None else ResidencyBudget.from_memory()
+    with open_client_file(path) as (handle, meta, rows):
+        packed = meta.feature_format == PACKED_BITS
+        splits: dict[str, ClientSplit | StreamedSplit] = {}
+        for split in SPLITS:
+            features = handle[split]["features"]
+            row_bytes = int(features.shape[1]) * features.dtype.itemsize
+            if budget.take(rows[split] * (row_bytes + 8)):
+                splits[split] = _resident_split(path, handle, split, meta, device, packed)
+            else:
+                splits[split] = StreamedSplit(path, split, rows[split], meta.feature_width, packed, meta.num_classes,
+                                              device, row_bytes)
+    if len(splits["train"]) == 0:
+        raise FormatError(path, "the training split is empty")
+    return ClientDataset(meta.client_index if index is None else index, path, meta, splits["train"], splits["test"])
+
+
+def _resident_split(path: Path, handle: h5py.File, split: str, meta: ClientMetadata, device: torch.device,
+                    packed: bool) -> ClientSplit:
+    """Read one split whole (it fits the residency budget); HDF5 verifies every chunk's checksum."""
+    try:
+        features = np.ascontiguousarray(handle[split]["features"][()])
+        labels = np.ascontiguousarray(handle[split]["labels"][()], dtype=np.int64)
+    except OSError as error:
+        raise FormatError(path, f"data of split {split!r} failed its checksum or could not be read "
+                                f"({short_error(error)})") from None
+    if labels.size and (labels.min() < 0 or labels.max() >= meta.num_classes):
+        raise FormatError(path, f"labels of split {split!r} fall outside [0, {meta.num_classes})")
+    return ClientSplit(torch.from_numpy(features).to(device), torch.from_numpy(labels).to(device),
+                       meta.feature_width, packed)
+
+
+def evaluation_splits(data: FederatedData, clients: Sequence[int] | None = None
+                      ) -> list[ClientSplit | StreamedSplit]:
     """Return the clients' randomized test splits, whose union the global model is evaluated on."""
     chosen = data.clients if clients is None else [c for c in data.clients if c.index in set(clients)]
     return [c.test for c in chosen if len(c.test)]
+
+
+def load_clean_tests(data: FederatedData, device: torch.device | str = "cpu") -> list[ClientSplit]:
+    """Return each client's clean test split from its local-only file ``client_NNN.local.h5``.
+
+    ``ldpfl export --keep-clean-test`` writes these files: the same records and release as the client's
+    test split, UNRANDOMIZED (mechanism ``none``, attribute ``local_only``). Evaluating the global model
+    on them is what a silo does when it predicts on its own records, which releases nothing (issue 17
+    item 4). Each file must validate, be local-only, and match its client file (dataset, release, width,
+    classes, rows of the test split).
+
+    Raises
+    ------
+    FormatError
+        A client without its local file, or a file that does not match (the message says which).
+    """
+    splits = []
+    for client in data.clients:
+        path = client.path.parent / local_file_name(client.index)
+        if not path.is_file():
+            raise FormatError(path, "missing: --eval-clean needs the local-only clean test file of every client "
+                                    "(ldpfl export --keep-clean-test)")
+        clean = read_client_file(path, splits=("test",))
+        meta, own = clean.metadata, client.metadata
+        expected = {"local_only": True, "dataset": own.dataset, "release": own.release, "client_index": client.index,
+                    "num_classes": own.num_classes, "feature_width": own.feature_width,
+                    "feature_format": own.feature_format}
+        found = {"local_only": meta.local_only, "dataset": meta.dataset, "release": meta.release,
+                 "client_index": meta.client_index, "num_classes": meta.num_classes,
+                 "feature_width": meta.feature_width, "feature_format": meta.feature_format}
+        wrong = [f"{k} is {found[k]!r}, expected {v!r}" for k, v in expected.items() if found[k] != v]
+        if len(clean.labels["test"]) != len(client.test):
+            wrong.append(f"it holds {len(clean.labels['test'])} test rows, the client file {len(client.test)}")
+        if wrong:
+            raise FormatError(path, f"does not match {client.path.name}: {'; '.join(wrong)}")
+        features = np.ascontiguousarray(clean.features["test"])
+        labels = np.ascontiguousarray(clean.labels["test"], dtype=np.int64)
+        if len(labels):
+            splits.append(ClientSplit(torch.from_numpy(features).to(device), torch.from_numpy(labels).to(device),
+                                      meta.feature_width, meta.feature_format == PACKED_BITS))
+    return splits

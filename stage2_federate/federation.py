@@ -47,7 +47,8 @@ from . import outdir
 from . import outputs as out
 from .checkpoint import check_inputs, client_digests, load_checkpoint, save_checkpoint
 from .config import FederationConfig
-from .data import ClientSplit, evaluation_splits
+from .data import ClientSplit, evaluation_splits, load_clean_tests
+from .ledger import ledger_caption, ledger_section
 from .model import evaluate, set_vector
 from .plan import FederationPlan, plan_federation
 from .rounds import Broadcast, client_step, draw_dropouts, round_record, server_step
@@ -67,6 +68,7 @@ class FederationResult:
     privacy: list[dict[str, Any]]
     resumed_from_round: int | None = None
     warnings: tuple[str, ...] = ()
+    privacy_ledger: dict[str, Any] | None = None  # ledger.ledger_section: each client's total over the run
 
     def to_dict(self) -> dict[str, Any]:
         """Return the result as JSON-ready values (``ldpfl federate --json``)."""
@@ -74,14 +76,20 @@ class FederationResult:
             "final_test_accuracy": self.final_accuracy, "rounds_completed": len(self.history),
             "resumed_from_round": self.resumed_from_round,
             "test_accuracy": [r["test_accuracy"] for r in self.history],
+            **({"clean_test_accuracy": [r.get("clean_test_accuracy") for r in self.history]}
+               if any("clean_test_accuracy" in r for r in self.history) else {}),
             "outputs": {k: str(v) for k, v in self.paths.items()}, "config": self.config,
-            "warnings": list(self.warnings),
+            "warnings": list(self.warnings), "privacy_ledger": self.privacy_ledger,
         })
 
 
 def play_round(round_number: int, plan: FederationPlan, config: FederationConfig,
-               eval_splits: list[ClientSplit]) -> dict[str, Any]:
-    """One round in this process: select, train and perturb each client, drop, aggregate, evaluate."""
+               eval_splits: list[ClientSplit], clean_splits: list[ClientSplit] | None = None) -> dict[str, Any]:
+    """One round in this process: select, train and perturb each client, drop, aggregate, evaluate.
+
+    With ``clean_splits`` (``eval_clean``) the global model is also evaluated on the clients' clean test
+    features: ``clean_test_accuracy`` / ``clean_test_loss`` in the record.
+    """
     started = time.perf_counter()
     streams, model, strategy = plan.streams, plan.model, plan.strategy
     clients = {c.index: c for c in plan.data.clients}
@@ -99,8 +107,12 @@ def play_round(round_number: int, plan: FederationPlan, config: FederationConfig
     set_vector(model, torch.from_numpy(np.ascontiguousarray(server.vector, dtype=np.float32)).to(plan.device))
     test_loss, test_accuracy = evaluate(model, eval_splits, config.eval_batch_size)
     epsilons = {cid: p.epsilon for cid, p in plan.perturbations.items()}
-    return round_record(round_number, selected=selected, clients=results, dropped=dropped, server=server,
-                        test_loss=test_loss, test_accuracy=test_accuracy, epsilons=epsilons, started=started)
+    record = round_record(round_number, selected=selected, clients=results, dropped=dropped, server=server,
+                          test_loss=test_loss, test_accuracy=test_accuracy, epsilons=epsilons, started=started)
+    if clean_splits is not None:  # a silo predicting on its own records releases nothing (issue 17 item 4)
+        record["clean_test_loss"], record["clean_test_accuracy"] = evaluate(model, clean_splits,
+                                                                            config.eval_batch_size)
+    return record
 
 
 def default_out_dir(run_dir: str | Path) -> Path:
@@ -201,8 +213,15 @@ def _run_locked(run_dir: Path, config: FederationConfig, target_dir: Path, paths
     elif overwrite:
         outdir.clear_outputs(target_dir)  # nothing of the previous run may mix with this one's
     warnings = [w for w in map(round_warning, history) if w is not None]  # of the rounds resumed from
+    expected = plan.data.first.client_count
+    if len(plan.data.clients) < expected and start == 1:
+        warnings.append(f"the run lists {len(plan.data.clients)} client file(s) but its files say client_count "
+                        f"{expected}: federating {len(plan.data.clients)} client(s) only")
+        if on_warning is not None:
+            on_warning(warnings[-1])
     out.write_json(paths["config"], plan.record)
     eval_splits = evaluation_splits(plan.data)
+    clean_splits = load_clean_tests(plan.data, plan.device) if config.eval_clean else None
 
     def write_metrics() -> None:
         out.write_metrics_csv(paths["metrics_csv"], history)
@@ -216,7 +235,7 @@ def _run_locked(run_dir: Path, config: FederationConfig, target_dir: Path, paths
         if history:
             bar.set_postfix(test_acc=_fmt(history[-1]["test_accuracy"]))
         for round_number in range(start, config.rounds + 1):
-            record = play_round(round_number, plan, config, eval_splits)
+            record = play_round(round_number, plan, config, eval_splits, clean_splits)
             history.append(record)
             save_checkpoint(checkpoint_path, round_number=round_number, model=plan.model, streams=plan.streams,
                             config=config, randomness=str(plan.record["randomness"]), history=history,
@@ -234,16 +253,18 @@ def _run_locked(run_dir: Path, config: FederationConfig, target_dir: Path, paths
     write_metrics()
     state = {k: v.detach().cpu() for k, v in plan.model.state_dict().items()}
     atomic_write(paths["model"], lambda handle: torch.save(state, handle))
+    ledger = ledger_section(history, plan.privacy)
     if history:
         out.plot_history(paths["accuracy_png"], history, title=f"{plan.data.dataset}: {config.aggregation}, "
-                                                               f"perturbation {config.perturbation}")
+                                                               f"perturbation {config.perturbation}",
+                         caption=ledger_caption(ledger))
     if not keep_checkpoint:
         checkpoint_path.unlink(missing_ok=True)
         del paths["checkpoint"]
     outdir.remove_temporaries(target_dir)
     final = history[-1]["test_accuracy"] if history else None
     return FederationResult(history, final, paths, plan.record, plan.privacy,
-                            None if payload is None else int(payload["round"]), tuple(warnings))
+                            None if payload is None else int(payload["round"]), tuple(warnings), ledger)
 
 
 def _fmt(value: float | None) -> str:

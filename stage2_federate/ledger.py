@@ -26,7 +26,7 @@ both accountants and basic composition hold under adaptive composition.
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from numbers import Integral, Real
 from typing import Any
@@ -240,3 +240,122 @@ def release_from_report(report: Any) -> Release:
         return GaussianRelease(float(report.sigma), float(report.sensitivity), float(report.exact_delta),
                                discrete=discrete)
     return PureRelease(float(report.exact_epsilon_per_record))
+
+
+# --------------------------------------------------------------------------------------------------
+# A federation run's ledger, from its per-round records and its per-client privacy reports.
+
+COUNTED = ("rounds in which the client's upload reached the server: selected, not dropped (LDPFL IV-E), "
+           "and finite (not excluded)")
+
+
+def uploads_per_round(rounds: Sequence[Mapping[str, Any]]) -> list[list[Hashable]]:
+    """Return, for each round record, the clients whose upload reached the server.
+
+    A record (``rounds.round_record``) lists ``selected``, ``dropped`` and ``excluded`` clients; the upload
+    of a selected client is released unless it dropped out or was not finite.
+    """
+    out = []
+    for record in rounds:
+        lost = set(record.get("dropped", ())) | set(record.get("excluded", ()))
+        out.append([c for c in record.get("selected", ()) if c not in lost])
+    return out
+
+
+def ledger_section(rounds: Sequence[Mapping[str, Any]], privacy: Sequence[Mapping[str, Any]], *,
+                   accountant: str = RDP) -> dict[str, Any]:
+    """Build the ``privacy_ledger`` section of ``metrics.json``: each client's total over the run so far.
+
+    Parameters
+    ----------
+    rounds : the per-round records (``selected``, ``dropped``, ``excluded``).
+    privacy : one ``PrivacyReport.to_dict()`` per client with its ``client`` index added (the ``privacy``
+        section of ``metrics.json``); each gives the release of one upload (``release_from_report``).
+    accountant : ``"rdp"`` (default) or ``"pld"``.
+
+    Returns
+    -------
+    A JSON-ready dict: ``rounds``, ``counted`` (which rounds count), ``accountant``, ``adds_privacy_loss``
+    (False for ``none``), ``clients`` (``LedgerEntry.to_dict()`` each, plus ``mechanism``) and ``notes``.
+    A client whose report cannot be accounted (no per-record figure) gets ε = None and a note.
+    """
+    from mechanisms.report import PrivacyReport
+
+    clients = [p["client"] for p in privacy]
+    releases: dict[Hashable, Release | None] = {}
+    problems: dict[Hashable, str] = {}
+    mechanism_of: dict[Hashable, str] = {}
+    for p in privacy:
+        report = PrivacyReport.from_dict(p, ignore_unknown=True)
+        mechanism_of[p["client"]] = report.mechanism
+        try:
+            releases[p["client"]] = release_from_report(report)
+        except ValueError as error:
+            releases[p["client"]], problems[p["client"]] = None, str(error)
+    counts = participation_counts(uploads_per_round(rounds), clients)
+    accounted = {c: r for c, r in releases.items() if r is not None}
+    entries = privacy_ledger({c: counts[c] for c in accounted}, accounted, accountant=accountant)
+    rows = []
+    for c in clients:
+        entry = entries.get(c) or LedgerEntry(c, counts[c], None, None, "not accounted", (problems.get(c, ""),))
+        rows.append({**entry.to_dict(), "mechanism": mechanism_of[c]})
+    adds = any(not isinstance(r, NoRelease) for r in releases.values())
+    notes = [f"stage 2 only: what the uploads of {len(rounds)} rounds add; the stage-1 release of each client's "
+             "features is in its client file (privacy_report)"]
+    if not adds:
+        notes.append("perturbation none: stage 2 adds no noise and nothing to the ledger")
+    if any(isinstance(r, GaussianRelease) for r in releases.values()):
+        notes.append("Gaussian family: RDP of the per-upload (discrete) Gaussian composed over the client's rounds "
+                     "by dp-accounting, epsilon at the client's delta; no amplification by sampling")
+    if any(isinstance(r, PureRelease) for r in releases.values()):
+        notes.append("pure-epsilon mechanisms: basic composition, rounds x per-upload epsilon")
+    return {"rounds": len(rounds), "counted": COUNTED, "accountant": accountant, "adds_privacy_loss": adds,
+            "clients": rows, "notes": notes}
+
+
+def _fmt_eps(value: Any) -> str:
+    if value is None:
+        return "n/a"
+    if value == "inf" or (isinstance(value, float) and math.isinf(value)):
+        return "inf (not private)"
+    return f"{float(value):.4g}"
+
+
+def ledger_lines(section: Mapping[str, Any], *, max_clients: int = 12) -> list[str]:
+    """Return the CLI summary of a ledger section: one line per client (or a range beyond ``max_clients``)."""
+    rows = list(section.get("clients", ()))
+    if not section.get("adds_privacy_loss", True):
+        return [f"privacy ledger (stage 2): perturbation none adds nothing over {section.get('rounds')} rounds; "
+                "the privacy is the stage-1 release's (client files)"]
+    lines = [f"privacy ledger (stage 2, each client over its uploads in {section.get('rounds')} rounds):"]
+    if len(rows) <= max_clients:
+        for r in rows:
+            delta = "" if not r.get("delta") else f" at delta {r['delta']:g}"
+            lines.append(f"  client {r['client']}: epsilon {_fmt_eps(r.get('epsilon'))}{delta} "
+                         f"({r['rounds']} uploads, {r['method']})")
+    else:
+        finite = [float(r["epsilon"]) for r in rows if isinstance(r.get("epsilon"), (int, float))]
+        if finite:
+            lines.append(f"  {len(rows)} clients: epsilon from {min(finite):.4g} to {max(finite):.4g} "
+                         f"(uploads {min(r['rounds'] for r in rows)} to {max(r['rounds'] for r in rows)})")
+        infinite = sum(1 for r in rows if r.get("epsilon") == "inf")
+        if infinite:
+            lines.append(f"  {infinite} clients: epsilon inf (not private)")
+    return lines
+
+
+def ledger_caption(section: Mapping[str, Any]) -> str:
+    """Return one line for the accuracy plot: the range of the clients' totals."""
+    if not section.get("adds_privacy_loss", True):
+        return "stage 2 adds no privacy loss (perturbation none)"
+    rows = list(section.get("clients", ()))
+    if any(r.get("epsilon") == "inf" for r in rows):
+        return "stage-2 privacy ledger: some clients not private (epsilon inf)"
+    finite = [(float(r["epsilon"]), r.get("delta")) for r in rows if isinstance(r.get("epsilon"), (int, float))]
+    if not finite:
+        return ""
+    low, high = min(e for e, _ in finite), max(e for e, _ in finite)
+    deltas = {d for _, d in finite if d}
+    delta = f" at delta {deltas.pop():g}" if len(deltas) == 1 else ""
+    span = f"{low:.3g}" if low == high else f"{low:.3g} to {high:.3g}"
+    return f"stage-2 privacy ledger: epsilon per client {span}{delta} over {section.get('rounds')} rounds"

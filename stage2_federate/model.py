@@ -17,6 +17,7 @@ from torch.nn import functional as F
 
 from .config import ADAM, AUTO, DEFAULT_DROPOUT, DEFAULT_HIDDEN, DEFAULT_LR, OPTIMIZERS, SGD
 from .data import ClientSplit
+from .streaming import StreamedSplit
 
 __all__ = [
     "ADAM", "AUTO", "DEFAULT_DROPOUT", "DEFAULT_HIDDEN", "DEFAULT_LR", "OPTIMIZERS", "SGD", "FederatedMLP",
@@ -183,15 +184,16 @@ class TrainStats:
     samples: int
 
 
-def train_local(model: FederatedMLP, split: ClientSplit, *, epochs: int, batch_size: int,
+def train_local(model: FederatedMLP, split: ClientSplit | StreamedSplit, *, epochs: int, batch_size: int,
                 optimizer: torch.optim.Optimizer, generator: torch.Generator) -> TrainStats:
     """LDPFL Algorithm 1 line 19: train for ``epochs`` (el) epochs over shuffled batches of the split."""
     if epochs < 1 or batch_size < 1:
         raise ValueError(f"epochs and batch size must be >= 1, got {epochs}, {batch_size}")
     model.train()
     model.set_generator(generator)
-    loss_sum = torch.zeros((), dtype=torch.float64, device=split.labels.device)
-    correct = torch.zeros((), dtype=torch.int64, device=split.labels.device)
+    device = next(model.parameters()).device  # the split's batches come to the model's device
+    loss_sum = torch.zeros((), dtype=torch.float64, device=device)
+    correct = torch.zeros((), dtype=torch.int64, device=device)
     for _epoch in range(epochs):
         loss_sum.zero_()
         correct.zero_()
@@ -207,10 +209,24 @@ def train_local(model: FederatedMLP, split: ClientSplit, *, epochs: int, batch_s
     return TrainStats(float(loss_sum) / n, float(correct) / n, n)
 
 
+EVAL_BATCH_BYTES = 256 * 2**20
+"""Evaluation batches hold at most this many bytes of float32 inputs (fewer rows for very wide inputs)."""
+
+
+def evaluation_rows(batch_size: int, input_width: int) -> int:
+    """Return the rows of an evaluation batch: ``batch_size``, fewer when its inputs exceed ``EVAL_BATCH_BYTES``."""
+    return max(1, min(int(batch_size), EVAL_BATCH_BYTES // (4 * max(int(input_width), 1))))
+
+
 @torch.no_grad()
-def evaluate(model: FederatedMLP, splits: Sequence[ClientSplit], batch_size: int = 1024) -> tuple[float, float]:
-    """Mean cross-entropy and accuracy over the union of ``splits`` (NaN when they hold no rows)."""
+def evaluate(model: FederatedMLP, splits: Sequence[ClientSplit | StreamedSplit],
+             batch_size: int = 1024) -> tuple[float, float]:
+    """Mean cross-entropy and accuracy over the union of ``splits`` (NaN when they hold no rows).
+
+    Batches are ``batch_size`` rows, fewer for very wide inputs (:func:`evaluation_rows`).
+    """
     model.eval()
+    batch_size = evaluation_rows(batch_size, model.input_width)
     loss_sum = 0.0
     correct = 0
     total = 0

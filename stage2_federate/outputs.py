@@ -28,8 +28,9 @@ MODEL_PT = "model.pt"
 CHECKPOINT_PT = "checkpoint.pt"
 OUTPUT_NAMES = (METRICS_CSV, METRICS_JSON, CONFIG_JSON, PLOT_PNG, MODEL_PT, CHECKPOINT_PT)
 
-CSV_COLUMNS = ("round", "train_loss", "train_accuracy", "test_loss", "test_accuracy", "selected", "dropped",
-               "excluded", "aggregated", "weights", "client_epsilons", "kept_previous_model")
+CSV_COLUMNS = ("round", "train_loss", "train_accuracy", "test_loss", "test_accuracy", "clean_test_accuracy",
+               "selected", "dropped", "excluded", "aggregated", "weights", "client_epsilons", "kept_previous_model")
+"""``clean_test_accuracy``: on the clients' unrandomized local test files (``--eval-clean``), else empty."""
 
 
 def write_json(path: str | os.PathLike, payload: Any) -> Path:
@@ -60,12 +61,24 @@ def write_metrics_csv(path: str | os.PathLike, rounds: Sequence[Mapping[str, Any
 
 def write_metrics_json(path: str | os.PathLike, *, config: Mapping[str, Any], privacy: Sequence[Mapping[str, Any]],
                        rounds: Sequence[Mapping[str, Any]], extra: Mapping[str, Any] | None = None) -> Path:
-    """``{"config": …, "privacy": [per-client reports], "rounds": [per-round records], …extra}``."""
-    return write_json(path, {"config": config, "privacy": list(privacy), "rounds": list(rounds), **(extra or {})})
+    """``{"config": …, "privacy": [per-client reports], "rounds": [per-round records], "privacy_ledger": …, …extra}``.
+
+    ``privacy_ledger`` is each client's total over the rounds so far (``ledger.ledger_section``), computed
+    here so that every engine writes it.
+    """
+    from .ledger import ledger_section
+
+    payload = {"config": config, "privacy": list(privacy), "rounds": list(rounds),
+               "privacy_ledger": ledger_section(rounds, privacy)}
+    return write_json(path, payload | dict(extra or {}))
 
 
-def plot_history(path: str | os.PathLike, rounds: Sequence[Mapping[str, Any]], title: str = "") -> Path:
-    """accuracy.png: train/test accuracy (left) and loss (right) per round."""
+def plot_history(path: str | os.PathLike, rounds: Sequence[Mapping[str, Any]], title: str = "",
+                 caption: str = "") -> Path:
+    """accuracy.png: train/test accuracy (left) and loss (right) per round; ``caption`` under the plots.
+
+    The federation passes the privacy ledger's one-line summary (``ledger.ledger_caption``) as the caption.
+    """
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
     from matplotlib.ticker import MaxNLocator
@@ -79,6 +92,8 @@ def plot_history(path: str | os.PathLike, rounds: Sequence[Mapping[str, Any]], t
     for axis, metric, label in zip(figure.subplots(1, 2), ("accuracy", "loss"), ("Accuracy", "Cross-entropy loss"),
                                    strict=True):
         axis.plot(x, series(f"test_{metric}"), marker="o", label="test (global model)")
+        if any(f"clean_test_{metric}" in r for r in rounds):
+            axis.plot(x, series(f"clean_test_{metric}"), marker="s", label="clean test (local files)")
         axis.plot(x, series(f"train_{metric}"), marker=".", linestyle="--", label="train (mean over clients)")
         axis.set_xlabel("round")
         axis.xaxis.set_major_locator(MaxNLocator(integer=True))
@@ -87,16 +102,25 @@ def plot_history(path: str | os.PathLike, rounds: Sequence[Mapping[str, Any]], t
         axis.legend()
     if title:
         figure.suptitle(title)
-    figure.subplots_adjust(left=0.07, right=0.98, bottom=0.13, top=0.88 if title else 0.95, wspace=0.22)
+    if caption:
+        figure.text(0.5, 0.01, caption, ha="center", va="bottom", fontsize=9)
+    figure.subplots_adjust(left=0.07, right=0.98, bottom=0.19 if caption else 0.13, top=0.88 if title else 0.95,
+                           wspace=0.22)
     return atomic_write(path, lambda handle: figure.savefig(handle, format="png"))
 
 
 def summary_table(rounds: Sequence[Mapping[str, Any]]) -> str:
-    """Per-round test accuracy as a small text table (the CLI's closing summary)."""
-    lines = ["round  test_acc  test_loss  train_acc  aggregated"]
+    """Per-round test accuracy as a small text table (the CLI's closing summary).
+
+    ``clean_acc`` (accuracy on the clients' clean local test files, ``--eval-clean``) shows when recorded.
+    """
+    clean = any("clean_test_accuracy" in r for r in rounds)
+    lines = ["round  test_acc  test_loss  train_acc  " + ("clean_acc  " if clean else "") + "aggregated"]
     for r in rounds:
         def fmt(v: Any, width: int) -> str:
             return f"{'n/a':>{width}}" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:>{width}.4f}"
+        clean_cell = f"{fmt(r.get('clean_test_accuracy'), 9)}  " if clean else ""
         lines.append(f"{r['round']:>5}  {fmt(r.get('test_accuracy'), 8)}  {fmt(r.get('test_loss'), 9)}  "
-                     f"{fmt(r.get('train_accuracy'), 9)}  {','.join(str(c) for c in r.get('aggregated', [])) or '-'}")
+                     f"{fmt(r.get('train_accuracy'), 9)}  {clean_cell}"
+                     f"{','.join(str(c) for c in r.get('aggregated', [])) or '-'}")
     return "\n".join(lines)

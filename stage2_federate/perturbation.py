@@ -137,8 +137,8 @@ class ClientPerturbation:
         """Return the mechanism's privacy report (``PrivacyReport.to_dict``), plus the client and the target."""
         report = self.mechanism.report().with_randomness(randomness_mode).to_dict()
         report.update(client=self.client, target=self.target, noise_scale=self.noise_scale,
-                      release="one upload per round the client is selected; composition over rounds is not "
-                              "included")
+                      release="one upload per round the client is selected; the composition over the rounds "
+                              "is metrics.json's privacy_ledger")
         return report
 
 

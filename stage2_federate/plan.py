@@ -8,22 +8,21 @@ sign aggregation when the mechanism's uploads are signs), the server rule, and t
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 import mechanisms as mech
+from contract.file_checks import float32_overflow
 from mechanisms.base import ParameterError
 from mechanisms.randomness import RANDOMNESS_DESCRIPTIONS
 
 from . import budgets
 from .config import DEFAULT_LR, DEVICES, FederationConfig
 from .data import ClientDataset, FederatedData, load_run
-from .model import FederatedMLP, build_model, parameter_count, resolve_optimizer
+from .model import FederatedMLP, build_model, evaluation_rows, parameter_count, resolve_optimizer
 from .perturbation import (
     ClientPerturbation,
     ServerRule,
@@ -99,10 +98,6 @@ def plan_strategy(config: FederationConfig, clients: list[ClientDataset],
     return strategy
 
 
-NOISE_TAIL = 64.0
-"""A Gaussian draw beyond 64 σ has probability below 10^-890: no upload of σ · 64 < float32 max overflows."""
-
-
 def check_noise_scales(config: FederationConfig, perturbations: dict[int, ClientPerturbation]) -> None:
     """Refuse a noise scale whose draws overflow float32 (every upload would be ±inf and excluded).
 
@@ -115,15 +110,12 @@ def check_noise_scales(config: FederationConfig, perturbations: dict[int, Client
     """
     if perturbation_wiring(config.perturbation).sign_aggregation:
         return  # the uploads are signs: finite whatever σ
-    limit = float(np.finfo(np.float32).max) / NOISE_TAIL
     for cid, perturbation in perturbations.items():
-        sigma = perturbation.noise_scale
-        if sigma is not None and not (math.isfinite(sigma) and sigma <= limit):
+        problem = float32_overflow(perturbation.noise_scale)
+        if problem is not None:
             raise ParameterError(f"perturbation {config.perturbation!r} of client {cid} (epsilon "
-                                 f"{perturbation.epsilon:g}) has noise scale sigma = {sigma:.3g}: its draws reach "
-                                 f"{NOISE_TAIL:g} sigma, beyond float32's largest value "
-                                 f"{float(np.finfo(np.float32).max):.3g}, so uploads would overflow to inf; choose "
-                                 "a larger `epsilon` (or `client_epsilons`)")
+                                 f"{perturbation.epsilon:g}): {problem}; choose a larger `epsilon` (or "
+                                 "`client_epsilons`)")
 
 
 @dataclass
@@ -158,7 +150,8 @@ def plan_federation(run_dir: Path, config: FederationConfig) -> FederationPlan:
     data = load_run(run_dir, device)
     clients = list(data.clients)
     per_round = len(clients) if config.clients_per_round is None else min(config.clients_per_round, len(clients))
-    check_model(data.input_width, config.hidden, data.num_classes, per_round)  # before torch allocates it
+    batch_rows = config.batch_size + evaluation_rows(config.eval_batch_size, data.input_width)
+    check_model(data.input_width, config.hidden, data.num_classes, per_round, batch_rows=batch_rows)  # before torch
     randomness = mech.make_randomness(config.seed)
     streams = Streams.create(randomness, len(clients), device)
     model = build_model(data.input_width, config.hidden, data.num_classes, dropout=config.dropout,

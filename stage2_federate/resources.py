@@ -2,82 +2,24 @@
 
 A model is sized from its architecture alone (:func:`parameter_count_of`), so an impossible one
 (``hidden`` 10^8, or 10^7 input features under the default 2048-unit layer) is refused with the figures
-before torch allocates a byte of it. The memory available is the kernel's ``MemAvailable``
-(``/proc/meminfo``), capped by the cgroup's limit when the process runs in one, else the free pages
-``os.sysconf`` reports. Imports no torch.
+before torch allocates a byte of it. The memory available is ``contract.memory.available_memory``
+(``MemAvailable``, capped by a cgroup limit). Imports no torch.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
-from pathlib import Path
 
+from contract.memory import available_memory, format_bytes, memory_shortfall
 from mechanisms.base import ParameterError
+
+__all__ = ["FLOAT32_BYTES", "MODEL_BUFFERS", "available_memory", "batch_memory", "check_model", "format_bytes",
+           "model_memory", "parameter_count_of", "require_memory"]
 
 FLOAT32_BYTES = 4
 MODEL_BUFFERS = 8
 """Parameter-sized float32 buffers a round holds besides the uploads: the model, its gradients, Adam's two
 moments, the broadcast vector, the local vector, the perturbed upload being made, the aggregate."""
-
-_MEMINFO = Path("/proc/meminfo")
-_CGROUP_V2 = Path("/sys/fs/cgroup")
-
-
-def _meminfo_available() -> int | None:
-    try:
-        for line in _MEMINFO.read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
-
-
-def _sysconf_available() -> int | None:
-    try:
-        pages, size = os.sysconf("SC_AVPHYS_PAGES"), os.sysconf("SC_PAGE_SIZE")
-    except (AttributeError, OSError, ValueError):
-        return None
-    return pages * size if pages > 0 and size > 0 else None
-
-
-def _cgroup_headroom() -> int | None:
-    try:
-        limit = (_CGROUP_V2 / "memory.max").read_text().strip()
-        if limit == "max":
-            return None
-        used = int((_CGROUP_V2 / "memory.current").read_text().strip())
-        return max(int(limit) - used, 0)
-    except (OSError, ValueError):
-        return None
-
-
-def available_memory() -> tuple[int | None, str]:
-    """Return the bytes of memory available to this process and where the figure comes from.
-
-    Returns
-    -------
-    tuple
-        (bytes or ``None`` when unknown, a short description of the source).
-    """
-    figure, source = _meminfo_available(), "MemAvailable in /proc/meminfo"
-    if figure is None:
-        figure, source = _sysconf_available(), "free pages per os.sysconf"
-    headroom = _cgroup_headroom()
-    if headroom is not None and (figure is None or headroom < figure):
-        figure, source = headroom, "the cgroup's memory.max less memory.current"
-    return figure, source
-
-
-def format_bytes(count: float) -> str:
-    """Return ``count`` bytes in binary units (``1.5 GiB``)."""
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
-        if abs(count) < 1024 or unit == "PiB":
-            return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
-        count /= 1024
-    raise AssertionError("unreachable")  # pragma: no cover
-
 
 def parameter_count_of(input_width: int, hidden: Sequence[int], num_classes: int) -> int:
     """Return the parameters of ``input width -> hidden layers -> classes`` (weights and biases), exactly."""
@@ -107,17 +49,30 @@ def require_memory(needed: int, what: str, advice: str, *, available: int | None
     source : str
         Where ``available`` comes from, when given.
     """
-    if available is None:
-        available, source = available_memory()
-    if available is None or needed <= available:
-        return
-    raise ParameterError(f"{what} needs at least {format_bytes(needed)} of memory, but only "
-                         f"{format_bytes(available)} is available ({source or 'given'}); {advice}")
+    shortfall = memory_shortfall(needed, available, source)
+    if shortfall is not None:
+        raise ParameterError(f"{what} {shortfall}; {advice}")
+
+
+def batch_memory(input_width: int, hidden: Sequence[int], num_classes: int, rows: int) -> int:
+    """Return the bytes of one batch of ``rows``: float32 inputs, activations and their gradients."""
+    return FLOAT32_BYTES * int(rows) * (int(input_width) + 2 * (sum(int(h) for h in hidden) + int(num_classes)))
 
 
 def check_model(input_width: int, hidden: Sequence[int], num_classes: int, clients_per_round: int, *,
-                available: int | None = None, source: str = "") -> int:
+                batch_rows: int = 0, available: int | None = None, source: str = "") -> int:
     """Refuse a model whose training would not fit in memory, before it is built; return its parameter count.
+
+    Parameters
+    ----------
+    input_width, hidden, num_classes : int, sequence of int, int
+        The architecture.
+    clients_per_round : int
+        Uploads held at once.
+    batch_rows : int
+        Rows of the largest training plus evaluation batch (their inputs and activations count too).
+    available, source : int, str, optional
+        The memory figure to compare with (default: ``available_memory()``).
 
     Raises
     ------
@@ -126,9 +81,10 @@ def check_model(input_width: int, hidden: Sequence[int], num_classes: int, clien
     """
     parameters = parameter_count_of(input_width, hidden, num_classes)
     layers = " -> ".join(str(w) for w in (input_width, *hidden, num_classes))
-    require_memory(model_memory(parameters, clients_per_round),
+    needed = model_memory(parameters, clients_per_round) + batch_memory(input_width, hidden, num_classes, batch_rows)
+    require_memory(needed,
                    f"the model ({layers}: {parameters:,} parameters, {format_bytes(FLOAT32_BYTES * parameters)} "
                    f"as float32) with {clients_per_round} client upload(s) per round",
-                   "choose smaller `hidden` layers (or 'none'), or fewer features",
+                   "choose smaller `hidden` layers (or 'none'), a smaller `batch_size`, or fewer features",
                    available=available, source=source)
     return parameters

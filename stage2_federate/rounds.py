@@ -31,6 +31,7 @@ from .data import ClientSplit
 from .model import FederatedMLP, get_vector, make_optimizer, set_vector, train_local
 from .perturbation import ClientPerturbation, ServerRule
 from .strategies import Aggregate, Strategy
+from .streaming import StreamedSplit
 
 
 @dataclass(frozen=True)
@@ -68,7 +69,8 @@ class ClientResult:
     note: str | None = None  # why the upload was excluded
 
 
-def client_step(model: FederatedMLP, broadcast: Broadcast, split: ClientSplit, perturbation: ClientPerturbation,
+def client_step(model: FederatedMLP, broadcast: Broadcast, split: ClientSplit | StreamedSplit,
+                perturbation: ClientPerturbation,
                 training: LocalTraining, *, generator: torch.Generator, rng: np.random.Generator) -> ClientResult:
     """Train one client from the global weights and return its perturbed upload.
 
@@ -78,7 +80,7 @@ def client_step(model: FederatedMLP, broadcast: Broadcast, split: ClientSplit, p
         A model of the run's architecture, used as scratch space: its weights are overwritten.
     broadcast : Broadcast
         The global weights of the round.
-    split : ClientSplit
+    split : ClientSplit or StreamedSplit
         The client's training split.
     perturbation : ClientPerturbation
         The client's mechanism, target and budget.

@@ -20,6 +20,7 @@ from contract.schema import ClientMetadata, label_histogram
 INTEGER_BITS = 2
 FRACTION_BITS = 3  # l = 6 bits per value; r = 8 values → 48 bits = 6 bytes per record
 NUM_CLASSES = 4
+FLOAT_MECHANISM = "gaussian"  # named by float32 runs (their values are left unperturbed: synthetic)
 
 
 def _records(rng: np.random.Generator, rows: int, features: int, noise: float) -> tuple[np.ndarray, np.ndarray]:
@@ -57,12 +58,18 @@ def write_run(run_dir: str | Path, *, clients: int = 4, rows: int = 64, features
             else:
                 stored = values
             splits[split] = (stored, labels)
+        # packed bits: 'none' (no randomization); float32: a float mechanism's attributes (files must be
+        # consistent, the validator refuses a mechanism whose format contradicts the file's)
+        spec = mech.MechanismSpec.resolve("none", {"integer_bits": INTEGER_BITS, "fraction_bits": FRACTION_BITS},
+                                          features=r) if feature_format == mech.PACKED_BITS else \
+            mech.MechanismSpec.resolve(FLOAT_MECHANISM, {"epsilon": 1.0}, features=r)
         metadata = ClientMetadata(
             dataset=dataset, num_classes=NUM_CLASSES, client_index=index, client_count=clients,
             partition={"kind": "synthetic"}, extractor="synthetic", input_shape=(r,),
-            integer_bits=INTEGER_BITS, fraction_bits=FRACTION_BITS, features=r, feature_format=feature_format,
-            mechanism="none", mechanism_parameters={},
-            privacy_report=mech.create_mechanism("none").report().to_dict(), randomness="seeded",
+            integer_bits=INTEGER_BITS if spec.encoding else 0, fraction_bits=FRACTION_BITS if spec.encoding else 0,
+            features=r, feature_format=feature_format, mechanism=spec.name,
+            mechanism_parameters=spec.recorded_parameters(), privacy_report=spec.report().to_dict(),
+            randomness="seeded",
             label_histograms={s: label_histogram(splits[s][1], NUM_CLASSES) for s in splits},
         )
         path = run_dir / client_file_name(index)

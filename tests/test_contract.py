@@ -85,15 +85,22 @@ def test_booleans_are_int8_and_version_1_files_still_read(run: Path, tmp_path: P
     path = tmp_path / "client_000.h5"
     shutil.copyfile(run / client_file_name(0), path)
     with h5py.File(path, "r") as handle:
-        assert handle.attrs["private"].dtype == np.int8 and handle.attrs["schema_version"] == SCHEMA_VERSION == 2
-    with h5py.File(path, "r+") as handle:  # what version 1 wrote: a numpy-bool enum
+        assert handle.attrs["private"].dtype == np.int8 and handle.attrs["schema_version"] == SCHEMA_VERSION == 3
+        assert handle.attrs["release"] == "flatten" and handle.attrs["local_only"] == 0
+    with h5py.File(path, "r+") as handle:  # what version 1 wrote: a numpy-bool enum, no release/local_only
         handle.attrs["private"] = np.bool_(False)
         handle.attrs["schema_version"] = 1
+        del handle.attrs["release"], handle.attrs["local_only"]
     with open_client_file(path) as (_, metadata, rows):
         assert metadata.schema_version == 1 and not metadata.private and rows["train"] == 16
-    with h5py.File(path, "r+") as handle:
+        assert metadata.release == "flatten" and not metadata.local_only  # versions 1 and 2: flatten, shared
+    with h5py.File(path, "r+") as handle:  # version 3 must carry the attributes version 3 added
         handle.attrs["schema_version"] = 3
-    with pytest.raises(FormatError, match="'schema_version' is 3, this reader supports 1, 2"):
+    with pytest.raises(FormatError, match="missing attribute 'release'"):
+        read_client_file(path)
+    with h5py.File(path, "r+") as handle:
+        handle.attrs["schema_version"] = 4
+    with pytest.raises(FormatError, match="'schema_version' is 4, this reader supports 1, 2, 3"):
         read_client_file(path)
 
 

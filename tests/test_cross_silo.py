@@ -10,6 +10,7 @@ Also: each bad-input case is one ``Error:`` line, exit code 2, and nothing creat
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -114,6 +115,51 @@ def test_three_silos_three_formats_one_plan(tmp_path):
     shown = ok(run("inspect", run_dir, "--json"))
     report = json.loads(shown.output)
     assert report  # inspect reads the gathered run
+
+    # a run directory whose files were not all exported with its plan: federate and inspect name the file
+    tampered = tmp_path / "tampered"
+    shutil.copytree(run_dir, tampered)
+    data = json.loads((tampered / PLAN_FILE).read_text())
+    data["mechanism"]["parameters"]["epsilon"] = 4.0
+    del data["fingerprint"]
+    (tampered / PLAN_FILE).write_text(json.dumps(data))
+    assert_usage_error(run("federate", tampered, "--rounds", "1", "--quiet", "--out", tmp_path / "fed"),
+                       "client_000.h5 was not exported with plan.json")
+    inspected = run("inspect", tampered)
+    assert inspected.exit_code == 1 and "client_001.h5 was not exported with plan.json" in inspected.output
+
+    # a silo exported with another plan cannot be gathered: the error names its file
+    other_plan = tmp_path / "other.json"
+    ok(run("plan", "--data", silos["b"], "--name", "shapes", "--extractor", "none", "--epsilon", "4", "-m", "1",
+           "-n", "3", "--out", other_plan))
+    ok(run("export", "--plan", other_plan, "--data", silos["b"], "--client-index", 1, "--clients", 3, "--quiet",
+           "--out", tmp_path / "other_b"))
+    assert_usage_error(run("gather", outs["a"], tmp_path / "other_b", "--out", tmp_path / "run2"),
+                       str(tmp_path / "other_b" / PLAN_FILE), "is not the plan of")
+    assert not (tmp_path / "run2").exists()
+
+
+@pytest.mark.slow
+def test_two_image_silos_train_their_own_cnn(tmp_path):
+    """The CNN path: an image folder and an .npz of images, auto extractor (cifar-cnn on 8×8), one epoch each."""
+    silos = write_silos(tmp_path, np.random.default_rng(19), n=24)
+    plan_path = tmp_path / PLAN_FILE
+    ok(run("plan", "--data", silos["b"], "--mechanism", "uer", "--epsilon", "4", "--out", plan_path))
+    plan = read_plan(plan_path)
+    assert plan.extractor == "cifar-cnn" and plan.input_shape == (SIDE, SIDE, 1) and plan.features == 128
+    for index, silo in enumerate(("a", "b")):
+        ok(run("export", "--plan", plan_path, "--data", silos[silo], "--client-index", index, "--clients", 2,
+               "--epochs", 1, "--batch-size", 8, "--seed", 7 + index, "--quiet", "--out", tmp_path / silo))
+    ok(run("gather", tmp_path / "a", tmp_path / "b", "--out", tmp_path / "run"))
+    manifest, listed = validate_run(tmp_path / "run")
+    assert [m.extractor for _, m in listed] == ["cifar-cnn", "cifar-cnn"]
+    assert all(m.local_accuracy is not None for _, m in listed)
+    # an image silo of another size contradicts the plan: nothing is written
+    assert_usage_error(run("export", "--plan", plan_path, "--data", silos["a"], "--image-size", 9, 9,
+                           "--client-index", 0, "--clients", 2, "--out", tmp_path / "c"),
+                       f"{silos['a']} does not fit the plan",
+                       "input_shape = [9, 9, 1] contradicts the plan ([8, 8, 1])")
+    assert not (tmp_path / "c").exists()
 
 
 @pytest.mark.slow

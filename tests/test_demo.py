@@ -31,3 +31,22 @@ def test_demo_runs_the_whole_pipeline(tmp_path) -> None:
     assert again.exit_code == 0, again.output
     assert "reused, not randomized again" in again.output
     assert (out / "client_000.h5").read_bytes() == before
+
+
+@pytest.mark.slow
+def test_private_demo_runs_a_second_configuration_next_to_ldpfl(tmp_path) -> None:
+    out = tmp_path / "demo"
+    result = CliRunner().invoke(cli, ["demo", "--out", str(out), "--epochs", "1", "--rounds", "1", "--seed", "4",
+                                      "--private", "--quiet"])
+    assert result.exit_code == 0, result.output
+    assert "== two configurations side by side ==" in result.output
+    assert "private: label, krr eps 2" in result.output
+    private = tmp_path / "demo-private"
+    for name in ("client_000.h5", "client_000.local.h5", "manifest.json", "federation/metrics.json"):
+        assert (private / name).is_file(), name
+    metrics = json.loads((private / "federation" / "metrics.json").read_text())
+    assert 0.0 <= metrics["rounds"][0]["clean_test_accuracy"] <= 1.0
+    summary = json.loads(CliRunner().invoke(cli, ["demo", "--out", str(out), "--epochs", "1", "--rounds", "1",
+                                                  "--seed", "4", "--private", "--quiet", "--json"]).stdout)
+    assert summary["private"]["exact_epsilon_per_record"] == 2.0 and summary["exact_epsilon_per_record"] > 30_000
+    assert summary["private"]["inspection_ok"] is True

@@ -6,27 +6,40 @@ import json
 import shutil
 from pathlib import Path
 
+import h5py
 import pytest
 from federate_files import write_run
 
+from contract.client_reader import open_client_file
+from contract.digest import sha256_file
 from contract.gather import GatherError, gather_runs
 from contract.layout import MANIFEST_NAME, client_file_name
-from contract.manifest import read_manifest, write_manifest
+from contract.manifest import read_manifest, record_for, write_manifest
 from contract.plan import PLAN_FILE, SharedPlan, write_plan
 from contract.run_dir import validate_run
 from contract.schema import FormatError
 from mechanisms import MechanismSpec
 
 
-def split_into_silos(run_dir: Path, root: Path) -> list[Path]:
-    """One run directory per client file, each with a manifest listing only its file (as a silo's export)."""
+def split_into_silos(run_dir: Path, root: Path, plan: SharedPlan | list | None = None) -> list[Path]:
+    """One run directory per client file, each with a manifest listing only its file (as a silo's export).
+
+    With ``plan`` (one for all, or one per silo): each file records its fingerprint and its silo holds a copy.
+    """
     manifest = read_manifest(run_dir)
     silos = []
-    for record in manifest.files:
+    plans = plan if isinstance(plan, list) else [plan] * len(manifest.files)
+    for record, plan in zip(manifest.files, plans, strict=True):
         silo = root / f"silo_{record.client_index}"
         silo.mkdir(parents=True)
-        shutil.copyfile(run_dir / record.path, silo / record.path)
-        write_manifest(silo, [record], {"tool": "ldpfl export"})
+        target = silo / record.path
+        shutil.copyfile(run_dir / record.path, target)
+        if plan is not None:
+            with h5py.File(target, "r+") as handle:
+                handle.attrs["plan_fingerprint"] = plan.fingerprint
+            write_plan(plan, silo / PLAN_FILE)
+        write_manifest(silo, [record_for(target, record.client_index, sha256_file(target), record.rows)],
+                       {"tool": "ldpfl export"})
         silos.append(silo)
     return silos
 
@@ -42,9 +55,7 @@ def no_leftovers(root: Path) -> bool:
 
 
 def test_gathered_run_validates_and_keeps_every_file(tmp_path):
-    silos = split_into_silos(write_run(tmp_path / "all", clients=3), tmp_path / "silos")
-    for silo in silos:
-        write_plan(a_plan(), silo / PLAN_FILE)
+    silos = split_into_silos(write_run(tmp_path / "all", clients=3), tmp_path / "silos", a_plan())
     result = gather_runs(silos, tmp_path / "run")
     manifest, files = validate_run(tmp_path / "run")
     assert [r.client_index for r in manifest.files] == [0, 1, 2]
@@ -53,8 +64,20 @@ def test_gathered_run_validates_and_keeps_every_file(tmp_path):
     assert json.loads((tmp_path / "run" / PLAN_FILE).read_text())["fingerprint"] == a_plan().fingerprint
     for index in range(3):
         name = client_file_name(index)
-        assert (tmp_path / "run" / name).read_bytes() == (tmp_path / "all" / name).read_bytes()
+        assert (tmp_path / "run" / name).read_bytes() == (tmp_path / "silos" / f"silo_{index}" / name).read_bytes()
+        assert files[index][1].plan_fingerprint == a_plan().fingerprint
     assert no_leftovers(tmp_path)
+
+
+def test_a_file_exported_without_the_plan_is_named(tmp_path):
+    silos = split_into_silos(write_run(tmp_path / "all", clients=2), tmp_path / "silos")
+    for silo in silos:
+        write_plan(a_plan(), silo / PLAN_FILE)  # the plan is there, but the files do not record it
+    with pytest.raises(ValueError) as error:  # the source's own validation (run_dir.plan_problems) finds it
+        gather_runs(silos, tmp_path / "run")
+    assert str(silos[0]) in str(error.value)
+    assert f"{client_file_name(0)} was not exported with {PLAN_FILE}" in str(error.value)
+    assert not (tmp_path / "run").exists() and no_leftovers(tmp_path)
 
 
 def test_refusals_name_the_disagreeing_file_and_leave_nothing(tmp_path):
@@ -72,16 +95,15 @@ def test_refusals_name_the_disagreeing_file_and_leave_nothing(tmp_path):
     with pytest.raises(GatherError, match="given twice"):
         gather_runs([same[0], same[0]], tmp_path / "run")
 
-    write_plan(a_plan(), same[0] / PLAN_FILE)
-    write_plan(a_plan(epsilon=1.0), same[1] / PLAN_FILE)
+    two = split_into_silos(write_run(tmp_path / "c", clients=2), tmp_path / "two", [a_plan(), a_plan(epsilon=1.0)])
     with pytest.raises(GatherError) as error:
-        gather_runs(same, tmp_path / "run")
-    assert str(same[1] / PLAN_FILE) in str(error.value) and "is not the plan of" in str(error.value)
-    (same[1] / PLAN_FILE).unlink()
+        gather_runs(two, tmp_path / "run")
+    assert str(two[1] / PLAN_FILE) in str(error.value) and "is not the plan of" in str(error.value)
+    mixed = [two[0], same[1]]  # silo 1 exported without a plan
     with pytest.raises(GatherError, match=f"{same[1]} has no {PLAN_FILE}"):
-        gather_runs(same, tmp_path / "run")
+        gather_runs(mixed, tmp_path / "run")
     with pytest.raises(GatherError, match="not the plan of the plan given"):
-        gather_runs(same[:1], tmp_path / "run", plan=a_plan(epsilon=2.0))
+        gather_runs(two[:1], tmp_path / "run", plan=a_plan(epsilon=2.0))
 
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "x").write_text("")
@@ -101,3 +123,24 @@ def test_a_corrupt_source_is_named(tmp_path):
     assert str(target) in str(error.value) and "sha256" in str(error.value)
     assert not (tmp_path / "run").exists()
     assert (silos[0] / MANIFEST_NAME).is_file()
+
+
+def test_class_names_round_trip_and_must_agree(tmp_path):
+    silos = split_into_silos(write_run(tmp_path / "all", clients=2), tmp_path / "silos", a_plan())
+    for silo, names in zip(silos, (["0", "1", "2", "3"], ["0", "1", "3", "2"]), strict=True):
+        path = silo / client_file_name(int(silo.name[-1]))
+        with h5py.File(path, "r+") as handle:
+            handle.attrs["class_names"] = json.dumps(names)
+        rows = read_manifest(silo).files[0].rows
+        write_manifest(silo, [record_for(path, int(silo.name[-1]), sha256_file(path), rows)], {"tool": "ldpfl export"})
+    _, listed = validate_run(silos[0])
+    assert listed[0][1].class_names == ("0", "1", "2", "3")
+    with pytest.raises(FormatError) as error:
+        gather_runs(silos, tmp_path / "run")
+    assert "attribute 'class_names' differs" in str(error.value) and str(silos[1] / client_file_name(1)) in str(
+        error.value)
+    with h5py.File(silos[1] / client_file_name(1), "r+") as handle:  # 3 names for 4 classes: the file is invalid
+        handle.attrs["class_names"] = json.dumps(["a", "b", "c"])
+    with pytest.raises(FormatError, match="'class_names' holds 3 names"), \
+            open_client_file(silos[1] / client_file_name(1)):
+        pass

@@ -229,4 +229,4 @@ def test_excluded_uploads_warn_without_numpy_warnings(run_dir, tmp_path) -> None
 def test_noise_that_cannot_fit_float32_is_refused(run_dir, tmp_path) -> None:
     line = one_line_error(invoke(str(run_dir), *FAST, "--perturbation", "gaussian", "--epsilon", "1e-300",
                                  "--out", str(tmp_path / "o")))
-    assert "sigma = 3.88e+301" in line and "--epsilon" in line, line
+    assert "noise scale 3.88e+301" in line and "overflow" in line and "--epsilon" in line, line

@@ -28,12 +28,13 @@ import torch
 import mechanisms as mech
 from contract.atomic import atomic_write_text
 from contract.client_reader import read_client_file
+from contract.digest import sha256_file
 from contract.layout import client_stem
 from contract.schema import SPLITS, FormatError
 from mechanisms.base import PACKED_BITS
 
 from ..config import FederationConfig
-from ..data import ClientDataset, ClientSplit
+from ..data import ClientDataset, ClientSplit, FederatedData, load_clean_tests
 from ..model import FederatedMLP, build_model, evaluate, set_vector
 from ..perturbation import ClientPerturbation, build_client_perturbations, resolve_target
 from ..plan import resolve_device
@@ -76,7 +77,7 @@ def summarize(client: ClientDataset) -> ClientSummary:
         index=client.index, file=client.path.name, train_rows=len(client.train), test_rows=len(client.test),
         label_histogram=client.label_histogram, dataset=meta.dataset, num_classes=meta.num_classes,
         feature_format=meta.feature_format, feature_width=meta.feature_width, feature_mechanism=meta.mechanism,
-        feature_privacy=dict(meta.privacy_report))
+        feature_privacy=dict(meta.privacy_report), sha256=sha256_file(client.path))
 
 
 def client_perturbation(config: FederationConfig, setup: ClientSetup, client: ClientDataset) -> ClientPerturbation:
@@ -184,14 +185,25 @@ class Trainer:
         return client_step(self.model, self.broadcast(vector), client.train, client_perturbation(config, setup, client),
                            training, generator=generator, rng=rng)
 
-    def evaluate(self, config: FederationConfig, client: ClientDataset, vector: np.ndarray) -> tuple[float, int, int]:
-        """Return (summed cross-entropy, correct predictions, rows) of the global model on the test split.
+    def evaluate(self, config: FederationConfig, client: ClientDataset, vector: np.ndarray,
+                 ) -> dict[str, tuple[float, int, int]]:
+        """Return (summed cross-entropy, correct predictions, rows) of the global model per test split.
 
-        Summed over the clients, these give the local engine's evaluation on the union of the test splits.
+        ``test``: the randomized test split; ``clean`` (with ``eval_clean``): the client's local-only clean
+        test file (``data.load_clean_tests``), which never leaves the client. Summed over the clients,
+        these give the local engine's evaluation on the union of the splits.
         """
-        rows = len(client.test)
-        if rows == 0:
-            return 0.0, 0, 0
         set_vector(self.model, self.broadcast(vector).weights)
-        loss, accuracy = evaluate(self.model, [client.test], config.eval_batch_size)
-        return loss * rows, int(round(accuracy * rows)), rows
+        splits = {"test": [client.test]}
+        if config.eval_clean:
+            splits["clean"] = load_clean_tests(FederatedData(client.path.parent, None, [client]),  # type: ignore[arg-type]
+                                               self.device)
+        sums = {}
+        for name, chosen in splits.items():
+            rows = sum(len(s) for s in chosen)
+            if rows == 0:
+                sums[name] = (0.0, 0, 0)
+                continue
+            loss, accuracy = evaluate(self.model, chosen, config.eval_batch_size)
+            sums[name] = (loss * rows, int(round(accuracy * rows)), rows)
+        return sums

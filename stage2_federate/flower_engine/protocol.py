@@ -159,6 +159,7 @@ class ClientSummary:
     feature_width: int
     feature_mechanism: str
     feature_privacy: dict[str, Any]
+    sha256: str  # of the file: the checkpoint records it, and resume refuses other files
 
     def to_json(self) -> str:
         """Return the summary as JSON text."""

@@ -27,7 +27,7 @@ from contract.atomic import atomic_write, atomic_write_text
 from contract.version import package_version
 
 from .. import outputs as out
-from ..checkpoint import CHECKPOINT_FORMAT, CHECKPOINT_VERSION, load_checkpoint
+from ..checkpoint import CHECKPOINT_FORMAT, CHECKPOINT_VERSION, check_inputs, load_checkpoint
 from ..config import DEFAULT_LR, FederationConfig
 from ..model import FederatedMLP, build_model, get_vector, parameter_count, resolve_optimizer, set_vector
 from ..perturbation import ClientPerturbation, ServerRule, perturbation_wiring
@@ -137,8 +137,6 @@ def plan_from_summaries(config: FederationConfig, summaries: Sequence[ClientSumm
         report = perturbations[s.index].report(randomness.mode)
         report.update(file=s.file, feature_privacy=dict(s.feature_privacy), feature_mechanism=s.feature_mechanism)
         privacy.append(report)
-    import flwr  # the server app runs only where Flower is installed
-
     record = {
         **config.to_dict(),
         "randomness": randomness.mode,
@@ -151,7 +149,7 @@ def plan_from_summaries(config: FederationConfig, summaries: Sequence[ClientSumm
             "client_centres": None if clients_plan.centres is None else list(clients_plan.centres),
             "noise_scales": [perturbations[i].noise_scale for i in clients_plan.ids],
             "clients_per_round": strategy.clients_per_round, "strategy": strategy.describe(),
-            "threads": config.threads, "flower": flwr.__version__,
+            "threads": config.threads, "flower": _flower_version(),
         },
         "run": {
             "run_dir": run_dir, "dataset": first.dataset, "clients": len(ordered),
@@ -162,6 +160,15 @@ def plan_from_summaries(config: FederationConfig, summaries: Sequence[ClientSumm
     }
     return ServerPlan(config, ordered, randomness, streams, model, perturbations, strategy, rule, training, setups,
                       privacy, record)
+
+
+def _flower_version() -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("flwr")
+    except PackageNotFoundError:
+        return None
 
 
 def union_evaluation(sums: Sequence[tuple[float, int, int]]) -> tuple[float, float]:
@@ -191,8 +198,11 @@ def write_status(path: str | Path, **values: Any) -> None:
         atomic_write_text(Path(path), json.dumps({**values, "time": time.time()}))
 
 
-def save_checkpoint(path: Path, *, round_number: int, plan: ServerPlan, history: list[dict[str, Any]]) -> None:
+def save_checkpoint(path: Path, *, round_number: int, plan: ServerPlan, history: list[dict[str, Any]],
+                    inputs: Mapping[str, str]) -> None:
     """Write the server's checkpoint: the local engine's format plus ``engine`` = flower.
+
+    ``inputs``: each client file's name → sha256, as the clients reported them.
 
     Its ``rng`` holds the server's streams only in substance (selection, dropouts, ω, the initialization);
     each client keeps its own streams in its own resume file.
@@ -201,14 +211,15 @@ def save_checkpoint(path: Path, *, round_number: int, plan: ServerPlan, history:
         "format": CHECKPOINT_FORMAT, "version": CHECKPOINT_VERSION, "round": round_number, "engine": ENGINE,
         "model": {k: v.detach().cpu() for k, v in plan.model.state_dict().items()},
         "rng": plan.streams.state(), "history": history, "config": plan.config.to_dict(),
-        "randomness": str(plan.record["randomness"]), "ldpfl": package_version(),
+        "randomness": str(plan.record["randomness"]), "ldpfl": package_version(), "inputs": dict(inputs),
     }
     atomic_write(path, lambda handle: torch.save(payload, handle))
 
 
-def load_server_checkpoint(path: Path, config: FederationConfig) -> dict[str, Any]:
-    """Read a checkpoint with the local engine's checks, and refuse one the local engine wrote."""
+def load_server_checkpoint(path: Path, config: FederationConfig, inputs: Mapping[str, str]) -> dict[str, Any]:
+    """Read a checkpoint with the local engine's checks (configuration, client files), refuse a local one."""
     payload = load_checkpoint(path, config)
+    check_inputs(path, payload, inputs)
     if payload.get("engine") != ENGINE:
         raise ValueError(f"cannot resume {path} with the Flower engine: the local engine wrote it (its clients' "
                          "random streams are in the checkpoint, not with the clients); resume it with the local "
@@ -237,7 +248,10 @@ def finish_outputs(paths: Mapping[str, Path], plan: ServerPlan, history: list[di
     state = {k: v.detach().cpu() for k, v in plan.model.state_dict().items()}
     atomic_write(paths["model"], lambda handle: torch.save(state, handle))
     if history:
+        from ..ledger import ledger_caption, ledger_section
+
         out.plot_history(paths["accuracy_png"], history, title=f"{plan.summaries[0].dataset}: "
-                         f"{plan.config.aggregation}, perturbation {plan.config.perturbation} (Flower)")
+                         f"{plan.config.aggregation}, perturbation {plan.config.perturbation} (Flower)",
+                         caption=ledger_caption(ledger_section(history, plan.privacy)))
     if not keep_checkpoint:
         paths["checkpoint"].unlink(missing_ok=True)

@@ -1,0 +1,85 @@
+"""Release points: which summary of a record a client file holds (issue 17 item 1).
+
+A client file's ``release`` attribute names what stage 1 randomized and stored for each record:
+
+* ``flatten``: the CNN's flatten-layer output (LDPFL; r values, fixed-point bits or float32). Files of
+  schema versions 1 and 2 have no ``release`` attribute and hold this.
+* ``bottleneck:K``: the output of a K-unit tanh layer trained after the flatten layer, in [-1, 1]^K.
+* ``scores``: the CNN's class probabilities p, mapped to [-1, 1]^k by 2p - 1.
+* ``label``: the CNN's predicted class, stored as k float32 values (a one-hot row, or the k values a
+  categorical mechanism outputs).
+
+This module is pure (no numpy): the schema checks the attribute with it and stage 1 builds on it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+FLATTEN = "flatten"
+BOTTLENECK = "bottleneck"
+SCORES = "scores"
+LABEL = "label"
+RELEASE_KINDS = (FLATTEN, BOTTLENECK, SCORES, LABEL)
+MIN_BOTTLENECK = 4
+MAX_BOTTLENECK = 128
+
+
+@dataclass(frozen=True)
+class ReleasePoint:
+    """A parsed release point: its kind and, for ``bottleneck``, the number of units K."""
+
+    kind: str
+    units: int | None = None
+
+    def __post_init__(self) -> None:
+        """Check the kind and K (``ValueError`` quoting the value and the range)."""
+        if self.kind not in RELEASE_KINDS:
+            raise ValueError(f"release must be one of flatten, bottleneck:K, scores, label; got {self.kind!r}")
+        if self.kind == BOTTLENECK:
+            if isinstance(self.units, bool) or not isinstance(self.units, int) \
+                    or not MIN_BOTTLENECK <= self.units <= MAX_BOTTLENECK:
+                raise ValueError(f"bottleneck:K needs an integer K in [{MIN_BOTTLENECK}, {MAX_BOTTLENECK}], "
+                                 f"got {self.units!r}")
+        elif self.units is not None:
+            raise ValueError(f"release {self.kind!r} takes no size, got {self.kind}:{self.units}")
+
+    def __str__(self) -> str:
+        """Return the attribute text: ``flatten``, ``bottleneck:16``, ``scores`` or ``label``."""
+        return f"{self.kind}:{self.units}" if self.kind == BOTTLENECK else self.kind
+
+    @property
+    def is_flatten(self) -> bool:
+        """Return whether this is LDPFL's flatten-feature release."""
+        return self.kind == FLATTEN
+
+    def width(self, flatten_width: int, num_classes: int) -> int:
+        """Return the values per record: r (flatten), K (bottleneck) or k (scores, label)."""
+        if self.kind == FLATTEN:
+            return int(flatten_width)
+        if self.kind == BOTTLENECK:
+            assert self.units is not None
+            return self.units
+        return int(num_classes)
+
+
+def parse_release(text: str) -> ReleasePoint:
+    """Parse ``flatten``, ``bottleneck:K``, ``scores`` or ``label`` (``ValueError`` on anything else)."""
+    if not isinstance(text, str):
+        raise ValueError(f"release must be a string, got {text!r}")
+    kind, sep, size = text.strip().partition(":")
+    kind = kind.strip().lower()
+    if kind == BOTTLENECK:
+        if not sep:
+            raise ValueError("release bottleneck needs its size: bottleneck:K, e.g. bottleneck:16")
+        try:
+            units = int(size.strip())
+        except ValueError:
+            raise ValueError(f"bottleneck:K needs an integer K in [{MIN_BOTTLENECK}, {MAX_BOTTLENECK}], "
+                             f"got {size.strip()!r}") from None
+        return ReleasePoint(BOTTLENECK, units)
+    if sep:
+        if kind in RELEASE_KINDS:
+            raise ValueError(f"release {kind!r} takes no size, got {text!r}")
+        raise ValueError(f"release must be one of flatten, bottleneck:K, scores, label; got {text!r}")
+    return ReleasePoint(kind)

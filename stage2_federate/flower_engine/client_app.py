@@ -1,0 +1,170 @@
+"""The Flower ``ClientApp`` of ldpfl: one client file per node, trained and perturbed on the node.
+
+Which file: a deployed SuperNode names it in its node configuration (``--node-config
+"client-file='/data/client_003.h5'"``, optionally ``client-index=3`` as a check and ``state-dir='...'``
+for resume); a simulated node takes file ``partition-id`` of the run's ``client-files`` list.
+
+Every handler turns an exception into an error reply (code :data:`~.protocol.CLIENT_FAILED`, a one-line
+reason), so the server ends the run with a clear error instead of waiting or reading a Ray traceback.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from flwr.app import ArrayRecord, ConfigRecord, Context, Error, Message, MetricRecord, RecordDict
+from flwr.clientapp import ClientApp
+
+from ..config import FederationConfig
+from ..data import ClientDataset
+from ..plan import resolve_device
+from . import client_side as cs
+from .protocol import (
+    CLIENT_FAILED,
+    GLOBAL,
+    INFO,
+    METRICS,
+    NODE_CLIENT_FILE,
+    NODE_CLIENT_INDEX,
+    NODE_STATE_DIR,
+    PARTITION_ID,
+    UPLOAD,
+    ClientSetup,
+    read_config,
+)
+
+app = ClientApp()
+
+STREAMS_KEY = "ldpfl-streams"  # context.state: this client's generator states between rounds
+_TRAINERS: dict[tuple[object, ...], cs.Trainer] = {}
+
+
+def _one_line(error: BaseException) -> str:
+    text = " ".join(str(error).split())
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
+def guarded(handler: Callable[[Message, Context], Message]) -> Callable[[Message, Context], Message]:
+    """Reply with an error message (code CLIENT_FAILED) instead of raising."""
+    def run(msg: Message, context: Context) -> Message:
+        try:
+            return handler(msg, context)
+        except Exception as error:  # noqa: BLE001 - every failure goes back to the server as one line
+            return Message(Error(CLIENT_FAILED, _one_line(error)), reply_to=msg)
+
+    run.__name__ = handler.__name__
+    run.__doc__ = handler.__doc__
+    return run
+
+
+def client_file(context: Context) -> Path:
+    """Return this node's client file (node configuration, else the simulation's partition)."""
+    node = context.node_config
+    if NODE_CLIENT_FILE in node:
+        return Path(str(node[NODE_CLIENT_FILE])).expanduser()
+    files = json.loads(str(context.run_config.get("client-files", "")) or "[]")
+    if PARTITION_ID not in node or not files:
+        raise ValueError(f"this SuperNode has no client file: start it with --node-config "
+                         f"\"{NODE_CLIENT_FILE}='/path/client_XXX.h5'\"")
+    return Path(files[int(node[PARTITION_ID])])
+
+
+def _open(context: Context, config: FederationConfig) -> ClientDataset:
+    client = cs.open_client(client_file(context), resolve_device(config.device))
+    expected = context.node_config.get(NODE_CLIENT_INDEX)
+    if expected is not None and int(expected) != client.index:
+        raise ValueError(f"{client.path.name} holds client {client.index}, but this SuperNode was configured as "
+                         f"client {expected}")
+    return client
+
+
+def _store(context: Context, index: int) -> cs.ResumeStore | None:
+    directory = str(context.node_config.get(NODE_STATE_DIR, "") or context.run_config.get("client-state-dir", ""))
+    return cs.ResumeStore(directory, index) if directory else None
+
+
+def _trainer(config: FederationConfig, setup: ClientSetup) -> cs.Trainer:
+    key = (setup.input_width, setup.num_classes, config.hidden, config.dropout, config.device, config.threads)
+    if key not in _TRAINERS:
+        _TRAINERS.clear()
+        _TRAINERS[key] = cs.Trainer.build(config, setup)
+    return _TRAINERS[key]
+
+
+def _info(content: RecordDict) -> dict:
+    return json.loads(str(content.config_records[INFO]["json"]))
+
+
+@app.query("describe")
+@guarded
+def describe(msg: Message, context: Context) -> Message:
+    """Open the file and tell the server its client index and summary."""
+    client = _open(context, read_config(context.run_config))
+    return Message(RecordDict({INFO: ConfigRecord({"json": cs.summarize(client).to_json()})}), reply_to=msg)
+
+
+@app.train()
+@guarded
+def train(msg: Message, context: Context) -> Message:
+    """Train from the global vector, perturb with this client's mechanism and budget, reply the upload."""
+    config = read_config(context.run_config)
+    info = _info(msg.content)
+    setup = ClientSetup.from_json(info["setup"])
+    client = _open(context, config)
+    trainer = _trainer(config, setup)
+    perturb, generator, _mode = cs.fresh_streams(config, setup, trainer.device)
+    store = _store(context, client.index)
+    if STREAMS_KEY in context.state.config_records:
+        cs.unpack_streams({k: str(v) for k, v in context.state.config_records[STREAMS_KEY].items()}, perturb,
+                          generator)
+    elif int(info["resume_round"]) > 0:
+        saved = None if store is None else store.load(int(info["resume_round"]))
+        if saved is not None:
+            cs.unpack_streams(saved, perturb, generator)
+        elif info["trained_before"]:
+            raise ValueError(f"client {client.index} cannot resume: it trained before round "
+                             f"{info['resume_round']} but has no resume state"
+                             + ("" if store is None else f" in {store.path}"))
+    vector = msg.content.array_records[GLOBAL].to_numpy_ndarrays()[0]
+    result = trainer.train(config, setup, client, vector, generator=generator, rng=perturb)
+    state = cs.pack_streams(perturb, generator)
+    context.state.config_records[STREAMS_KEY] = ConfigRecord(dict(state))
+    if store is not None:
+        store.save(int(info["round"]), state)
+    content = RecordDict({
+        METRICS: MetricRecord({"loss": float(result.loss), "accuracy": float(result.accuracy)}),
+        INFO: ConfigRecord({"json": json.dumps({"client": client.index, "note": result.note})}),
+    })
+    if result.upload is not None:
+        content[UPLOAD] = ArrayRecord([result.upload])
+    return Message(content, reply_to=msg)
+
+
+@app.evaluate()
+@guarded
+def evaluate(msg: Message, context: Context) -> Message:
+    """Evaluate the global vector on this client's test split; reply the sums."""
+    config = read_config(context.run_config)
+    info = _info(msg.content)
+    setup = ClientSetup.from_json(info["setup"])
+    client = _open(context, config)
+    vector = msg.content.array_records[GLOBAL].to_numpy_ndarrays()[0]
+    sums = _trainer(config, setup).evaluate(config, client, vector)
+    metrics: dict[str, Any] = {f"{name}_{key}": value for name, (loss_sum, correct, rows) in sums.items()
+               for key, value in (("loss_sum", float(loss_sum)), ("correct", int(correct)), ("rows", int(rows)))}
+    return Message(RecordDict({METRICS: MetricRecord(metrics)}), reply_to=msg)
+
+
+@app.query("finish")
+@guarded
+def finish(msg: Message, context: Context) -> Message:
+    """Delete this client's resume state at the end of the run, unless the run keeps its checkpoint."""
+    config = read_config(context.run_config)
+    client = _open(context, config)
+    store = _store(context, client.index)
+    if store is not None and not bool(context.run_config.get("keep-checkpoint", False)):
+        store.remove()
+    return Message(RecordDict({INFO: ConfigRecord({"json": "{}"})}), reply_to=msg)

@@ -1,0 +1,384 @@
+"""Run a federation on Flower: a simulation on this machine, or a submission to a deployed SuperLink.
+
+:func:`run_flower` (``ldpfl federate RUN_DIR --engine flower``) starts a private SuperLink in simulation
+mode (its own ``FLWR_HOME``, port, Ray temporary directory, in its own session), submits the ldpfl app
+with ``flwr run --stream``, follows the ServerApp's status file (``flwr run`` exits 0 even when the
+ServerApp failed, and never returns when a ClientApp hangs), and stops every process it started, also
+when the run fails or is interrupted. :func:`run_on_superlink` submits the same app to a SuperLink that
+already runs (deployment: one SuperNode per client file, :func:`start_supernode`).
+
+Flower's ``flwr run`` with its default ``local`` connection would start a detached SuperLink that
+outlives the command; ldpfl never uses that connection.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from contract.jsonout import json_ready
+from contract.run_dir import validate_run
+from contract.version import package_version
+from mechanisms.base import ParameterError
+
+from .. import outputs as out
+from ..config import FederationConfig
+from . import require_flower
+from .processes import Daemon, stop_all
+from .protocol import app_pyproject, run_config, toml_table
+
+CONNECTION = "ldpfl"
+CLIENT_STATE_DIR = ".flower-clients"  # simulation: each client's resume state, under the output directory
+
+
+class FlowerRunError(RuntimeError):
+    """The Flower run failed; the message is one line (the ServerApp's reason, or what went wrong)."""
+
+
+@dataclass(frozen=True)
+class FlowerOptions:
+    """How the Flower engine runs: CPUs per simulated client and the time limits (seconds)."""
+
+    cpus_per_client: int = 1
+    startup_timeout: float = 300.0  # SuperLink start, Ray start, every node describing its file
+    round_timeout: float = 600.0  # one exchange (training or evaluation) of a round
+
+    def __post_init__(self) -> None:
+        """Validate the options."""
+        if not isinstance(self.cpus_per_client, int) or self.cpus_per_client < 1:
+            raise ParameterError(f"`cpus_per_client` must be an integer >= 1 (Flower takes whole CPUs), got "
+                                 f"{self.cpus_per_client!r}")
+        for name in ("startup_timeout", "round_timeout"):
+            if not float(getattr(self, name)) > 0:
+                raise ParameterError(f"`{name}` must be > 0 seconds, got {getattr(self, name)!r}")
+
+
+def _bin(name: str) -> str:
+    found = Path(sys.executable).parent / name
+    return str(found) if found.exists() else (shutil.which(name) or name)
+
+
+def free_port() -> int:
+    """Return a TCP port on 127.0.0.1 that is free now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def write_app(directory: str | Path) -> Path:
+    """Write the ldpfl Flower app (a ``pyproject.toml`` naming ldpfl's ServerApp and ClientApp) into ``directory``."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "pyproject.toml").write_text(app_pyproject(package_version().split("+")[0] or "0.0.0"))
+    return directory
+
+
+def flower_env(home: Path, *, address: str | None = None, insecure: bool = True,
+               root_certificates: str | None = None, ray_tmp: Path | None = None) -> dict[str, str]:
+    """Return the environment of Flower's commands: a private ``FLWR_HOME``, its connection ``ldpfl`` = ``address``."""
+    home.mkdir(parents=True, exist_ok=True)
+    if address is not None:
+        connection: dict[str, Any] = {"address": address}
+        connection.update({"root-certificates": root_certificates} if root_certificates else {"insecure": insecure})
+        (home / "config.toml").write_text(f'[superlink]\ndefault = "{CONNECTION}"\n\n[superlink.{CONNECTION}]\n'
+                                          + toml_table(connection))
+    env = dict(os.environ, FLWR_HOME=str(home), FLWR_DISABLE_UPDATE_CHECK="1", FLWR_TELEMETRY_ENABLED="0",
+               FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION="1",
+               PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]))
+    if ray_tmp is not None:
+        env["RAY_TMPDIR"] = str(ray_tmp)
+    return env
+
+
+def _healthy(port: int) -> bool:
+    import httpx
+
+    try:
+        return httpx.get(f"http://127.0.0.1:{port}/health", timeout=0.5).is_success
+    except httpx.HTTPError:
+        return False
+
+
+def start_superlink(work: Path, *, port: int | None = None, simulation: bool = False, insecure: bool = True,
+                    extra: Sequence[str] = (), timeout: float = 60.0) -> tuple[Daemon, int]:
+    """Start ``flower-superlink`` on 127.0.0.1 (its Fleet, Control and Runtime APIs share one HTTP port).
+
+    Returns the daemon and its port once its ``/health`` answers. ``extra`` adds arguments, e.g. the TLS
+    files (``--ssl-ca-certfile``, ``--ssl-certfile``, ``--ssl-keyfile``) and ``--enable-supernode-auth``.
+    """
+    port = port or free_port()
+    env = flower_env(work / "superlink-home", ray_tmp=_ray_tmp(work))
+    argv = [_bin("flower-superlink"), *(["--insecure"] if insecure else []), *(["--simulation"] if simulation else []),
+            "--host", "127.0.0.1", "--port", str(port), "--disable-runtime-dependency-installation", *extra]
+    daemon = Daemon("superlink", argv, env=env, log=work / "superlink.log", cwd=work)
+    deadline = time.monotonic() + timeout
+    while not _healthy(port):
+        if not daemon.running or time.monotonic() > deadline:
+            tail = daemon.tail(5)
+            daemon.stop()
+            raise FlowerRunError(f"flower-superlink did not start on 127.0.0.1:{port} within {timeout:.0f} s"
+                                 + (f": {' '.join(tail.split())[-300:]}" if tail else ""))
+        time.sleep(0.1)
+    return daemon, port
+
+
+def start_supernode(work: Path, superlink: str, client_file: str | Path, *, index: int | None = None,
+                    state_dir: str | Path | None = None, insecure: bool = True, extra: Sequence[str] = ()) -> Daemon:
+    """Start one ``flower-supernode`` (one silo) that serves exactly ``client_file``.
+
+    Its ClientApp reads only that file; ``index`` makes it check the file's client index; ``state_dir``
+    is where it keeps its resume state. ``extra``: e.g. ``--root-certificates ca.crt`` and
+    ``--auth-supernode-private-key key`` for production.
+    """
+    name = f"supernode-{Path(client_file).stem}"
+    node_config = {"client-file": str(Path(client_file).resolve())}
+    if index is not None:
+        node_config["client-index"] = str(int(index))
+    if state_dir is not None:
+        node_config["state-dir"] = str(Path(state_dir).resolve())
+    node_arg = " ".join(f"{k}={json.dumps(v) if k != 'client-index' else v}" for k, v in node_config.items())
+    env = flower_env(work / f"{name}-home")
+    argv = [_bin("flower-supernode"), *(["--insecure"] if insecure else []), "--superlink", superlink,
+            "--port", str(free_port()), "--node-config", node_arg, *extra]
+    return Daemon(name, argv, env=env, log=work / f"{name}.log", cwd=work)
+
+
+def _ray_tmp(work: Path) -> Path:
+    path = work / "ray"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+@contextlib.contextmanager
+def _interruptible() -> Iterator[None]:
+    """Turn SIGTERM into KeyboardInterrupt while running, so that every started process gets stopped."""
+    def handler(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    try:
+        previous = signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _read_status(path: Path) -> dict[str, Any]:
+    try:
+        return dict(json.loads(path.read_text()))
+    except (OSError, ValueError):
+        return {}
+
+
+def print_warning(message: str) -> None:
+    """Print ``Warning: message`` on stderr above the progress bar (the local engine's default)."""
+    from tqdm.auto import tqdm
+
+    tqdm.write(f"Warning: {' '.join(message.split())}", file=sys.stderr)
+
+
+def follow(submit: Daemon, status_path: Path, daemons: Sequence[Daemon], *, rounds: int, options: FlowerOptions,
+           progress: bool, on_warning: Callable[[str], None] | None = print_warning) -> dict[str, Any]:
+    """Wait for the ServerApp's final status; raise :class:`FlowerRunError` on an error, a stall or a lost run.
+
+    Shows the rounds as they complete, and passes each round's warning line to ``on_warning`` once.
+    """
+    from tqdm.auto import tqdm
+
+    stall = max(options.startup_timeout, 2 * options.round_timeout) + 60.0
+    last_change, seen, shown, warned = time.monotonic(), "", 0, 0
+    bar = tqdm(total=rounds, desc="federate (flower)", unit="round", file=sys.stderr, disable=not progress,
+               dynamic_ncols=True, leave=True)
+    try:
+        while True:
+            for daemon in daemons:
+                daemon.snapshot()
+            status = _read_status(status_path)
+            if json.dumps(status, sort_keys=True) != seen:
+                seen, last_change = json.dumps(status, sort_keys=True), time.monotonic()
+            for warning in list(status.get("warnings", ()))[warned:]:
+                warned += 1
+                if on_warning is not None:
+                    on_warning(str(warning))
+            if status.get("round") and int(status["round"]) > shown:
+                bar.update(int(status["round"]) - shown)
+                shown = int(status["round"])
+                if status.get("test_accuracy") is not None:
+                    bar.set_postfix(test_acc=f"{status['test_accuracy']:.4f}")
+            if status.get("state") in ("done", "error"):
+                end = time.monotonic() + 10.0  # let Flower end the run itself; it may not (a hung client)
+                while submit.running and time.monotonic() < end:
+                    time.sleep(0.2)
+                if status["state"] == "error":
+                    raise FlowerRunError(str(status.get("error", "the ServerApp failed")))
+                return status
+            if not submit.running:
+                time.sleep(1.0)
+                if _read_status(status_path).get("state") in ("done", "error"):
+                    continue
+                raise FlowerRunError(f"flwr run ended (exit code {submit.proc.returncode}) without a result: "
+                                     + " ".join(submit.tail(3).split())[-300:])
+            if time.monotonic() - last_change > stall:
+                raise FlowerRunError(f"the Flower run made no progress for {stall:.0f} s (state "
+                                     f"{status.get('state', 'not started')!r}); stopped")
+            time.sleep(0.25)
+    finally:
+        bar.close()
+
+
+def submit_run(work: Path, env: Mapping[str, str], values: Mapping[str, Any], *,
+               federation: Mapping[str, int] | None = None) -> Daemon:
+    """Write the app and its run configuration under ``work`` and start ``flwr run APP ldpfl --stream``."""
+    app = write_app(work / "app")
+    config_file = work / "run-config.toml"
+    config_file.write_text(toml_table(values))
+    argv = [_bin("flwr"), "run", str(app), CONNECTION, "--stream", "--run-config", str(config_file)]
+    if federation:
+        argv += ["--federation-config", " ".join(f"{k}={v}" for k, v in federation.items())]
+    return Daemon("flwr-run", argv, env=env, log=work / "flwr-run.log", cwd=work)
+
+
+def _check_out_dir(out_dir: Path, *, resume: bool, overwrite: bool) -> None:
+    paths = {name: out_dir / name for name in out.OUTPUT_NAMES}
+    if not resume and not overwrite and (paths[out.CHECKPOINT_PT].exists() or paths[out.METRICS_JSON].exists()):
+        raise ParameterError(f"{out_dir} already holds a federation run; continue it with `resume` or start "
+                             "again with `overwrite`")
+    if resume and not paths[out.CHECKPOINT_PT].is_file():
+        raise ParameterError(f"cannot resume: {paths[out.CHECKPOINT_PT]} does not exist (start without `resume`)")
+
+
+def _result(out_dir: Path, status: Mapping[str, Any], keep_checkpoint: bool) -> Any:
+    from ..federation import FederationResult
+    from .server_side import output_paths
+
+    paths = output_paths(out_dir)
+    if not keep_checkpoint:
+        del paths["checkpoint"]
+    metrics = json.loads(paths["metrics_json"].read_text())
+    history = metrics["rounds"]
+    final = history[-1]["test_accuracy"] if history else None
+    return FederationResult(history, final, paths, metrics["config"], metrics["privacy"],
+                            resumed_from_round=status.get("resumed_from_round"),
+                            warnings=tuple(status.get("warnings", ())),
+                            privacy_ledger=metrics.get("privacy_ledger"))
+
+
+def run_flower(run_dir: str | Path, config: FederationConfig, *, out_dir: str | Path | None = None,
+               resume: bool = False, progress: bool = True, overwrite: bool = False, keep_checkpoint: bool = False,
+               options: FlowerOptions = FlowerOptions(),
+               on_warning: Callable[[str], None] | None = print_warning) -> Any:
+    """Run (or resume) the federation of ``run_dir`` in Flower's simulation engine; same outputs as the local one.
+
+    Parameters are those of ``federation.run_federation`` plus ``options`` (CPUs per client, time limits).
+    Each simulated client opens only its own file; client selection and dropouts come from the run's
+    seeded server Generator, so a seeded run equals the local engine's (same selections; accuracies to
+    float tolerance).
+
+    Returns
+    -------
+    FederationResult
+        As ``run_federation``'s.
+
+    Raises
+    ------
+    FlowerMissingError
+        Flower is not installed (the message says how to install it).
+    FlowerRunError
+        The run failed (a client's error, a timeout); one line.
+    """
+    require_flower(simulation=True)
+    run_dir = Path(run_dir).resolve()
+    if not run_dir.is_dir():
+        raise ValueError(f"run directory {run_dir} does not exist or is not a directory")
+    _manifest, checked = validate_run(run_dir)
+    files = [str(run_dir / record.path) for record, _ in sorted(checked, key=lambda rm: rm[0].client_index)]
+    target = (run_dir / "federation" if out_dir is None else Path(out_dir)).resolve()
+    _check_out_dir(target, resume=resume, overwrite=overwrite)
+    from ..outdir import clear_outputs, locked, remove_temporaries
+
+    with locked(target), _interruptible():
+        if overwrite and not resume:
+            clear_outputs(target)
+            shutil.rmtree(target / CLIENT_STATE_DIR, ignore_errors=True)
+        remove_temporaries(target)
+        work = Path(tempfile.mkdtemp(prefix="ldpfl-flwr-"))
+        daemons: list[Daemon] = []
+        try:
+            link, port = start_superlink(work, simulation=True, timeout=min(options.startup_timeout, 120.0))
+            daemons.append(link)
+            env = flower_env(work / "cli-home", address=f"127.0.0.1:{port}", ray_tmp=_ray_tmp(work))
+            status_path = work / "status.json"
+            values = run_config(config, client_files=json.dumps(files), out_dir=str(target),
+                                status_file=str(status_path), num_clients=len(files),
+                                startup_timeout=options.startup_timeout, round_timeout=options.round_timeout,
+                                resume=resume, keep_checkpoint=keep_checkpoint,
+                                client_state_dir=str(target / CLIENT_STATE_DIR))
+            federation = {"num-supernodes": len(files), "client-resources-num-cpus": options.cpus_per_client}
+            submit = submit_run(work, env, values, federation=federation)
+            daemons.append(submit)
+            status = follow(submit, status_path, daemons, rounds=config.rounds, options=options, progress=progress,
+                            on_warning=on_warning)
+        finally:
+            stop_all(daemons)
+            shutil.rmtree(work, ignore_errors=True)
+        if not keep_checkpoint:
+            shutil.rmtree(target / CLIENT_STATE_DIR, ignore_errors=True)
+    return _result(target, status, keep_checkpoint)
+
+
+def run_on_superlink(address: str, config: FederationConfig, *, num_clients: int, out_dir: str | Path,
+                     resume: bool = False, progress: bool = True, overwrite: bool = False,
+                     keep_checkpoint: bool = False, options: FlowerOptions = FlowerOptions(),
+                     insecure: bool = True, root_certificates: str | None = None,
+                     on_warning: Callable[[str], None] | None = print_warning) -> Any:
+    """Submit the federation to a running SuperLink at ``address`` whose ``num_clients`` SuperNodes serve the files.
+
+    The ServerApp runs where the SuperLink runs and writes the outputs to ``out_dir`` there (an absolute
+    path on that machine); this function waits for them, so it runs on the SuperLink's machine.
+    """
+    require_flower(simulation=False)
+    target = Path(out_dir).resolve()
+    _check_out_dir(target, resume=resume, overwrite=overwrite)
+    from ..outdir import clear_outputs, locked, remove_temporaries
+
+    with locked(target), _interruptible():
+        if overwrite and not resume:
+            clear_outputs(target)
+        remove_temporaries(target)
+        work = Path(tempfile.mkdtemp(prefix="ldpfl-flwr-"))
+        daemons: list[Daemon] = []
+        try:
+            env = flower_env(work / "cli-home", address=address, insecure=insecure,
+                             root_certificates=root_certificates)
+            status_path = work / "status.json"
+            values = run_config(config, out_dir=str(target), status_file=str(status_path), num_clients=num_clients,
+                                startup_timeout=options.startup_timeout, round_timeout=options.round_timeout,
+                                resume=resume, keep_checkpoint=keep_checkpoint)
+            submit = submit_run(work, env, values)
+            daemons.append(submit)
+            status = follow(submit, status_path, daemons, rounds=config.rounds, options=options, progress=progress,
+                            on_warning=on_warning)
+        finally:
+            stop_all(daemons)
+            shutil.rmtree(work, ignore_errors=True)
+    return _result(target, status, keep_checkpoint)
+
+
+def describe_result(result: Any) -> dict[str, Any]:
+    """Return ``result.to_dict()`` with the engine named (for ``--json``)."""
+    return json_ready({**result.to_dict(), "engine": "flower"})

@@ -1,0 +1,315 @@
+"""The Flower engine (issue 14): same selections and accuracies as the local engine, real silos, no leftovers.
+
+The protocol, the server's plan, the clients' streams and resume files, and the process teardown are
+tested without Flower. The runs through Flower (a simulation, and a SuperLink with two SuperNodes on
+127.0.0.1) need ``flwr[simulation]`` (``pip install -e '.[flower]'``) and are skipped without it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import tomllib
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from federate_files import write_run
+
+from stage2_federate.config import FederationConfig
+from stage2_federate.data import load_run
+from stage2_federate.federation import run_federation
+from stage2_federate.flower_engine import FlowerMissingError, require_flower
+from stage2_federate.flower_engine import client_side as cs
+from stage2_federate.flower_engine.processes import Daemon, alive, stop_all
+from stage2_federate.flower_engine.protocol import (
+    RUN_CONFIG_DEFAULTS,
+    ClientSetup,
+    ClientSummary,
+    app_pyproject,
+    read_config,
+    run_config,
+    toml_table,
+)
+from stage2_federate.flower_engine.server_side import plan_from_summaries
+from stage2_federate.plan import plan_federation
+
+TOKEN_VARIABLE = "LDPFL_FLOWER_TEST_TOKEN"
+
+
+@pytest.fixture()
+def marked(monkeypatch) -> str:
+    """Mark every process this test starts (through the environment they inherit) to find leftovers."""
+    token = f"{os.getpid()}-{time.monotonic_ns()}"
+    monkeypatch.setenv(TOKEN_VARIABLE, token)
+    return token
+
+
+def leftovers(token: str, settle: float = 10.0) -> list[int]:
+    """Running processes, other than this one, whose environment carries ``token`` (Linux /proc; [] elsewhere)."""
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return []
+    needle = f"{TOKEN_VARIABLE}={token}".encode()
+
+    def scan() -> list[int]:
+        found = []
+        for entry in proc.iterdir():
+            if not entry.name.isdigit() or int(entry.name) == os.getpid():
+                continue
+            try:
+                environ = (entry / "environ").read_bytes()
+                state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            except (OSError, IndexError):
+                continue
+            if state != "Z" and needle in environ.split(b"\0"):
+                found.append(int(entry.name))
+        return sorted(found)
+
+    deadline = time.monotonic() + settle
+    while (found := scan()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return found
+
+
+CONFIG = dict(rounds=3, clients_per_round=2, hidden=(16,), device="cpu", drop_per_round=1, seed=1,
+              perturbation="gaussian", client_epsilons=(2.0, 4.0, 8.0), aggregation="weighted")
+
+
+# --------------------------------------------------------------------------------------------------
+# Without Flower.
+
+
+def test_run_config_round_trips_the_configuration_and_its_seed() -> None:
+    config = FederationConfig(**CONFIG)
+    values = run_config(config, num_clients=3, out_dir="/x", resume=True)
+    parsed = tomllib.loads(toml_table(values))
+    assert parsed == values and parsed["num-clients"] == 3 and parsed["resume"] is True
+    again = read_config(parsed)
+    assert again == config and again.seed == 1
+    assert read_config(run_config(FederationConfig(rounds=2))).seed is None
+    with pytest.raises(KeyError, match="unknown run configuration key 'nope'"):
+        run_config(config, nope=1)
+
+
+def test_the_app_declares_every_run_config_key_and_ldpfl_components() -> None:
+    project = tomllib.loads(app_pyproject("1.2.3"))
+    app = project["tool"]["flwr"]["app"]
+    assert set(app["config"]) == set(RUN_CONFIG_DEFAULTS)  # Flower refuses an override of an undeclared key
+    assert app["components"] == {"serverapp": "stage2_federate.flower_engine.server_app:app",
+                                 "clientapp": "stage2_federate.flower_engine.client_app:app"}
+    assert project["project"]["version"] == "1.2.3" and app["publisher"]
+
+
+def test_missing_flower_is_a_one_line_error_with_the_install_command(monkeypatch) -> None:
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "flwr" else real(name, *a))
+    with pytest.raises(FlowerMissingError) as caught:
+        require_flower()
+    message = str(caught.value)
+    assert "\n" not in message and "pip install -e '.[flower]'" in message and "flwr[simulation]==1.41.0" in message
+
+
+def test_cli_engine_flower_without_flower_is_one_error_line(monkeypatch, tmp_path) -> None:
+    import importlib.util
+
+    from click.testing import CliRunner
+
+    from ldpfl.cli import cli
+
+    run_dir = write_run(tmp_path / "run", clients=2, rows=16, features=8)
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "flwr" else real(name, *a))
+    result = CliRunner().invoke(cli, ["federate", str(run_dir), "--engine", "flower", "--rounds", "1"])
+    assert result.exit_code == 1, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: ") and "pip install -e '.[flower]'" in lines[0]
+    assert not (run_dir / "federation").exists()
+    local_only = CliRunner().invoke(cli, ["federate", str(run_dir), "--cpus-per-client", "2"])
+    assert local_only.exit_code == 2 and "apply to --engine flower only" in local_only.stderr
+
+
+@pytest.fixture(scope="module")
+def three_clients(tmp_path_factory) -> Path:
+    return write_run(tmp_path_factory.mktemp("flower") / "run", clients=3, rows=64, features=8)
+
+
+def test_server_plan_from_summaries_equals_the_local_plan(three_clients) -> None:
+    config = FederationConfig(**CONFIG)
+    local = plan_federation(three_clients, config)
+    summaries = [cs.summarize(c) for c in load_run(three_clients).clients]
+    assert [ClientSummary.from_json(s.to_json()) for s in summaries] == summaries
+    plan = plan_from_summaries(config, list(reversed(summaries)))
+    assert np.array_equal(plan.vector, torch.nn.utils.parameters_to_vector(local.model.parameters()).detach().numpy())
+    assert plan.strategy.describe() == local.strategy.describe()
+    assert plan.strategy.weights([0, 1, 2]).tolist() == local.strategy.weights([0, 1, 2]).tolist()
+    assert [p["noise_scale"] for p in plan.privacy] == [p["noise_scale"] for p in local.privacy]
+    assert [p["file"] for p in plan.privacy] == ["client_000.h5", "client_001.h5", "client_002.h5"]
+    assert plan.record["resolved"]["client_epsilons"] == [2.0, 4.0, 8.0]
+    assert [plan.setups[i].position for i in range(3)] == [0, 1, 2]
+    # Each client rebuilds its own mechanism from its setup: the same σ_i as the server's plan.
+    for client in load_run(three_clients).clients:
+        setup = ClientSetup.from_json(plan.setups[client.index].to_json())
+        mine = cs.client_perturbation(config, setup, client)
+        assert mine.noise_scale == local.perturbations[client.index].noise_scale
+        assert mine.epsilon == setup.epsilon
+    with pytest.raises(ValueError, match="two clients hold client index 1"):
+        plan_from_summaries(config, [summaries[0], summaries[1], summaries[1]])
+
+
+def test_client_streams_are_the_local_engines_and_survive_a_round_trip(three_clients) -> None:
+    config = FederationConfig(**CONFIG)
+    local = plan_federation(three_clients, config)
+    setup = plan_from_summaries(config, [cs.summarize(c) for c in load_run(three_clients).clients]).setups[2]
+    perturb, train, mode = cs.fresh_streams(config, setup, torch.device("cpu"))
+    assert mode == "seeded"
+    assert perturb.random() == local.streams.perturb[2].random()
+    assert torch.equal(torch.rand(3, generator=train), torch.rand(3, generator=local.streams.train[2]))
+    state = cs.pack_streams(perturb, train)
+    p2, t2, _ = cs.fresh_streams(config, setup, torch.device("cpu"))
+    cs.unpack_streams(json.loads(json.dumps(state)), p2, t2)
+    assert p2.random() == perturb.random() and torch.equal(torch.rand(2, generator=t2), torch.rand(2, generator=train))
+
+
+def test_resume_store_keeps_the_last_two_rounds_and_picks_the_latest_not_after(tmp_path) -> None:
+    store = cs.ResumeStore(tmp_path, 3)
+    assert store.load(5) is None
+    for r in (1, 4, 6):
+        store.save(r, {"perturb": f"p{r}", "train": f"t{r}"})
+    assert json.loads(store.path.read_text())["entries"][0]["round"] == 4
+    assert store.load(5) == {"perturb": "p4", "train": "t4"}  # round 6 was saved after the checkpoint of 5
+    assert store.load(9)["perturb"] == "p6" and store.load(3) is None
+    store.save(5, {"perturb": "again", "train": "t"})  # a resumed run overwrites what came after
+    assert [e["round"] for e in json.loads(store.path.read_text())["entries"]] == [4, 5]
+    store.remove()
+    assert not store.path.exists()
+
+
+def test_stop_kills_descendants_in_other_sessions(tmp_path, marked) -> None:
+    code = ("import subprocess, sys, time\n"
+            "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)'], start_new_session=True)\n"
+            "time.sleep(300)\n")
+    daemon = Daemon("tree", [sys.executable, "-c", code], env=dict(os.environ), log=tmp_path / "log", cwd=tmp_path)
+    deadline = time.monotonic() + 20
+    while len(daemon.pids) < 2 and time.monotonic() < deadline:
+        daemon.snapshot()
+        time.sleep(0.05)
+    assert len(daemon.pids) == 2 and len(daemon.groups) == 2  # the grandchild lives in its own session
+    if Path("/proc").is_dir():
+        assert leftovers(marked, settle=0) == sorted(daemon.pids)  # the leftover detector sees both
+    assert stop_all([daemon]) == []
+    assert alive(daemon.pids) == [] and leftovers(marked) == []
+
+
+# --------------------------------------------------------------------------------------------------
+# Through Flower.
+
+
+@pytest.fixture(scope="module")
+def flower() -> None:
+    pytest.importorskip("flwr", reason="the Flower engine needs pip install -e '.[flower]'")
+    pytest.importorskip("ray")
+
+
+def local_history(run_dir: Path, out: Path, **changes) -> list[dict]:
+    config = FederationConfig(**{**CONFIG, **changes})
+    return run_federation(run_dir, config, out_dir=out, progress=False).history
+
+
+def assert_same_rounds(flower_rounds: list[dict], local_rounds: list[dict]) -> None:
+    assert len(flower_rounds) == len(local_rounds)
+    for f, loc in zip(flower_rounds, local_rounds, strict=True):
+        for key in ("round", "selected", "dropped", "aggregated", "excluded"):
+            assert f[key] == loc[key], key
+        assert f["lost"] == []
+        for key in ("test_accuracy", "test_loss", "train_loss", "train_accuracy"):
+            assert f[key] == pytest.approx(loc[key], rel=1e-5, abs=1e-6), key
+        assert f["weights"] == pytest.approx(loc["weights"], rel=1e-9)
+
+
+@pytest.mark.slow
+def test_simulation_equals_the_local_engine_and_resumes(flower, three_clients, tmp_path, marked) -> None:
+    """`ldpfl federate RUN --engine flower --seed 1` = `--engine local --seed 1`, also across --resume."""
+    from click.testing import CliRunner
+
+    from ldpfl.cli import cli
+
+    local = local_history(three_clients, tmp_path / "local")
+    out = tmp_path / "flower"
+    args = ["federate", str(three_clients), "--engine", "flower", "--clients-per-round", "2", "--hidden", "16",
+            "--device", "cpu", "--drop-per-round", "1", "--seed", "1", "--perturbation", "gaussian",
+            "--client-epsilons", "2,4,8", "--aggregation", "weighted", "--out", str(out), "--json"]
+    first = CliRunner().invoke(cli, [*args, "--rounds", "2", "--keep-checkpoint"])
+    assert first.exit_code == 0, first.output
+    assert_same_rounds(json.loads((out / "metrics.json").read_text())["rounds"], local[:2])
+    assert (out / ".flower-clients").is_dir()  # each client's own resume state, kept with the checkpoint
+    resumed = CliRunner().invoke(cli, [*args, "--rounds", "3", "--resume"])
+    assert resumed.exit_code == 0, resumed.output
+    assert json.loads(resumed.stdout)["resumed_from_round"] == 2
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert_same_rounds(metrics["rounds"], local)
+    outputs = {p.name for p in out.iterdir()}
+    assert {"metrics.csv", "metrics.json", "accuracy.png", "model.pt", "config.json"} <= outputs
+    assert "checkpoint.pt" not in outputs and ".flower-clients" not in outputs  # seed-equivalent: deleted
+    assert metrics["config"]["engine"] == "flower" and '"seed"' not in json.dumps(metrics)
+    assert metrics["privacy_ledger"]["clients"]
+    assert leftovers(marked) == []
+
+
+@pytest.mark.slow
+def test_two_supernodes_on_localhost_equal_the_local_engine(flower, tmp_path, marked) -> None:
+    from stage2_federate.flower_engine.launch import FlowerOptions, run_on_superlink, start_superlink, start_supernode
+
+    run_dir = write_run(tmp_path / "run", clients=2, rows=64, features=8)
+    changes = dict(rounds=2, clients_per_round=None, drop_per_round=0, client_epsilons=(4.0, 8.0))
+    local = local_history(run_dir, tmp_path / "local", **changes)
+    daemons = []
+    try:
+        link, port = start_superlink(tmp_path / "work")
+        daemons.append(link)
+        for index in (0, 1):  # each silo serves its own file only
+            daemons.append(start_supernode(tmp_path / "work", f"127.0.0.1:{port}", run_dir / f"client_00{index}.h5",
+                                           index=index, state_dir=tmp_path / f"silo{index}"))
+        result = run_on_superlink(f"127.0.0.1:{port}", FederationConfig(**{**CONFIG, **changes}), num_clients=2,
+                                  out_dir=tmp_path / "flower", progress=False,
+                                  options=FlowerOptions(startup_timeout=240, round_timeout=180))
+    finally:
+        left = stop_all(daemons)
+    assert left == []
+    assert_same_rounds(result.history, local)
+    assert not any((tmp_path / "silo0").iterdir()) and not any((tmp_path / "silo1").iterdir())  # resume state deleted
+    assert leftovers(marked) == []
+
+
+@pytest.mark.slow
+def test_a_failing_client_ends_the_run_with_its_reason(flower, tmp_path, marked) -> None:
+    from stage2_federate.flower_engine.launch import (
+        FlowerOptions,
+        FlowerRunError,
+        run_on_superlink,
+        start_superlink,
+        start_supernode,
+    )
+
+    run_dir = write_run(tmp_path / "run", clients=1, rows=32, features=8)
+    daemons = []
+    try:
+        link, port = start_superlink(tmp_path / "work")
+        daemons.append(link)
+        daemons.append(start_supernode(tmp_path / "work", f"127.0.0.1:{port}", run_dir / "client_000.h5"))
+        daemons.append(start_supernode(tmp_path / "work", f"127.0.0.1:{port}", tmp_path / "missing.h5"))
+        started = time.monotonic()
+        with pytest.raises(FlowerRunError, match=r"could not open its client file: FileNotFoundError.*missing\.h5"):
+            run_on_superlink(f"127.0.0.1:{port}", FederationConfig(rounds=2, hidden=(8,), device="cpu", seed=1),
+                             num_clients=2, out_dir=tmp_path / "flower", progress=False,
+                             options=FlowerOptions(startup_timeout=240, round_timeout=60))
+        assert time.monotonic() - started < 240  # an error, not a wait for the time limit
+    finally:
+        left = stop_all(daemons)
+    assert left == []
+    assert leftovers(marked) == []
