@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 import sys
 import tempfile
@@ -78,6 +79,7 @@ def main() -> None:
     for r in rows:
         print(f"{r['engine']:<24}{r['wall_s']:>9.1f}{r['round_s_median']:>13.3f}{r['startup_and_teardown_s']:>25.1f}")
     print(json.dumps({"rows": rows}, default=float))
+    shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -4,7 +4,8 @@ Not part of the test suite (it takes minutes). Two phases, ``--kills`` SIGKILLs 
 
 * **export**: ``ldpfl export --extractor none --clients-parallel 2`` (no ``--seed``: the OS CSPRNG, so
   a client randomized a second time would get different bytes) is started, SIGKILLed after a random
-  delay, and started again (it resumes); a run that finished before its kill starts a fresh directory.
+  delay (uniform in 0.3 to 1.2 times an uninterrupted run's duration), and started again (it
+  resumes); a run that finished before its kill starts a fresh directory.
 * **federate**: ``ldpfl federate --seed`` over one export is killed the same way and continued with
   ``--resume`` (or started afresh when no checkpoint was written yet).
 
@@ -94,7 +95,7 @@ class Soak:
         """Start ``args``, SIGKILL it after a random delay unless it ends first; return (killed, delay, stderr)."""
         tag = uuid.uuid4().hex
         process = self.start(args, tag)
-        delay = self.rng.uniform(0.2, self.max_delay)
+        delay = self.rng.uniform(0.3 * self.max_delay, 1.2 * self.max_delay)
         try:
             process.wait(timeout=delay)
             killed = False
@@ -183,7 +184,7 @@ def soak_federate(base: Path, args: argparse.Namespace, rng: random.Random, max_
     out = base / f"federate-{cycle}"
     while kills < args.kills:
         resume = ["--resume"] if (out / "checkpoint.pt").is_file() else ["--overwrite"]
-        killed, delay, _ = soak.run_until_killed([*common, "--out", str(out), "--keep-checkpoint", *resume])
+        killed, delay, _ = soak.run_until_killed([*common, "--out", str(out), *resume])
         if killed:
             kills += 1
             soak.figures["kills"] += 1
@@ -195,7 +196,7 @@ def soak_federate(base: Path, args: argparse.Namespace, rng: random.Random, max_
         cycle += 1
         out = base / f"federate-{cycle}"
     resume = ["--resume"] if (out / "checkpoint.pt").is_file() else ["--overwrite"]
-    soak.run_to_end([*common, "--out", str(out), "--keep-checkpoint", *resume])
+    soak.run_to_end([*common, "--out", str(out), *resume])
     soak.figures["completed_runs"] += 1
     check_federation(soak, out, reference)
     return soak
@@ -214,11 +215,15 @@ def check_federation(soak: Soak, out: Path, reference: Path) -> None:
         return
     if rounds != list(range(1, len(rounds) + 1)):
         soak.fail(f"{out.name}: rounds {rounds}")
+    if (out / "checkpoint.pt").exists():
+        soak.fail(f"{out.name}: checkpoint.pt (seed-equivalent) left after the run completed")
     if not same:
         import torch
 
-        a = torch.load(out / "model.pt", weights_only=True)
-        b = torch.load(reference / "model.pt", weights_only=True)
+        from stage2_federate.model_file import read_model
+
+        a = read_model(out / "model.pt").state_dict
+        b = read_model(reference / "model.pt").state_dict
         same = a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     soak.figures["identical_to_uninterrupted" if same else "differs_from_uninterrupted"] += 1
     if not same:
@@ -257,8 +262,8 @@ def main() -> None:
                               "--local-epochs", "1", "--threads", "1", "--seed", str(args.seed), "--quiet"]
             Soak("probe", rng, 1).run_to_end(probe_args)
             duration = time.perf_counter() - t0
-            print(f"{phase}: an uninterrupted run takes {duration:.1f} s; killing at random in [0.2, "
-                  f"{duration:.1f}] s, {args.kills} times", flush=True)
+            print(f"{phase}: an uninterrupted run takes {duration:.1f} s; killing at random in "
+                  f"[{0.3 * duration:.1f}, {1.2 * duration:.1f}] s, {args.kills} times", flush=True)
             soak = (soak_export if phase == "export" else soak_federate)(base, args, rng, duration)
             soaks.append(soak)
     finally:

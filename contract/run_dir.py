@@ -244,6 +244,8 @@ class RunCheck:
         valid = [(f.name, f.metadata) for f in self.files if f.metadata is not None]
         problems = compare_metadata(valid)
         problems += plan_problems(self.run_dir, valid)
+        problems += [f"{name} is a local-only file (unrandomized records, never shared), not a client file of the run"
+                     for name, meta in valid if meta.local_only]
         indices = [meta.client_index for _, meta in valid]
         duplicates = sorted({i for i in indices if indices.count(i) > 1})
         if duplicates:

@@ -27,6 +27,7 @@ LAZY_COMMANDS = {
     "plan": "stage1_features.silo_cli:plan_command",
     "gather": "ldpfl.gather_cli:gather_command",
     "federate": "stage2_federate.cli:federate_command",
+    "predict": "ldpfl.predict_cli:predict_command",
     "inspect": "ldpfl.inspect_cli:inspect_command",
     "mechanisms": "ldpfl.mechanisms_cli:mechanisms_command",
     "demo": "ldpfl.demo:demo_command",
@@ -135,6 +136,7 @@ def cli() -> None:
     plan        the shared plan that separate silos export with (own data, one silo at a time)
     gather      put the files of separate silos into one run directory
     federate    stage 2: federated training of a fully-connected model over the HDF5 files
+    predict     a silo's records through its pipeline and the federated model (clean by default)
     inspect     what a randomized HDF5 file is, what privacy it carries, whether its bits look right
     mechanisms  list the randomization mechanisms and their privacy reports
 

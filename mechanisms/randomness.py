@@ -21,7 +21,8 @@ SEEDED = "seeded"
 
 RANDOMNESS_DESCRIPTIONS = {
     CSPRNG: "seeded from the OS CSPRNG (not reproducible)",
-    SEEDED: "user-seeded: reproducible, for testing and research only",
+    SEEDED: "user-seeded: reproducible, for testing and research only; NO privacy against anyone who knows "
+            "or can guess the seed (every noise value is then known, so the input can be read back exactly)",
 }
 
 

@@ -24,7 +24,7 @@ from contract.manifest import FileRecord, record_for
 from contract.release_point import ReleasePoint, parse_release
 from contract.schema import ClientMetadata, label_histogram
 from contract.version import package_version
-from stage1_features import cnn
+from stage1_features import cnn, cnn_release
 from stage1_features.export_config import ExportError
 from stage1_features.export_run_dir import model_file_name
 from stage1_features.features import BATCH_ROWS, BitDensity, raw_feature_batches, write_split
@@ -151,10 +151,10 @@ def export_client(task: ClientTask, dataset: Any = None) -> ClientOutcome:
     if cnn.is_cnn(task.extractor):
         keras = cnn.import_keras()
         if task.model_path is not None:  # from_models: the source run's trained CNN (issue 15 item 2)
-            model = cnn.load_model(task.model_path)
-            if point.units is not None and cnn.bottleneck_units(model) != point.units:
+            model = cnn_release.load_model(task.model_path)
+            if point.units is not None and cnn_release.bottleneck_units(model) != point.units:
                 raise ExportError(f"{task.model_path} has no {point.units}-unit {cnn.BOTTLENECK_LAYER} layer "
-                                  f"(it has {cnn.bottleneck_units(model)}); `release` {point} cannot use it")
+                                  f"(it has {cnn_release.bottleneck_units(model)}); `release` {point} cannot use it")
         else:
             # Keras needs integer seeds: derive them from this client's training stream (Algorithm 1 line 2-3).
             keras.utils.set_random_seed(int(train_rng.integers(2**31)))
@@ -162,7 +162,7 @@ def export_client(task: ClientTask, dataset: Any = None) -> ClientOutcome:
             x_train = dataset.features(train_idx).reshape(len(train_idx), *input_shape)
             trainer = model  # noise_aware: the same layers with the mechanism's noise after the bottleneck
             if task.noise_variance is not None:
-                trainer = cnn.noise_aware_model(model, task.noise_variance, int(train_rng.integers(2**31)))
+                trainer = cnn_release.noise_aware_model(model, task.noise_variance, int(train_rng.integers(2**31)))
             trained = cnn.train_model(trainer, x_train, labels["train"], task.training, rng=train_rng,
                                       progress=task.progress, description=name, position=task.position)
             rate = trained.samples_per_s

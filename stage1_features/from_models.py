@@ -146,6 +146,7 @@ def adopt_source_settings(config: ExportConfig, source: SourceRun) -> ExportConf
     if config.save_models:
         raise ExportError("`from_models` reuses the CNNs of the source run; `save_models` has nothing to save")
     changes = {k: source.config[k] for k in SOURCE_SETTINGS}
+    changes["from_models"] = str(source.run_dir.resolve())  # one spelling, for the resume fingerprint
     if config.data_dir is None:
         changes["data_dir"] = source.config.get("data_dir")
     if source.info.get("extractor") is not None:

@@ -39,7 +39,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from contract.atomic import atomic_write
 from contract.jsonout import json_ready
 from mechanisms.base import ParameterError
 
@@ -50,6 +49,7 @@ from .config import FederationConfig
 from .data import ClientSplit, evaluation_splits, load_clean_tests
 from .ledger import ledger_caption, ledger_section
 from .model import evaluate, set_vector
+from .model_file import run_record, save_model
 from .plan import FederationPlan, plan_federation
 from .rounds import Broadcast, client_step, draw_dropouts, round_record, server_step
 from .streams import Streams
@@ -251,8 +251,7 @@ def _run_locked(run_dir: Path, config: FederationConfig, target_dir: Path, paths
     finally:
         bar.close()
     write_metrics()
-    state = {k: v.detach().cpu() for k, v in plan.model.state_dict().items()}
-    atomic_write(paths["model"], lambda handle: torch.save(state, handle))
+    save_model(paths["model"], plan.model, run_record(plan.data, config, history))  # + what it was trained on
     ledger = ledger_section(history, plan.privacy)
     if history:
         out.plot_history(paths["accuracy_png"], history, title=f"{plan.data.dataset}: {config.aggregation}, "

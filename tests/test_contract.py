@@ -145,7 +145,10 @@ def test_check_run_dir_reports_every_fact_without_raising(run: Path, tmp_path: P
     assert extra.name_problem() == "attribute 'client_index' is 1 but the file is named client_005.h5"
     assert check.problems() == ["client indices [1] appear in more than one file"]
     assert [f.name for f in check_run_dir(target, unlisted=False).files] == ["client_000.h5", "client_001.h5"]
-    manifest, checked = validate_run(target)  # federate looks at the listed files only
+    with pytest.raises(FormatError, match=r"lists 2 of the 3 client files .* not listed: client_005\.h5"):
+        validate_run(target)  # federate refuses to leave a present client file out silently (issue 13)
+    (target / "client_005.h5").unlink()
+    manifest, checked = validate_run(target)
     assert [record.client_index for record, _ in checked] == [0, 1] and len(manifest.files) == 2
 
 

@@ -26,6 +26,7 @@ from mechanisms.report import PrivacyReport
 from stage2_federate.config import FederationConfig
 from stage2_federate.federation import run_federation
 from stage2_federate.model import build_model
+from stage2_federate.model_file import read_model
 from stage2_federate.perturbation import perturbation_names
 from stage2_federate.streams import Streams
 
@@ -78,7 +79,7 @@ def _initial(seed: int) -> torch.Tensor:
 
 
 def _final(path) -> torch.Tensor:
-    return torch.cat([v.flatten() for v in torch.load(path, weights_only=True).values()])
+    return torch.cat([v.flatten() for v in read_model(path).state_dict.values()])
 
 
 def test_a_registered_toy_mechanism_federates_with_its_declared_wiring(toy, packed_run, tmp_path) -> None:

@@ -15,6 +15,7 @@ import mechanisms as mech
 import stage2_federate.rounds as round_steps
 from stage2_federate.federation import FederationConfig, Streams, run_federation
 from stage2_federate.model import build_model
+from stage2_federate.model_file import read_model
 
 FAST = dict(hidden=(16,), local_epochs=2, batch_size=16, lr=0.01, threads=1)
 
@@ -35,7 +36,7 @@ def run(run_dir, out, keep_checkpoint=True, **overrides):
 
 
 def state(path):
-    return torch.load(path, weights_only=True)
+    return read_model(path).state_dict
 
 
 def assert_same_state(a, b) -> None:

@@ -313,3 +313,46 @@ def test_a_failing_client_ends_the_run_with_its_reason(flower, tmp_path, marked)
         left = stop_all(daemons)
     assert left == []
     assert leftovers(marked) == []
+
+
+@pytest.mark.slow
+def test_a_dead_supernode_is_logged_as_lost_and_the_run_goes_on(flower, tmp_path, marked) -> None:
+    import threading
+
+    from stage2_federate.flower_engine.launch import FlowerOptions, run_on_superlink, start_superlink, start_supernode
+
+    run_dir = write_run(tmp_path / "run", clients=2, rows=32, features=8)
+    out = tmp_path / "flower"
+    daemons = []
+    try:
+        link, port = start_superlink(tmp_path / "work")
+        daemons.append(link)
+        for index in (0, 1):
+            daemons.append(start_supernode(tmp_path / "work", f"127.0.0.1:{port}", run_dir / f"client_00{index}.h5"))
+
+        def kill_after_round_one() -> None:  # silo 1 dies once round 1 is written
+            deadline = time.monotonic() + 600
+            while time.monotonic() < deadline:
+                try:
+                    if json.loads((out / "metrics.json").read_text())["rounds"]:
+                        daemons[2].stop(grace=0)
+                        return
+                except (OSError, ValueError, KeyError):
+                    pass
+                time.sleep(0.2)
+
+        killer = threading.Thread(target=kill_after_round_one, daemon=True)
+        killer.start()
+        result = run_on_superlink(f"127.0.0.1:{port}", FederationConfig(rounds=2, hidden=(8,), device="cpu", seed=1),
+                                  num_clients=2, out_dir=out, progress=False, on_warning=None,
+                                  options=FlowerOptions(startup_timeout=240, round_timeout=20))
+        killer.join(5)
+    finally:
+        left = stop_all(daemons)
+    assert left == []
+    first, second = result.history
+    assert first["lost"] == [] and first["aggregated"] == [0, 1]
+    assert second["lost"] == [1] and second["aggregated"] == [0]
+    assert any(note.startswith("client 1:") and "lost" in note for note in second["notes"])
+    assert any(w.startswith("round 2:") for w in result.warnings)
+    assert leftovers(marked) == []

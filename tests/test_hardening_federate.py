@@ -21,6 +21,7 @@ from federate_files import write_run
 from ldpfl.cli import cli
 from stage2_federate import outdir, resources
 from stage2_federate.federation import FederationConfig, run_federation
+from stage2_federate.model_file import read_model
 
 REPO = Path(__file__).resolve().parents[1]
 FAST = ["--hidden", "8", "--local-epochs", "1", "--batch-size", "16", "--threads", "1", "--seed", "3"]
@@ -131,7 +132,7 @@ def test_sigkill_during_checkpoint_write_then_resume_leaves_no_temporary(run_dir
     assert not (out / "checkpoint.pt").exists()
 
     assert invoke(*args, "--out", str(whole)).exit_code == 0  # nothing lost: the same model as uninterrupted
-    a, b = torch.load(out / "model.pt", weights_only=True), torch.load(whole / "model.pt", weights_only=True)
+    a, b = read_model(out / "model.pt").state_dict, read_model(whole / "model.pt").state_dict
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
@@ -230,3 +231,11 @@ def test_noise_that_cannot_fit_float32_is_refused(run_dir, tmp_path) -> None:
     line = one_line_error(invoke(str(run_dir), *FAST, "--perturbation", "gaussian", "--epsilon", "1e-300",
                                  "--out", str(tmp_path / "o")))
     assert "noise scale 3.88e+301" in line and "overflow" in line and "--epsilon" in line, line
+
+
+@pytest.mark.parametrize("perturbation, expected", [("pdpm", "too small for PDPM"),
+                                                    ("gaussian-wu", "out of range for WU eq. 4")])
+def test_tiny_epsilon_is_a_one_line_error_not_a_zero_division(run_dir, tmp_path, perturbation, expected) -> None:
+    line = one_line_error(invoke(str(run_dir), *FAST, "--perturbation", perturbation, "--epsilon", "1e-300",
+                                 "--out", str(tmp_path / "o")))
+    assert expected in line and "ZeroDivisionError" not in line, line

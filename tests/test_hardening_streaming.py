@@ -16,6 +16,7 @@ from contract.layout import client_file_name
 from stage2_federate import streaming
 from stage2_federate.data import ClientSplit, load_client, load_run
 from stage2_federate.federation import FederationConfig, run_federation
+from stage2_federate.model_file import read_model
 from stage2_federate.streaming import ResidencyBudget, StreamedSplit, shuffled_blocks
 
 FAST = dict(hidden=(8,), local_epochs=2, batch_size=4, threads=1, seed=5, rounds=2)
@@ -55,8 +56,8 @@ def test_a_streamed_run_equals_a_resident_run(tmp_path, monkeypatch) -> None:
     monkeypatch.setattr(data_module.ResidencyBudget, "from_memory", classmethod(lambda cls: cls(0)))
     assert all(isinstance(c.train, StreamedSplit) for c in load_run(run).clients)
     streamed = run_federation(run, FederationConfig(**FAST), out_dir=tmp_path / "streamed", progress=False)
-    a = torch.load(whole.paths["model"], weights_only=True)
-    b = torch.load(streamed.paths["model"], weights_only=True)
+    a = read_model(whole.paths["model"]).state_dict
+    b = read_model(streamed.paths["model"]).state_dict
     assert all(torch.equal(a[k], b[k]) for k in a)
     assert [r["test_accuracy"] for r in whole.history] == [r["test_accuracy"] for r in streamed.history]
 

@@ -39,13 +39,13 @@ def test_noise_aware_with_none_exits_2(tmp_path) -> None:
 
 @pytest.mark.slow
 def test_training_model_adds_the_variance_and_shares_the_weights() -> None:
-    from stage1_features import cnn
+    from stage1_features import cnn, cnn_release
 
     keras = cnn.import_keras()
     keras.utils.set_random_seed(1)
     model = cnn.build_model(cnn.MNIST_CNN, (28, 28, 1), 10, bottleneck=6)
     a, b = 0.3, 0.5
-    noisy = cnn.noise_aware_model(model, (a, b), seed=2)
+    noisy = cnn_release.noise_aware_model(model, (a, b), seed=2)
     assert {id(w) for w in model.weights} == {id(w) for w in noisy.weights}  # training one trains the other
     assert "training_mechanism_noise" not in [layer.name for layer in model.layers]
     x = np.random.default_rng(0).random((8, 28, 28, 1)).astype(np.float32)
@@ -65,7 +65,7 @@ def test_training_model_adds_the_variance_and_shares_the_weights() -> None:
 @pytest.mark.slow
 def test_noise_aware_export_saves_a_model_without_the_noise(tmp_path) -> None:
     from contract.manifest import read_manifest
-    from stage1_features import cnn
+    from stage1_features import cnn_release
 
     out = tmp_path / "run"
     result = CliRunner().invoke(cli, ["export", "--dataset", "mnist5k", "--limit", "120", "--clients", "1",
@@ -74,6 +74,6 @@ def test_noise_aware_export_saves_a_model_without_the_noise(tmp_path) -> None:
                                       "--save-models", "--out", str(out)])
     assert result.exit_code == 0, result.output
     assert read_manifest(out).info["config"]["noise_aware"] is True
-    model = cnn.load_model(out / "client_000.keras")
-    assert cnn.bottleneck_units(model) == 8
+    model = cnn_release.load_model(out / "client_000.keras")
+    assert cnn_release.bottleneck_units(model) == 8
     assert "training_mechanism_noise" not in [layer.name for layer in model.layers]

@@ -26,9 +26,9 @@ from stage1_features.own_data import (
     OwnDataset,
     default_extractor,
     detect_format,
-    encode_labels,
     load_own_data,
 )
+from stage1_features.own_data_labels import encode_labels
 
 
 def write_image_folder(root: Path, classes: dict[str, int], *, size=(6, 5), mode="L", rng, suffix=".png") -> dict:

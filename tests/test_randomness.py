@@ -60,6 +60,8 @@ def test_modes() -> None:
     assert mech.make_randomness(7).mode == "seeded"
     assert "not reproducible" in mech.make_randomness().description
     assert "reproducible" in mech.make_randomness(7).description
+    assert "NO privacy against anyone who knows or can guess the seed" in mech.make_randomness(7).description
+    assert "privacy" not in mech.make_randomness().description
 
 
 def test_csprng_mode_is_not_reproducible() -> None:

@@ -30,6 +30,7 @@ from .. import outputs as out
 from ..checkpoint import CHECKPOINT_FORMAT, CHECKPOINT_VERSION, check_inputs, load_checkpoint
 from ..config import DEFAULT_LR, FederationConfig
 from ..model import FederatedMLP, build_model, get_vector, parameter_count, resolve_optimizer, set_vector
+from ..model_file import save_model, summary_record
 from ..perturbation import ClientPerturbation, ServerRule, perturbation_wiring
 from ..plan import plan_perturbations, plan_strategy, resolve_device
 from ..rounds import LocalTraining
@@ -245,8 +246,7 @@ def finish_outputs(paths: Mapping[str, Path], plan: ServerPlan, history: list[di
     """Write metrics, the model and the plot; delete the checkpoint unless kept (as the local engine does)."""
     out.write_metrics_csv(paths["metrics_csv"], history)
     out.write_metrics_json(paths["metrics_json"], config=plan.record, privacy=plan.privacy, rounds=history)
-    state = {k: v.detach().cpu() for k, v in plan.model.state_dict().items()}
-    atomic_write(paths["model"], lambda handle: torch.save(state, handle))
+    save_model(paths["model"], plan.model, summary_record(plan.summaries, plan.config, history))
     if history:
         from ..ledger import ledger_caption, ledger_section
 
