@@ -42,6 +42,7 @@ EPSILONS = (0.5, 1.0, 2.0, 5.0, 10.0, 50.0)
 FRONT = {
     "label": ("krr", "oue-label"),
     "scores": ("piecewise", "duchi", "hybrid", "laplace"),
+    "bottleneck:16": ("piecewise", "duchi", "hybrid", "laplace"),  # needs --bottleneck-models
 }
 PROTOCOL = {
     # LDPFL Table I: 10 clients, 9 selected per round, the update of one random client dropped per round
@@ -135,7 +136,8 @@ def rerandomize(source: Path, target: Path, mechanism: str, epsilon: float, seed
 def release_point(args: Any, work: Path, release: str, mechanism: str, epsilon: float | None) -> dict[str, Any]:
     """One point: re-release from the saved CNNs, federate, read both accuracies."""
     label = f"{release}-{mechanism}" + ("" if epsilon is None else f"-e{epsilon:g}")
-    options: list[Any] = ["--from-models", args.models, "--release", release, "--mechanism", mechanism,
+    models = args.bottleneck_models if release.startswith("bottleneck") else args.models
+    options: list[Any] = ["--from-models", models, "--release", release, "--mechanism", mechanism,
                           "--keep-clean-test"]
     if epsilon is not None:
         options += ["--epsilon", epsilon]
@@ -234,11 +236,13 @@ def main() -> None:
     p = C.parser(__doc__)
     p.add_argument("--dataset", choices=sorted(PROTOCOL), default="fashion-mnist")
     p.add_argument("--models", type=Path, required=True, help="an export run made with --save-models")
-    p.add_argument("--releases", default=",".join(FRONT), help="comma-separated releases to sweep")
+    p.add_argument("--releases", default="label,scores", help="comma-separated releases to sweep")
     p.add_argument("--mechanisms", default=None, help="comma-separated subset of each release's mechanisms")
     p.add_argument("--epsilons", default=",".join(f"{e:g}" for e in EPSILONS))
     p.add_argument("--rounds", type=int, default=None)
     p.add_argument("--hidden", default="256")
+    p.add_argument("--bottleneck-models", type=Path, default=None,
+                   help="an export run made with --release bottleneck:16 --save-models (for that release)")
     p.add_argument("--rerandomize", action="store_true",
                    help="compute each randomized point from the release's `none` run (see rerandomize)")
     p.add_argument("--uer-metrics", type=Path, default=None,

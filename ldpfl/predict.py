@@ -46,7 +46,7 @@ CLEAN, RANDOMIZED, RELEASED = "clean", "randomized", "released"
 BATCH_ROWS = 1024  # records per CNN / model batch (stage 1's prediction batch)
 
 __all__ = ["CLEAN", "RANDOMIZED", "RELEASED", "SPLIT_CHOICES", "PredictError", "Prediction", "Records", "Silo",
-           "check_model", "default_model_path", "load_global_model", "open_silo", "predict_released",
+           "check_inputs", "check_model", "default_model_path", "load_global_model", "open_silo", "predict_released",
            "predict_silo", "silo_records"]
 
 
@@ -204,6 +204,17 @@ def check_model(model: GlobalModel, meta: ClientMetadata, what: str) -> list[str
     return []
 
 
+def check_inputs(silo: Silo, model: GlobalModel, cnn_path: Path | None = None) -> list[str]:
+    """Refuse a model not trained on the silo's release, or a missing CNN, before any work; return warnings."""
+    from stage1_features import cnn
+
+    warnings = check_model(model, silo.metadata, f"the release of {silo.file.name}")
+    path = cnn_path if cnn_path is not None else silo.cnn_path()
+    if cnn.is_cnn(silo.metadata.extractor) and not path.is_file():
+        raise PredictError(f"no saved CNN {path} of client {silo.index}: export with `save_models`, or pass `cnn`")
+    return warnings
+
+
 # ---------------------------------------------------------------------------------------------------
 # Records
 
@@ -344,8 +355,6 @@ def _release_values(silo: Silo, records: Records, cnn_path: Path | None,
     if shape != tuple(meta.input_shape):
         raise PredictError(f"the records have shape {shape}, the silo's CNN takes {tuple(meta.input_shape)}")
     path = cnn_path if cnn_path is not None else silo.cnn_path()
-    if not path.is_file():
-        raise PredictError(f"no saved CNN {path} of client {silo.index}: export with `save_models`, or pass `cnn`")
     model = cnn_release.load_model(path)
     if cnn_release.bottleneck_units(model) != point.units:
         raise PredictError(f"{path} has bottleneck {cnn_release.bottleneck_units(model)}, release {point} needs "
@@ -384,16 +393,17 @@ def predict_silo(silo: Silo, records: Records, model: GlobalModel, *, randomized
     from stage1_features.release import clean_layout, stored_layout
 
     meta = silo.metadata
-    warnings = check_model(model, meta, f"the release of {silo.file.name}")
+    warnings = check_inputs(silo, model, cnn_path)
     point, spec = parse_release(meta.release), meta.mechanism_spec()
     if randomized and rng is None:
         raise ValueError("randomized prediction needs a generator")
     layout = stored_layout(point, spec) if randomized else clean_layout(point, spec)
+    stream = rng if rng is not None and randomized else np.random.default_rng(0)  # clean: `none` draws nothing
     packed = layout.feature_format == PACKED_BITS
     predicted = []
     for values in _release_values(silo, records, cnn_path, batch_rows):
         for offset in range(0, len(values), RELEASE_ROWS):  # as stage 1 releases: bounded temporaries
-            stored, _bits = layout.pipeline.release(values[offset:offset + RELEASE_ROWS], rng)
+            stored, _bits = layout.pipeline.release(values[offset:offset + RELEASE_ROWS], stream)
             if stored.dtype.kind == "f" and not np.all(np.isfinite(stored)):
                 raise PredictError(f"mechanism {spec.name!r} gave values that are not finite")
             predicted.append(_logits_argmax(model.model, stored, meta.feature_width, packed))

@@ -156,13 +156,19 @@ def _run(run_dir: Path | None, client_index: int | None, model_path: Path | None
         raise pr.PredictError(f"no federated model at {model_path}: run ldpfl federate on the run first, or pass "
                               "`model`")
     model = pr.load_global_model(model_path)
+    warnings: list[str] = []
     if released is not None:
-        with _progress(quiet, None) as bar:
+        from contract.client_reader import open_client_file
+
+        with open_client_file(released) as (_handle, meta, rows):
+            warnings = pr.check_model(model, meta, str(released))  # before the bar: an error is one line
+        with _progress(quiet, rows.get(split or "test")) as bar:
             result = pr.predict_released(released, model, split=split or "test", batch_rows=batch_size,
                                          progress=bar)
     else:
         assert run_dir is not None
         silo = pr.open_silo(run_dir, client_index)
+        warnings = pr.check_inputs(silo, model, cnn_path)
         from stage1_features import cnn
 
         if cnn.is_cnn(silo.metadata.extractor):
@@ -179,7 +185,7 @@ def _run(run_dir: Path | None, client_index: int | None, model_path: Path | None
         with _progress(quiet, len(records.rows)) as bar:
             result = pr.predict_silo(silo, records, model, randomized=randomized, rng=rng, cnn_path=cnn_path,
                                      batch_rows=batch_size, progress=bar)
-    for warning in result.warnings:
+    for warning in dict.fromkeys([*warnings, *result.warnings]):
         _warn(warning)
     _emit(result, out_path, as_json, quiet)
 

@@ -27,6 +27,10 @@ CHECKPOINT_VERSION = 2
 # Options that may change when a run is resumed (they do not change what the run computes, or, for
 # ``rounds``, only how long it goes on).
 RESUMABLE_CHANGES = frozenset({"rounds", "device", "threads", "eval_batch_size", "eval_clean"})
+LOCAL_ENGINE = "local"
+"""The engine of a checkpoint without an ``engine`` entry (the local engine writes none)."""
+_ENGINE_HOLDS = {LOCAL_ENGINE: "every client's random streams are in the checkpoint",
+                 "flower": "each client's random streams are with that client, in its own resume file"}
 
 
 def client_digests(data: FederatedData) -> dict[str, str]:
@@ -74,15 +78,30 @@ def check_inputs(path: Path, payload: Mapping[str, Any], inputs: Mapping[str, st
                      f"({'; '.join(parts)}); start afresh with `overwrite` or choose another `out_dir`")
 
 
-def load_checkpoint(path: Path, config: FederationConfig) -> dict[str, Any]:
-    """Read and check a checkpoint for resuming a run configured as ``config``.
+def check_engine(path: Path, payload: Mapping[str, Any], engine: str) -> None:
+    """Refuse to resume with ``engine`` a checkpoint another engine wrote (one line naming both).
+
+    The engines keep the clients' random streams in different places (the local engine in the
+    checkpoint, the Flower engine with each client), so resuming across engines would restart those
+    streams silently.
+    """
+    written = str(payload.get("engine", LOCAL_ENGINE))
+    if written != engine:
+        where = _ENGINE_HOLDS.get(written, "its clients' random streams are kept elsewhere")
+        raise ParameterError(f"cannot resume {path} with the {engine} engine: the {written} engine wrote it "
+                             f"({where}); resume it with `engine` {written}")
+
+
+def load_checkpoint(path: Path, config: FederationConfig, *, engine: str = LOCAL_ENGINE) -> dict[str, Any]:
+    """Read and check a checkpoint for resuming a run configured as ``config`` with ``engine``.
 
     Raises
     ------
     ValueError
-        No readable ldpfl checkpoint at ``path``, another version, a configuration that differs in
-        anything but ``RESUMABLE_CHANGES``, a new number of rounds for a perturbation whose σ depends
-        on it, or a checkpoint beyond ``config.rounds``.
+        No readable ldpfl checkpoint at ``path``, another version, one written by another engine
+        (:func:`check_engine`), a configuration that differs in anything but ``RESUMABLE_CHANGES``, a
+        new number of rounds for a perturbation whose σ depends on it, or a checkpoint beyond
+        ``config.rounds``.
     """
     if not path.is_file():
         raise ParameterError(f"cannot resume: {path} does not exist (start without `resume`)")
@@ -95,6 +114,7 @@ def load_checkpoint(path: Path, config: FederationConfig) -> dict[str, Any]:
     if payload.get("version") != CHECKPOINT_VERSION:
         raise ValueError(f"cannot resume: {path} has checkpoint version {payload.get('version')!r}, this code "
                          f"reads {CHECKPOINT_VERSION}")
+    check_engine(path, payload, engine)
     saved, now = payload["config"], config.to_dict()
     differing = sorted(k for k in set(saved) | set(now) if k not in RESUMABLE_CHANGES and saved.get(k) != now.get(k))
     if differing:

@@ -232,35 +232,40 @@ def load_clean_tests(data: FederatedData, device: torch.device | str = "cpu") ->
     test split, UNRANDOMIZED (mechanism ``none``, attribute ``local_only``). Evaluating the global model
     on them is what a silo does when it predicts on its own records, which releases nothing (issue 17
     item 4). Each file must validate, be local-only, and match its client file (dataset, release, width,
-    classes, rows of the test split).
+    classes, rows of the test split). Clients with an empty clean test split are left out.
 
     Raises
     ------
     FormatError
         A client without its local file, or a file that does not match (the message says which).
     """
-    splits = []
-    for client in data.clients:
-        path = client.path.parent / local_file_name(client.index)
-        if not path.is_file():
-            raise FormatError(path, "missing: --eval-clean needs the local-only clean test file of every client "
-                                    "(ldpfl export --keep-clean-test)")
-        clean = read_client_file(path, splits=("test",))
-        meta, own = clean.metadata, client.metadata
-        expected = {"local_only": True, "dataset": own.dataset, "release": own.release, "client_index": client.index,
-                    "num_classes": own.num_classes, "feature_width": own.feature_width,
-                    "feature_format": own.feature_format}
-        found = {"local_only": meta.local_only, "dataset": meta.dataset, "release": meta.release,
-                 "client_index": meta.client_index, "num_classes": meta.num_classes,
-                 "feature_width": meta.feature_width, "feature_format": meta.feature_format}
-        wrong = [f"{k} is {found[k]!r}, expected {v!r}" for k, v in expected.items() if found[k] != v]
-        if len(clean.labels["test"]) != len(client.test):
-            wrong.append(f"it holds {len(clean.labels['test'])} test rows, the client file {len(client.test)}")
-        if wrong:
-            raise FormatError(path, f"does not match {client.path.name}: {'; '.join(wrong)}")
-        features = np.ascontiguousarray(clean.features["test"])
-        labels = np.ascontiguousarray(clean.labels["test"], dtype=np.int64)
-        if len(labels):
-            splits.append(ClientSplit(torch.from_numpy(features).to(device), torch.from_numpy(labels).to(device),
-                                      meta.feature_width, meta.feature_format == PACKED_BITS))
-    return splits
+    splits = [load_clean_test(client, device) for client in data.clients]
+    return [split for split in splits if len(split)]
+
+
+def load_clean_test(client: ClientDataset, device: torch.device | str = "cpu") -> ClientSplit:
+    """Return one client's clean test split from ``client_NNN.local.h5`` beside its file (:func:`load_clean_tests`).
+
+    A Flower client calls this for its own file only: the clean records never leave the silo.
+    """
+    path = client.path.parent / local_file_name(client.index)
+    if not path.is_file():
+        raise FormatError(path, "missing: --eval-clean needs the local-only clean test file of every client "
+                                "(ldpfl export --keep-clean-test)")
+    clean = read_client_file(path, splits=("test",))
+    meta, own = clean.metadata, client.metadata
+    expected = {"local_only": True, "dataset": own.dataset, "release": own.release, "client_index": client.index,
+                "num_classes": own.num_classes, "feature_width": own.feature_width,
+                "feature_format": own.feature_format}
+    found = {"local_only": meta.local_only, "dataset": meta.dataset, "release": meta.release,
+             "client_index": meta.client_index, "num_classes": meta.num_classes,
+             "feature_width": meta.feature_width, "feature_format": meta.feature_format}
+    wrong = [f"{k} is {found[k]!r}, expected {v!r}" for k, v in expected.items() if found[k] != v]
+    if len(clean.labels["test"]) != len(client.test):
+        wrong.append(f"it holds {len(clean.labels['test'])} test rows, the client file {len(client.test)}")
+    if wrong:
+        raise FormatError(path, f"does not match {client.path.name}: {'; '.join(wrong)}")
+    features = np.ascontiguousarray(clean.features["test"])
+    labels = np.ascontiguousarray(clean.labels["test"], dtype=np.int64)
+    return ClientSplit(torch.from_numpy(features).to(device), torch.from_numpy(labels).to(device),
+                       meta.feature_width, meta.feature_format == PACKED_BITS)

@@ -226,8 +226,9 @@ def mismatches(record: Mapping[str, Any], found: Mapping[str, Any]) -> list[str]
             problems.append(f"{key} is {json_ready(found[key])!r} here, the model was trained on "
                             f"{json_ready(record[key])!r}")
     if "mechanism_parameters" in record and "mechanism_parameters" in found:
-        known = {_canonical(p) for p in record["mechanism_parameters"]}
+        known = {_canonical(p): json.dumps(json_ready(p), sort_keys=True) for p in record["mechanism_parameters"]}
         if _canonical(found["mechanism_parameters"]) not in known:
-            problems.append(f"mechanism_parameters are {_canonical(found['mechanism_parameters'])} here, the model "
-                            f"was trained on {' or '.join(sorted(known))}")
+            here = json.dumps(json_ready(found["mechanism_parameters"]), sort_keys=True)
+            problems.append(f"mechanism_parameters are {here} here, the model was trained on "
+                            f"{' or '.join(sorted(known.values()))}")
     return problems

@@ -8,6 +8,7 @@ sign aggregation when the mechanism's uploads are signs), the server rule, and t
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -57,7 +58,31 @@ class ClientPlan:
     centres: tuple[float, ...] | None
 
 
-def plan_clients(config: FederationConfig, clients: list[ClientDataset]) -> ClientPlan:
+@dataclass(frozen=True)
+class ClientSize:
+    """What the planners read of a client: its index, training rows and training label histogram.
+
+    An engine that does not hold the client files (the Flower server) passes these, built from what the
+    clients report; the local engine passes its ``ClientDataset`` objects (:meth:`of` reads them).
+    """
+
+    index: int
+    train_rows: int
+    label_histogram: tuple[int, ...]
+
+    @classmethod
+    def of(cls, client: ClientDataset | ClientSize) -> ClientSize:
+        """Return ``client``'s size (itself when it is one already)."""
+        if isinstance(client, ClientSize):
+            return client
+        return cls(client.index, len(client.train), client.label_histogram)
+
+
+ClientLike = ClientDataset | ClientSize
+"""A client as the planners take it: its data, or only its :class:`ClientSize`."""
+
+
+def plan_clients(config: FederationConfig, clients: Sequence[ClientLike]) -> ClientPlan:
     """Resolve the per-client lists (explicit, preset or one default) for ``clients``."""
     n = len(clients)
     epsilons = budgets.resolve_values(config.client_epsilons, config.epsilon, n, what="client epsilons")
@@ -71,23 +96,31 @@ def plan_clients(config: FederationConfig, clients: list[ClientDataset]) -> Clie
     return ClientPlan(tuple(c.index for c in clients), epsilons, ranges, centres)
 
 
-def plan_perturbations(config: FederationConfig, clients: list[ClientDataset], dim: int,
+def plan_perturbations(config: FederationConfig, clients: Sequence[ClientLike], dim: int,
                        ) -> tuple[ClientPlan, str, dict[int, ClientPerturbation]]:
-    """Each client's perturbation over ``dim`` model parameters; also the per-client lists and the target."""
-    plan = plan_clients(config, clients)
+    """Each client's perturbation over ``dim`` model parameters; also the per-client lists and the target.
+
+    ``clients``: their data or their :class:`ClientSize` (index, training rows, label histogram).
+    """
+    sizes = [ClientSize.of(c) for c in clients]
+    plan = plan_clients(config, sizes)
     target = resolve_target(config.perturbation, config.perturb_target, config.sign_mode)
     built = build_client_perturbations(
         config.perturbation, dim=dim, epsilons=plan.epsilons, target=target, ranges=plan.ranges,
-        centres=plan.centres, train_sizes=[len(c.train) for c in clients], clip=config.clip, delta=config.delta,
+        centres=plan.centres, train_sizes=[c.train_rows for c in sizes], clip=config.clip, delta=config.delta,
         sensitivity=config.sensitivity, sample_rate=config.sample_rate, rounds=config.rounds, clients=plan.ids)
     return plan, target, {p.client: p for p in built}
 
 
-def plan_strategy(config: FederationConfig, clients: list[ClientDataset],
+def plan_strategy(config: FederationConfig, clients: Sequence[ClientLike],
                   perturbations: dict[int, ClientPerturbation]) -> Strategy:
-    """Build the aggregation strategy over the clients' profiles, wrapped for sign uploads (WU eqs. 10, 13, 16)."""
-    profiles = [ClientProfile(c.index, len(c.train), c.label_histogram, perturbations[c.index].noise_scale,
-                              perturbations[c.index].epsilon) for c in clients]
+    """Build the aggregation strategy over the clients' profiles, wrapped for sign uploads (WU eqs. 10, 13, 16).
+
+    ``clients``: their data or their :class:`ClientSize` (index, training rows, label histogram).
+    """
+    sizes = [ClientSize.of(c) for c in clients]
+    profiles = [ClientProfile(c.index, c.train_rows, c.label_histogram, perturbations[c.index].noise_scale,
+                              perturbations[c.index].epsilon) for c in sizes]
     options = StrategyOptions(config.clients_per_round, config.sample_weighted, config.fraction)
     strategy: Strategy = create_strategy(config.aggregation, profiles, options)
     if perturbation_wiring(config.perturbation).sign_aggregation:

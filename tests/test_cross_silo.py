@@ -219,3 +219,26 @@ def test_bad_input_is_one_line_exit_2_nothing_created(tmp_path, case, command):
     assert_usage_error(result, *fragments)
     assert not out.exists()
     assert not [p for p in tmp_path.iterdir() if p.name not in ("in",)]
+
+
+@pytest.mark.slow
+def test_a_plan_with_the_label_release_and_krr_exports(tmp_path):
+    """A plan's mechanism is checked against ITS release: label + krr (a category mechanism) is accepted.
+
+    ``--release label`` is a layer of the client CNN, so this trains one (1 epoch on 12 8×8 images).
+    """
+    silos = write_silos(tmp_path, np.random.default_rng(23), n=12)
+    plan_path = tmp_path / PLAN_FILE
+    ok(run("plan", "--data", silos["b"], "--release", "label", "--mechanism", "krr", "--epsilon", "2",
+           "--out", plan_path))
+    plan = read_plan(plan_path)
+    assert (plan.release, plan.mechanism.name, plan.features) == ("label", "krr", len(CLASSES))
+    ok(run("export", "--plan", plan_path, "--data", silos["b"], "--client-index", 0, "--clients", 2,
+           "--epochs", 1, "--batch-size", 8, "--seed", 7, "--quiet", "--out", tmp_path / "b"))
+    _manifest, listed = validate_run(tmp_path / "b")
+    meta = listed[0][1]
+    assert (meta.release, meta.mechanism, meta.features, meta.plan_fingerprint) == (
+        "label", "krr", len(CLASSES), plan.fingerprint)
+    # the plan's release still refuses a mechanism it does not take, naming the options
+    assert_usage_error(run("plan", "--data", silos["b"], "--release", "label", "--mechanism", "uer",
+                           "--out", tmp_path / "bad.json"), "--mechanism", "--release")

@@ -134,9 +134,54 @@ def test_cli_engine_flower_without_flower_is_one_error_line(monkeypatch, tmp_pat
     assert local_only.exit_code == 2 and "apply to --engine flower only" in local_only.stderr
 
 
+def write_clean_tests(run_dir: Path, seed: int = 11) -> None:
+    """Write each client's local-only clean test file (``export --keep-clean-test``'s): other records, no noise."""
+    import dataclasses
+
+    from contract.client_reader import read_client_file
+    from contract.client_writer import write_client_file
+    from contract.layout import local_file_name
+
+    rng = np.random.default_rng(seed)
+    for path in sorted(run_dir.glob("client_???.h5")):
+        data = read_client_file(path)
+        meta = data.metadata
+        rows = len(data.labels["test"])
+        features = data.features["test"].copy()
+        flip = rng.random(features.shape) < 0.2  # records near, not equal to, the randomized ones
+        features[flip] = rng.integers(0, 256, size=int(flip.sum()), dtype=features.dtype)
+        labels = data.labels["test"].copy()
+        splits = {"train": (features[:0], labels[:0]), "test": (features, labels)}
+        clean = dataclasses.replace(meta, local_only=True, label_histograms={
+            "train": [0] * meta.num_classes, "test": np.bincount(labels, minlength=meta.num_classes).tolist()})
+        assert rows == len(labels)
+        write_client_file(run_dir / local_file_name(meta.client_index), clean, splits)
+
+
 @pytest.fixture(scope="module")
 def three_clients(tmp_path_factory) -> Path:
-    return write_run(tmp_path_factory.mktemp("flower") / "run", clients=3, rows=64, features=8)
+    run_dir = write_run(tmp_path_factory.mktemp("flower") / "run", clients=3, rows=64, features=8)
+    write_clean_tests(run_dir)  # for --eval-clean; local-only files are not part of the run
+    return run_dir
+
+
+def test_a_flower_client_evaluates_its_own_clean_file_like_the_local_engine(three_clients) -> None:
+    from stage2_federate.data import load_clean_tests
+    from stage2_federate.model import evaluate
+
+    config = FederationConfig(**{**CONFIG, "eval_clean": True})
+    local = plan_federation(three_clients, config)
+    vector = torch.nn.utils.parameters_to_vector(local.model.parameters()).detach().numpy()
+    plan = plan_from_summaries(config, [cs.summarize(c) for c in local.data.clients])
+    sums = []
+    for client in local.data.clients:  # each client: only its own files
+        opened = cs.open_client(client.path, torch.device("cpu"))
+        sums.append(cs.Trainer.build(config, plan.setups[client.index]).evaluate(config, opened, vector)["clean"])
+    from stage2_federate.flower_engine.server_side import union_evaluation
+
+    loss, accuracy = evaluate(local.model, load_clean_tests(local.data), config.eval_batch_size)
+    assert union_evaluation(sums) == pytest.approx((loss, accuracy), rel=1e-6)
+    assert [rows for _, _, rows in sums] == [len(c.test) for c in local.data.clients]
 
 
 def test_server_plan_from_summaries_equals_the_local_plan(three_clients) -> None:
@@ -227,23 +272,31 @@ def assert_same_rounds(flower_rounds: list[dict], local_rounds: list[dict]) -> N
         for key in ("round", "selected", "dropped", "aggregated", "excluded"):
             assert f[key] == loc[key], key
         assert f["lost"] == []
-        for key in ("test_accuracy", "test_loss", "train_loss", "train_accuracy"):
-            assert f[key] == pytest.approx(loc[key], rel=1e-5, abs=1e-6), key
+        for key in ("test_accuracy", "test_loss", "train_loss", "train_accuracy", "clean_test_accuracy",
+                    "clean_test_loss"):
+            assert (key in f) == (key in loc), key
+            if key in loc:
+                assert f[key] == pytest.approx(loc[key], rel=1e-5, abs=1e-6), key
         assert f["weights"] == pytest.approx(loc["weights"], rel=1e-9)
 
 
 @pytest.mark.slow
 def test_simulation_equals_the_local_engine_and_resumes(flower, three_clients, tmp_path, marked) -> None:
-    """`ldpfl federate RUN --engine flower --seed 1` = `--engine local --seed 1`, also across --resume."""
+    """`ldpfl federate RUN --engine flower --seed 1` = `--engine local --seed 1`, also across --resume.
+
+    With ``--eval-clean``: each silo evaluates the global model on its own clean file; the server's
+    ``clean_test_accuracy`` equals the local engine's.
+    """
     from click.testing import CliRunner
 
     from ldpfl.cli import cli
 
-    local = local_history(three_clients, tmp_path / "local")
+    local = local_history(three_clients, tmp_path / "local", eval_clean=True)
+    assert all("clean_test_accuracy" in r for r in local)
     out = tmp_path / "flower"
     args = ["federate", str(three_clients), "--engine", "flower", "--clients-per-round", "2", "--hidden", "16",
             "--device", "cpu", "--drop-per-round", "1", "--seed", "1", "--perturbation", "gaussian",
-            "--client-epsilons", "2,4,8", "--aggregation", "weighted", "--out", str(out), "--json"]
+            "--client-epsilons", "2,4,8", "--aggregation", "weighted", "--eval-clean", "--out", str(out), "--json"]
     first = CliRunner().invoke(cli, [*args, "--rounds", "2", "--keep-checkpoint"])
     assert first.exit_code == 0, first.output
     assert_same_rounds(json.loads((out / "metrics.json").read_text())["rounds"], local[:2])
@@ -287,7 +340,16 @@ def test_two_supernodes_on_localhost_equal_the_local_engine(flower, tmp_path, ma
 
 
 @pytest.mark.slow
-def test_a_failing_client_ends_the_run_with_its_reason(flower, tmp_path, marked) -> None:
+def test_a_failing_client_ends_the_run_and_a_dead_supernode_is_lost(flower, tmp_path, marked) -> None:
+    """One SuperLink, two SuperNodes, two runs: the failure cases of a deployment, at the price of one start-up.
+
+    Run 1: silo 1's file does not exist, so its ClientApp fails to open it and the run ends at once
+    with that client's reason. The file then appears, and run 2 goes on while silo 1 is killed after
+    round 1: round 2 logs client 1 as lost and aggregates client 0 alone.
+    """
+    import shutil
+    import threading
+
     from stage2_federate.flower_engine.launch import (
         FlowerOptions,
         FlowerRunError,
@@ -296,39 +358,23 @@ def test_a_failing_client_ends_the_run_with_its_reason(flower, tmp_path, marked)
         start_supernode,
     )
 
-    run_dir = write_run(tmp_path / "run", clients=1, rows=32, features=8)
-    daemons = []
-    try:
-        link, port = start_superlink(tmp_path / "work")
-        daemons.append(link)
-        daemons.append(start_supernode(tmp_path / "work", f"127.0.0.1:{port}", run_dir / "client_000.h5"))
-        daemons.append(start_supernode(tmp_path / "work", f"127.0.0.1:{port}", tmp_path / "missing.h5"))
-        started = time.monotonic()
-        with pytest.raises(FlowerRunError, match=r"could not open its client file: FileNotFoundError.*missing\.h5"):
-            run_on_superlink(f"127.0.0.1:{port}", FederationConfig(rounds=2, hidden=(8,), device="cpu", seed=1),
-                             num_clients=2, out_dir=tmp_path / "flower", progress=False,
-                             options=FlowerOptions(startup_timeout=240, round_timeout=60))
-        assert time.monotonic() - started < 240  # an error, not a wait for the time limit
-    finally:
-        left = stop_all(daemons)
-    assert left == []
-    assert leftovers(marked) == []
-
-
-@pytest.mark.slow
-def test_a_dead_supernode_is_logged_as_lost_and_the_run_goes_on(flower, tmp_path, marked) -> None:
-    import threading
-
-    from stage2_federate.flower_engine.launch import FlowerOptions, run_on_superlink, start_superlink, start_supernode
-
     run_dir = write_run(tmp_path / "run", clients=2, rows=32, features=8)
+    late = tmp_path / "silo1" / "client_001.h5"  # silo 1's file, not there yet
+    config = FederationConfig(rounds=2, hidden=(8,), device="cpu", seed=1)
     out = tmp_path / "flower"
     daemons = []
     try:
         link, port = start_superlink(tmp_path / "work")
         daemons.append(link)
-        for index in (0, 1):
-            daemons.append(start_supernode(tmp_path / "work", f"127.0.0.1:{port}", run_dir / f"client_00{index}.h5"))
+        daemons.append(start_supernode(tmp_path / "work", f"127.0.0.1:{port}", run_dir / "client_000.h5"))
+        daemons.append(start_supernode(tmp_path / "work", f"127.0.0.1:{port}", late))
+        started = time.monotonic()
+        with pytest.raises(FlowerRunError, match=r"could not open its client file: FileNotFoundError.*client_001\.h5"):
+            run_on_superlink(f"127.0.0.1:{port}", config, num_clients=2, out_dir=tmp_path / "failed", progress=False,
+                             options=FlowerOptions(startup_timeout=240, round_timeout=60))
+        assert time.monotonic() - started < 240  # an error, not a wait for the time limit
+        late.parent.mkdir()
+        shutil.copy(run_dir / "client_001.h5", late)
 
         def kill_after_round_one() -> None:  # silo 1 dies once round 1 is written
             deadline = time.monotonic() + 600
@@ -343,9 +389,8 @@ def test_a_dead_supernode_is_logged_as_lost_and_the_run_goes_on(flower, tmp_path
 
         killer = threading.Thread(target=kill_after_round_one, daemon=True)
         killer.start()
-        result = run_on_superlink(f"127.0.0.1:{port}", FederationConfig(rounds=2, hidden=(8,), device="cpu", seed=1),
-                                  num_clients=2, out_dir=out, progress=False, on_warning=None,
-                                  options=FlowerOptions(startup_timeout=240, round_timeout=20))
+        result = run_on_superlink(f"127.0.0.1:{port}", config, num_clients=2, out_dir=out, progress=False,
+                                  on_warning=None, options=FlowerOptions(startup_timeout=240, round_timeout=20))
         killer.join(5)
     finally:
         left = stop_all(daemons)
@@ -356,3 +401,25 @@ def test_a_dead_supernode_is_logged_as_lost_and_the_run_goes_on(flower, tmp_path
     assert any(note.startswith("client 1:") and "lost" in note for note in second["notes"])
     assert any(w.startswith("round 2:") for w in result.warnings)
     assert leftovers(marked) == []
+
+def test_each_engine_refuses_the_others_checkpoint(three_clients, tmp_path) -> None:
+    from mechanisms.base import ParameterError
+    from stage2_federate.checkpoint import load_checkpoint
+    from stage2_federate.flower_engine.server_side import load_server_checkpoint
+
+    config = FederationConfig(**{**CONFIG, "rounds": 1})
+    result = run_federation(three_clients, config, out_dir=tmp_path / "local", progress=False, keep_checkpoint=True,
+                            on_warning=None)
+    path = result.paths["checkpoint"]
+    inputs = load_checkpoint(path, config)["inputs"]
+    with pytest.raises(ParameterError) as caught:
+        load_server_checkpoint(path, config, inputs)
+    message = str(caught.value)
+    assert "\n" not in message and "with the flower engine: the local engine wrote it" in message
+    assert caught.value.render(lambda n: "--" + n).endswith("resume it with --engine local")
+    payload = torch.load(path, weights_only=True)
+    payload["engine"] = "flower"
+    torch.save(payload, path)
+    assert load_server_checkpoint(path, config, inputs)["round"] == 1
+    with pytest.raises(ParameterError, match=r"with the local engine: the flower engine wrote it .*`?engine`? flower"):
+        run_federation(three_clients, config, out_dir=tmp_path / "local", progress=False, resume=True)

@@ -101,8 +101,11 @@ def _info(content: RecordDict) -> dict:
 @app.query("describe")
 @guarded
 def describe(msg: Message, context: Context) -> Message:
-    """Open the file and tell the server its client index and summary."""
-    client = _open(context, read_config(context.run_config))
+    """Open the file (and with ``eval_clean`` its clean test file) and tell the server its index and summary."""
+    config = read_config(context.run_config)
+    client = _open(context, config)
+    if config.eval_clean:  # a missing or mismatched clean file ends the run before round 1, as in the local engine
+        cs.clean_test(client, resolve_device(config.device))
     return Message(RecordDict({INFO: ConfigRecord({"json": cs.summarize(client).to_json()})}), reply_to=msg)
 
 

@@ -27,47 +27,59 @@ import torch
 
 import mechanisms as mech
 from contract.atomic import atomic_write_text
-from contract.client_reader import read_client_file
 from contract.digest import sha256_file
-from contract.layout import client_stem
-from contract.schema import SPLITS, FormatError
-from mechanisms.base import PACKED_BITS
+from contract.layout import client_stem, local_file_name
 
 from ..config import FederationConfig
-from ..data import ClientDataset, ClientSplit, FederatedData, load_clean_tests
+from ..data import ClientDataset, ClientSplit, load_clean_test, load_client
 from ..model import FederatedMLP, build_model, evaluate, set_vector
 from ..perturbation import ClientPerturbation, build_client_perturbations, resolve_target
 from ..plan import resolve_device
 from ..rounds import Broadcast, ClientResult, LocalTraining, client_step
+from ..streaming import ResidencyBudget, StreamedSplit
 from ..streams import Streams
 from .protocol import ClientSetup, ClientSummary
 
-_CACHE_SIZE = 8  # client files kept in memory per process (a simulation actor serves many clients)
+_CACHE_SIZE = 8  # client files kept open per process (a simulation actor serves many clients)
 _DATA: OrderedDict[tuple[str, int, str], ClientDataset] = OrderedDict()
+_CLEAN: OrderedDict[tuple[str, int, str], ClientSplit] = OrderedDict()
+
+
+def _remember(cache: OrderedDict[Any, Any], key: Any, value: Any) -> None:
+    cache[key] = value
+    while len(cache) > _CACHE_SIZE:
+        cache.popitem(last=False)
 
 
 def open_client(path: str | Path, device: torch.device) -> ClientDataset:
-    """Read and validate one client file onto ``device`` (cached per process by path and modification time)."""
+    """Open and validate one client file for ``device`` (cached per process by path and modification time).
+
+    Stage 2's reader (``data.load_client``): a split is held in memory only when it is small and the
+    memory budget allows, else streamed in row blocks, so a client's memory stays bounded as in the
+    local engine. The budget (a quarter of the memory available, at most ``RESIDENT_TOTAL_BYTES``) is
+    shared among the files a process may keep open.
+    """
     path = Path(path)
     key = (str(path.resolve()), path.stat().st_mtime_ns, str(device))
     if key in _DATA:
         _DATA.move_to_end(key)
         return _DATA[key]
-    data = read_client_file(path)
-    meta = data.metadata
-    packed = meta.feature_format == PACKED_BITS
-    splits = {}
-    for split in SPLITS:
-        features = torch.from_numpy(np.ascontiguousarray(data.features[split])).to(device)
-        labels = torch.from_numpy(np.ascontiguousarray(data.labels[split], dtype=np.int64)).to(device)
-        splits[split] = ClientSplit(features, labels, meta.feature_width, packed)
-    if len(splits["train"]) == 0:
-        raise FormatError(path, "the training split is empty")
-    client = ClientDataset(meta.client_index, path, meta, splits["train"], splits["test"])
-    _DATA[key] = client
-    while len(_DATA) > _CACHE_SIZE:
-        _DATA.popitem(last=False)
+    budget = ResidencyBudget(ResidencyBudget.from_memory().left // _CACHE_SIZE)
+    client = load_client(path, device, budget)
+    _remember(_DATA, key, client)
     return client
+
+
+def clean_test(client: ClientDataset, device: torch.device) -> ClientSplit:
+    """Return the client's clean test split (its local-only file, ``data.load_clean_test``), cached per process."""
+    path = client.path.parent / local_file_name(client.index)
+    key = (str(path.resolve()), path.stat().st_mtime_ns if path.is_file() else -1, str(device))
+    if key in _CLEAN:
+        _CLEAN.move_to_end(key)
+        return _CLEAN[key]
+    split = load_clean_test(client, device)
+    _remember(_CLEAN, key, split)
+    return split
 
 
 def summarize(client: ClientDataset) -> ClientSummary:
@@ -194,10 +206,9 @@ class Trainer:
         these give the local engine's evaluation on the union of the splits.
         """
         set_vector(self.model, self.broadcast(vector).weights)
-        splits = {"test": [client.test]}
+        splits: dict[str, list[ClientSplit | StreamedSplit]] = {"test": [client.test]}
         if config.eval_clean:
-            splits["clean"] = load_clean_tests(FederatedData(client.path.parent, None, [client]),  # type: ignore[arg-type]
-                                               self.device)
+            splits["clean"] = [clean_test(client, self.device)]
         sums = {}
         for name, chosen in splits.items():
             rows = sum(len(s) for s in chosen)

@@ -120,6 +120,8 @@ def start_superlink(work: Path, *, port: int | None = None, simulation: bool = F
     """
     port = port or free_port()
     env = flower_env(work / "superlink-home", ray_tmp=_ray_tmp(work))
+    if simulation:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(hide_tensorflow(work)), env.get("PYTHONPATH")]))
     argv = [_bin("flower-superlink"), *(["--insecure"] if insecure else []), *(["--simulation"] if simulation else []),
             "--host", "127.0.0.1", "--port", str(port), "--disable-runtime-dependency-installation", *extra]
     daemon = Daemon("superlink", argv, env=env, log=work / "superlink.log", cwd=work)
@@ -153,6 +155,21 @@ def start_supernode(work: Path, superlink: str, client_file: str | Path, *, inde
     argv = [_bin("flower-supernode"), *(["--insecure"] if insecure else []), "--superlink", superlink,
             "--port", str(free_port()), "--node-config", node_arg, *extra]
     return Daemon(name, argv, env=env, log=work / f"{name}.log", cwd=work)
+
+
+def hide_tensorflow(work: Path) -> Path:
+    """Return a directory whose ``tensorflow`` package refuses to import (for ``PYTHONPATH``).
+
+    Flower's Ray backend imports TensorFlow when it is installed (``flwr.simulation.ray_transport.utils``
+    catches only ``ModuleNotFoundError``), in the simulation process and in every Ray actor: 5-20 s each
+    on a loaded machine, for nothing (stage 2 is torch only). Stage 1 installs TensorFlow in the same
+    environment, so the simulation's processes get this directory first on their path.
+    """
+    package = work / "hide-tensorflow" / "tensorflow"
+    package.mkdir(parents=True, exist_ok=True)
+    (package / "__init__.py").write_text(
+        'raise ModuleNotFoundError("TensorFlow is hidden from the ldpfl Flower simulation", name="tensorflow")\n')
+    return package.parent
 
 
 def _ray_tmp(work: Path) -> Path:

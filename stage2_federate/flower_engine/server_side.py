@@ -32,32 +32,13 @@ from ..config import DEFAULT_LR, FederationConfig
 from ..model import FederatedMLP, build_model, get_vector, parameter_count, resolve_optimizer, set_vector
 from ..model_file import save_model, summary_record
 from ..perturbation import ClientPerturbation, ServerRule, perturbation_wiring
-from ..plan import plan_perturbations, plan_strategy, resolve_device
+from ..plan import ClientSize, check_noise_scales, plan_perturbations, plan_strategy, resolve_device
 from ..rounds import LocalTraining
 from ..strategies import Strategy
 from ..streams import Streams
 from .protocol import ClientSetup, ClientSummary
 
 ENGINE = "flower"
-
-
-@dataclass(frozen=True)
-class _Rows:
-    """The size of a split the server does not hold (``len()`` is all the planners ask of it)."""
-
-    count: int
-
-    def __len__(self) -> int:
-        return self.count
-
-
-@dataclass(frozen=True)
-class _ClientView:
-    """What ``plan.plan_perturbations``/``plan_strategy`` read of a client: index, training rows, labels."""
-
-    index: int
-    train: _Rows
-    label_histogram: tuple[int, ...]
 
 
 @dataclass
@@ -117,9 +98,10 @@ def plan_from_summaries(config: FederationConfig, summaries: Sequence[ClientSumm
     model = build_model(first.feature_width, config.hidden, first.num_classes, dropout=config.dropout,
                         generator=streams.init, device=device)
     dim = parameter_count(model)
-    views = [_ClientView(s.index, _Rows(s.train_rows), s.label_histogram) for s in ordered]
-    clients_plan, target, perturbations = plan_perturbations(config, views, dim)  # type: ignore[arg-type]
-    strategy = plan_strategy(config, views, perturbations)  # type: ignore[arg-type]
+    sizes = [ClientSize(s.index, s.train_rows, s.label_histogram) for s in ordered]
+    clients_plan, target, perturbations = plan_perturbations(config, sizes, dim)
+    check_noise_scales(config, perturbations)
+    strategy = plan_strategy(config, sizes, perturbations)
     rule = ServerRule.for_perturbation(config.perturbation, target, config.server_lr)
     training = LocalTraining(resolve_optimizer(config.optimizer, first.dataset),
                              DEFAULT_LR if config.lr is None else float(config.lr), config.local_epochs,
@@ -218,13 +200,9 @@ def save_checkpoint(path: Path, *, round_number: int, plan: ServerPlan, history:
 
 
 def load_server_checkpoint(path: Path, config: FederationConfig, inputs: Mapping[str, str]) -> dict[str, Any]:
-    """Read a checkpoint with the local engine's checks (configuration, client files), refuse a local one."""
-    payload = load_checkpoint(path, config)
+    """Read a checkpoint with the local engine's checks (configuration, client files); refuse a local one."""
+    payload = load_checkpoint(path, config, engine=ENGINE)
     check_inputs(path, payload, inputs)
-    if payload.get("engine") != ENGINE:
-        raise ValueError(f"cannot resume {path} with the Flower engine: the local engine wrote it (its clients' "
-                         "random streams are in the checkpoint, not with the clients); resume it with the local "
-                         "engine")
     return payload
 
 
