@@ -21,40 +21,25 @@ line is ``name=<values/s> ...`` for every mechanism plus ``raw_float64_per_s`` a
 
 from __future__ import annotations
 
+from _bench_common import pin_to_one_core  # first: sets the thread counts to 1 before numpy is imported
+
+# isort: split
+import argparse
 import os
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
 
-for _variable in (
-    "OMP_NUM_THREADS",
-    "OPENBLAS_NUM_THREADS",
-    "MKL_NUM_THREADS",
-    "NUMEXPR_NUM_THREADS",
-    "VECLIB_MAXIMUM_THREADS",
-):
-    os.environ[_variable] = "1"  # before numpy is imported
-
-import argparse  # noqa: E402
-import platform  # noqa: E402
-import statistics  # noqa: E402
-import sys  # noqa: E402
-import time  # noqa: E402
-from collections.abc import Callable  # noqa: E402
-from pathlib import Path  # noqa: E402
-
-import numpy as np  # noqa: E402
+import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import mechanisms as mech  # noqa: E402
 
 CATEGORICAL = ("krr", "oue-label")
 BOUNDED = ("duchi", "piecewise", "hybrid", "laplace")
-
-
-def pin_to_one_core() -> str:
-    if hasattr(os, "sched_setaffinity"):
-        cpu = min(os.sched_getaffinity(0))
-        os.sched_setaffinity(0, {cpu})
-        return f"pinned to CPU {cpu}"
-    return "not pinned (os.sched_setaffinity unavailable)"
 
 
 def median_rate(work: Callable[[], object], values: int, repeats: int) -> tuple[float, list[float]]:

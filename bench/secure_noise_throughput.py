@@ -18,35 +18,24 @@ Each line is ``<name> <values/s> (best of N, <seconds> s)``; the last line holds
 
 from __future__ import annotations
 
-import os
+from _bench_common import pin_to_one_core  # first: sets the thread counts to 1 before numpy is imported
 
-for _variable in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS",
-                  "VECLIB_MAXIMUM_THREADS"):
-    os.environ[_variable] = "1"  # before numpy is imported
+# isort: split
+import argparse
+import math
+import platform
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
 
-import argparse  # noqa: E402
-import math  # noqa: E402
-import platform  # noqa: E402
-import sys  # noqa: E402
-import time  # noqa: E402
-from collections.abc import Callable  # noqa: E402
-from pathlib import Path  # noqa: E402
-
-import numpy as np  # noqa: E402
+import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from mechanisms import secure_noise as sn  # noqa: E402
 
 SIGMA = 38.758442100843  # gaussian's σ at ε = 1, δ = 1e-5, c = 4 (WU eq. 7, Δ = 2c)
 LAPLACE_SCALE = 8.0
-
-
-def pin_to_one_core() -> str:
-    if hasattr(os, "sched_setaffinity"):
-        cpu = min(os.sched_getaffinity(0))
-        os.sched_setaffinity(0, {cpu})
-        return f"pinned to CPU {cpu}"
-    return "not pinned (os.sched_setaffinity unavailable)"
 
 
 def best_time(run: Callable[[], object], repeats: int) -> float:

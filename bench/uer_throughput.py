@@ -16,25 +16,18 @@ The last line is ``uer_bits_per_s=<x> naive_bits_per_s=<y> raw_draws_per_s=<z>``
 
 from __future__ import annotations
 
+from _bench_common import pin_to_one_core  # first: sets the thread counts to 1 before numpy is imported
+
+# isort: split
+import argparse
 import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
 
-for _variable in (
-    "OMP_NUM_THREADS",
-    "OPENBLAS_NUM_THREADS",
-    "MKL_NUM_THREADS",
-    "NUMEXPR_NUM_THREADS",
-    "VECLIB_MAXIMUM_THREADS",
-):
-    os.environ[_variable] = "1"  # before numpy is imported
-
-import argparse  # noqa: E402
-import platform  # noqa: E402
-import statistics  # noqa: E402
-import sys  # noqa: E402
-import time  # noqa: E402
-from pathlib import Path  # noqa: E402
-
-import numpy as np  # noqa: E402
+import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import mechanisms as mech  # noqa: E402
@@ -42,14 +35,6 @@ import mechanisms as mech  # noqa: E402
 PAPER = {"epsilon": 0.5, "alpha": 10.0, "integer_bits": 4, "fraction_bits": 5, "features": 1152}
 INPUT_DENSITY = 0.3  # share of 1s in the input bits (does not change UER's speed: it has no branches)
 GENERATION_ROWS = 2000
-
-
-def pin_to_one_core() -> str:
-    if hasattr(os, "sched_setaffinity"):
-        cpu = min(os.sched_getaffinity(0))
-        os.sched_setaffinity(0, {cpu})
-        return f"pinned to CPU {cpu}"
-    return "not pinned (os.sched_setaffinity unavailable)"
 
 
 def make_input(rows: int, width: int, rng: np.random.Generator) -> np.ndarray:

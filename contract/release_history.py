@@ -16,7 +16,6 @@ the flatten features, the run's privacy report): :func:`history_from_manifest` r
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -24,18 +23,13 @@ from typing import Any
 from contract.layout import client_index_from_name, client_stem
 from contract.manifest import FileRecord
 from contract.release_point import FLATTEN
+from mechanisms.report import json_number, number_from_json
 
 RELEASE_HISTORY_KEY = "release_history"
 
 
 def _epsilon(value: Any) -> float | None:
-    if value is None:
-        return None
-    if value == "inf":
-        return math.inf
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ValueError(f"exact_epsilon_per_record must be a number or 'inf', got {value!r}")
-    return float(value)
+    return number_from_json(value, name="exact_epsilon_per_record", optional=True)
 
 
 @dataclass(frozen=True)
@@ -55,7 +49,7 @@ class ReleaseEntry:
         eps = self.exact_epsilon_per_record
         return {"run": self.run, "file": self.file, "sha256": self.sha256, "mechanism": self.mechanism,
                 "release": self.release, "randomness": self.randomness,
-                "exact_epsilon_per_record": "inf" if eps is not None and math.isinf(eps) else eps}
+                "exact_epsilon_per_record": json_number(eps)}
 
     @classmethod
     def from_dict(cls, data: Any) -> ReleaseEntry:

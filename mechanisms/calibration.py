@@ -8,9 +8,12 @@ PLDP = Shen et al. (002), FEDAW = Tan et al. (003).
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
+
+from .discrete_privacy import epsilon_upper_bracket
 
 # scipy loads inside the Gaussian functions only: importing it costs ~0.5 s, and `ldpfl inspect` must start fast.
 
@@ -93,11 +96,16 @@ def bit_epsilon(p_one_given_one: float, p_one_given_zero: float) -> float:
     This is the LDP definition (eq. 3) applied to a single bit whose input may be 0 or 1. It is
     infinite when an output is possible for one input and impossible for the other.
     """
+    return _max_log_ratio(((p_one_given_one, p_one_given_zero), (1.0 - p_one_given_one, 1.0 - p_one_given_zero)))
+
+
+def _max_log_ratio(pairs: Iterable[tuple[float, float]]) -> float:
+    """Return max over (a, b) of |ln a - ln b| (equal pairs skipped); ∞ when only one of a pair is 0."""
     worst = 0.0
-    for a, b in ((p_one_given_one, p_one_given_zero), (1.0 - p_one_given_one, 1.0 - p_one_given_zero)):
+    for a, b in pairs:
         if a == b:
             continue
-        if a == 0.0 or b == 0.0:
+        if a == 0 or b == 0:
             return math.inf
         worst = max(worst, abs(math.log(a) - math.log(b)))
     return worst
@@ -167,11 +175,9 @@ def gaussian_exact_epsilon(sigma: float, sensitivity: float, delta: float) -> fl
         return math.inf
     if gaussian_delta_for_epsilon(0.0, sigma, sensitivity) <= delta:
         return 0.0
-    high = 1.0
-    while gaussian_delta_for_epsilon(high, sigma, sensitivity) > delta:
-        high *= 2.0
-        if high > 1e9:
-            return math.inf
+    high = epsilon_upper_bracket(lambda e: gaussian_delta_for_epsilon(e, sigma, sensitivity), delta)
+    if math.isinf(high):
+        return math.inf
     return float(
         optimize.brentq(lambda e: gaussian_delta_for_epsilon(e, sigma, sensitivity) - delta, 0.0, high,
                         xtol=1e-12, rtol=1e-10)
@@ -216,14 +222,7 @@ def counts_epsilon(a: tuple[int, ...], b: tuple[int, ...]) -> float:
     ε = max over outputs o of |ln a_o - ln b_o|; ∞ when an output is possible under one and impossible
     under the other.
     """
-    worst = 0.0
-    for x, y in zip(a, b, strict=True):
-        if x == y:
-            continue
-        if x == 0 or y == 0:
-            return math.inf
-        worst = max(worst, abs(math.log(x) - math.log(y)))
-    return worst
+    return _max_log_ratio(zip(a, b, strict=True))
 
 
 # --------------------------------------------------------------------------------------------------

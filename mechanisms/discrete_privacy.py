@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
 from numbers import Integral, Real
 
 DIRECT_SUM_MAX_SIGMA = 256.0
@@ -139,6 +140,19 @@ def discrete_gaussian_delta(epsilon: float, sigma: float, sensitivity: int) -> f
     return min(best, 1.0)
 
 
+def epsilon_upper_bracket(delta_at: Callable[[float], float], delta: float) -> float:
+    """Return the first ε of 1, 2, 4, ... with ``delta_at(ε) <= delta``, or ∞ past 1e9.
+
+    ``delta_at`` is a non-increasing δ(ε) curve; the root finders of the exact ε search below the result.
+    """
+    high = 1.0
+    while delta_at(high) > delta:
+        high *= 2.0
+        if high > 1e9:
+            return math.inf
+    return high
+
+
 def discrete_gaussian_epsilon(sigma: float, sensitivity: int, delta: float) -> float:
     """Smallest ε ≥ 0 with δ(ε) ≤ δ on CKS Theorem 7's tight curve (one coordinate, one release)."""
     sigma = _require_sigma(sigma)
@@ -146,11 +160,9 @@ def discrete_gaussian_epsilon(sigma: float, sensitivity: int, delta: float) -> f
     delta = _require_delta(delta)
     if delta_int == 0 or discrete_gaussian_delta(0.0, sigma, delta_int) <= delta:
         return 0.0
-    high = 1.0
-    while discrete_gaussian_delta(high, sigma, delta_int) > delta:
-        high *= 2.0
-        if high > 1e9:
-            return math.inf
+    high = epsilon_upper_bracket(lambda e: discrete_gaussian_delta(e, sigma, delta_int), delta)
+    if math.isinf(high):
+        return math.inf
     low = 0.0
     # δ(ε) is non-increasing; bisection keeps δ(high) ≤ δ, so the answer never understates ε.
     for _ in range(200):

@@ -20,7 +20,8 @@ from .randomness import RANDOMNESS_DESCRIPTIONS
 NOT_GIVEN = "unspecified"
 
 
-def _json_number(value: float | None) -> float | str | None:
+def json_number(value: float | None) -> float | str | None:
+    """Return ``value`` for JSON: ``None`` kept, an infinite value as the string ``"inf"``, else a float."""
     if value is None:
         return None
     if math.isinf(value):
@@ -28,22 +29,38 @@ def _json_number(value: float | None) -> float | str | None:
     return float(value)
 
 
-_TEXT_KEYS = ("mechanism", "source", "coordinate", "record", "randomness")
-_NUMBER_KEYS = ("nominal_delta", "exact_delta")
-_OPTIONAL_NUMBER_KEYS = ("nominal_epsilon", "exact_epsilon_per_coordinate", "exact_epsilon_per_record", "sigma",
-                         "sensitivity")
+def number_from_json(value: Any, *, name: str, optional: bool) -> float | None:
+    """Read a JSON number (or ``"inf"``) as float; ``None`` stays ``None`` when ``optional`` allows it.
 
-
-def _read_number(key: str, value: Any, *, optional: bool) -> float | None:
-    """Read the JSON number (or ``"inf"``) of key ``key`` as float; None when ``optional`` allows it."""
+    Raises
+    ------
+    ValueError
+        ``value`` is not a number (bool refused), ``"inf"``, or an allowed ``None``; the message starts
+        with ``name``.
+    """
     if value is None and optional:
         return None
     if value == "inf":
         return math.inf
     if isinstance(value, bool) or not isinstance(value, int | float):
         allowed = "a number, 'inf'" + (" or null" if optional else "")
-        raise ValueError(f"privacy report key {key!r} must be {allowed}, got {value!r}")
+        raise ValueError(f"{name} must be {allowed}, got {value!r}")
     return float(value)
+
+
+def format_epsilon(value: Any, *, digits: int = 4, infinite: str = "inf (not private)") -> str:
+    """Return an ε for a line of text: ``n/a`` for ``None``, ``infinite`` for ∞ or ``"inf"``, else ``digits`` digits."""
+    if value is None:
+        return "n/a"
+    if value == "inf" or (isinstance(value, float) and math.isinf(value)):
+        return infinite
+    return f"{float(value):.{digits}g}"
+
+
+_TEXT_KEYS = ("mechanism", "source", "coordinate", "record", "randomness")
+_NUMBER_KEYS = ("nominal_delta", "exact_delta")
+_OPTIONAL_NUMBER_KEYS = ("nominal_epsilon", "exact_epsilon_per_coordinate", "exact_epsilon_per_record", "sigma",
+                         "sensitivity")
 
 
 @dataclass(frozen=True)
@@ -82,7 +99,7 @@ class PrivacyReport:
         out = dataclasses.asdict(self)
         for key in ("nominal_epsilon", "exact_epsilon_per_coordinate", "exact_epsilon_per_record", "sigma",
                     "sensitivity"):
-            out[key] = _json_number(out[key])
+            out[key] = json_number(out[key])
         out["parameters"] = dict(self.parameters)
         out["probabilities"] = json.loads(json.dumps(self.probabilities, default=float))
         out["notes"] = list(self.notes)
@@ -131,9 +148,9 @@ class PrivacyReport:
                 if not isinstance(value, str):
                     raise ValueError(f"privacy report key {name!r} must be a string, got {value!r}")
             elif name in _OPTIONAL_NUMBER_KEYS:
-                value = _read_number(name, value, optional=True)
+                value = number_from_json(value, name=f"privacy report key {name!r}", optional=True)
             elif name in _NUMBER_KEYS:
-                value = _read_number(name, value, optional=False)
+                value = number_from_json(value, name=f"privacy report key {name!r}", optional=False)
             elif name in ("parameters", "probabilities"):
                 if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
                     raise ValueError(f"privacy report key {name!r} must be an object with string keys, "

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +17,7 @@ import numpy as np
 import mechanisms
 from contract.file_checks import float32_overflow
 from mechanisms.base import ParameterError
+from mechanisms.report import format_epsilon
 from stage1_features import cnn
 from stage1_features.export_config import COMPARED_FIELDS, ExportConfig
 from stage1_features.release import (
@@ -166,11 +166,7 @@ def describe_privacy(privacy: mechanisms.PrivacyReport) -> str:
     report = privacy.to_dict()
 
     def fmt(value: Any) -> str:
-        if value is None:
-            return "n/a"
-        if value == "inf" or (isinstance(value, float) and math.isinf(value)):
-            return "inf (NOT private)"
-        return f"{float(value):.6g}"
+        return format_epsilon(value, digits=6, infinite="inf (NOT private)")
 
     return (f"nominal ε = {fmt(report.get('nominal_epsilon'))}; "
             f"exact ε = {fmt(report.get('exact_epsilon_per_record'))} "

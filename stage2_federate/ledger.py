@@ -31,6 +31,8 @@ from dataclasses import dataclass, field
 from numbers import Integral, Real
 from typing import Any
 
+from mechanisms.report import format_epsilon, json_number
+
 RDP = "rdp"
 PLD = "pld"
 ACCOUNTANTS = (RDP, PLD)
@@ -109,7 +111,7 @@ class LedgerEntry:
         eps = self.epsilon
         return {
             "client": self.client, "rounds": self.rounds,
-            "epsilon": "inf" if eps is not None and math.isinf(eps) else eps,
+            "epsilon": json_number(eps),
             "delta": self.delta, "method": self.method, "notes": list(self.notes),
         }
 
@@ -313,14 +315,6 @@ def ledger_section(rounds: Sequence[Mapping[str, Any]], privacy: Sequence[Mappin
             "clients": rows, "notes": notes}
 
 
-def _fmt_eps(value: Any) -> str:
-    if value is None:
-        return "n/a"
-    if value == "inf" or (isinstance(value, float) and math.isinf(value)):
-        return "inf (not private)"
-    return f"{float(value):.4g}"
-
-
 def ledger_lines(section: Mapping[str, Any], *, max_clients: int = 12) -> list[str]:
     """Return the CLI summary of a ledger section: one line per client (or a range beyond ``max_clients``)."""
     rows = list(section.get("clients", ()))
@@ -331,7 +325,7 @@ def ledger_lines(section: Mapping[str, Any], *, max_clients: int = 12) -> list[s
     if len(rows) <= max_clients:
         for r in rows:
             delta = "" if not r.get("delta") else f" at delta {r['delta']:g}"
-            lines.append(f"  client {r['client']}: epsilon {_fmt_eps(r.get('epsilon'))}{delta} "
+            lines.append(f"  client {r['client']}: epsilon {format_epsilon(r.get('epsilon'))}{delta} "
                          f"({r['rounds']} uploads, {r['method']})")
     else:
         finite = [float(r["epsilon"]) for r in rows if isinstance(r.get("epsilon"), (int, float))]

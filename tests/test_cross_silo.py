@@ -16,13 +16,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from click.testing import CliRunner
+from cli_checks import assert_usage_error, ok, run
 from PIL import Image
 
 from contract.layout import client_file_name
 from contract.plan import PLAN_FILE, read_plan
 from contract.run_dir import validate_run
-from ldpfl.cli import cli
 
 SIDE = 8
 CLASSES = ("0", "1", "2")
@@ -52,23 +51,6 @@ def write_silos(root: Path, rng: np.random.Generator, n: int = 60) -> dict[str, 
     csv = root / "silo_c.csv"
     table.to_csv(csv, index=False)
     return {"a": folder, "b": npz, "c": csv}
-
-
-def run(*args) -> object:
-    return CliRunner().invoke(cli, [str(a) for a in args])
-
-
-def ok(result) -> object:
-    assert result.exit_code == 0, result.output
-    return result
-
-
-def assert_usage_error(result, *fragments: str) -> None:
-    assert result.exit_code == 2, result.output
-    lines = [line for line in result.output.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("Error: "), result.output
-    for fragment in fragments:
-        assert fragment in lines[0], lines[0]
 
 
 @pytest.mark.slow

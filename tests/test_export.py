@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from cli_checks import one_error_line
 from click.testing import CliRunner
 from heavy_imports import heavy_modules_after
 
@@ -39,14 +40,6 @@ def quick_config(**overrides) -> ExportConfig:
 
 def invoke(*args: str):
     return CliRunner().invoke(cli, ["export", *args])
-
-
-def one_error_line(result) -> str:
-    assert result.exit_code == 2, result.output
-    assert "Traceback" not in result.output
-    lines = result.output.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("Error:"), result.output
-    return lines[0]
 
 
 @pytest.fixture(scope="module")

@@ -10,20 +10,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_checks import stderr_error_line as one_line
 from click.testing import CliRunner
 
 from contract.client_reader import read_client_file
 from ldpfl.cli import cli
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-def one_line(result, code: int) -> str:
-    assert result.exit_code == code, (result.exit_code, result.output)
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("Error: "), result.stderr
-    assert "Traceback" not in result.output
-    return lines[0]
 
 
 @pytest.mark.parametrize("exception, expected", [

@@ -13,6 +13,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
+from cli_checks import stderr_error_line as error_line
 from click.testing import CliRunner
 from federate_files import write_run
 
@@ -44,14 +45,6 @@ def altered_run(tmp_path: Path, name: str, alter) -> Path:
             alter(handle)
     resign(run)
     return run
-
-
-def error_line(result, code: int) -> str:
-    assert result.exit_code == code, (result.exit_code, result.output)
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("Error: "), result.stderr
-    assert "Traceback" not in result.output
-    return lines[0]
 
 
 def federate(run: Path, tmp_path: Path):

@@ -26,33 +26,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from click.testing import CliRunner
+from cli_checks import assert_usage_error, ok, run
 
 from contract.layout import client_file_name, local_file_name
 from contract.plan import PLAN_FILE, read_plan
 from ldpfl import predict as pr
-from ldpfl.cli import cli
 from stage2_federate.model import FederatedMLP
 from stage2_federate.model_file import CLEAN_TEST, RANDOMIZED_TEST, read_model, save_model
 
 CLIENTS = 3
-
-
-def run(*args: object):
-    return CliRunner().invoke(cli, [str(a) for a in args])
-
-
-def ok(result):
-    assert result.exit_code == 0, result.output
-    return result
-
-
-def assert_usage_error(result, *fragments: str) -> None:
-    assert result.exit_code == 2, result.output
-    lines = [line for line in result.output.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("Error: "), result.output
-    for fragment in fragments:
-        assert fragment in lines[0], lines[0]
 
 
 def predict_json(*args: object) -> dict:

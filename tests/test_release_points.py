@@ -13,6 +13,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
+from cli_checks import one_error_line
 from click.testing import CliRunner
 
 import mechanisms
@@ -29,14 +30,6 @@ TINY = ["--dataset", "mnist5k", "--limit", "120", "--clients", "2", "--epochs", 
 
 def invoke(*args: str):
     return CliRunner().invoke(cli, list(args))
-
-
-def one_error_line(result) -> str:
-    assert result.exit_code == 2, result.output
-    assert "Traceback" not in result.output
-    lines = result.output.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("Error:"), result.output
-    return lines[0]
 
 
 # ----------------------------------------------------------------------------------------------------

@@ -14,8 +14,9 @@ A round (LDPFL Algorithm 1 lines 17-21), in the local engine's order of random d
 Failures: a client's error reply (its code raised) ends the run with that client's one-line reason; a
 node that does not answer within ``round-timeout`` or is unavailable (a dead SuperNode: Flower replies
 for it with code NODE_UNAVAILABLE) is logged in the round's ``lost`` and ``notes``, and the round goes on
-without it. Replies are matched to clients by message id: Flower's replies for an unavailable node come
-from the SuperLink (``src_node_id`` 1), not from the node.
+without it (it is not asked to evaluate that round, nor to finish after a last round it was lost in).
+Replies are matched to clients by message id: Flower's replies for an unavailable node come from the
+SuperLink (``src_node_id`` 1), not from the node.
 """
 
 from __future__ import annotations
@@ -163,7 +164,7 @@ def play_round(grid: Grid, plan: ss.ServerPlan, node_of: dict[int, int], round_n
     surviving = {r.client: r.upload for r in results if r.upload is not None and r.client not in dropped}
     server = server_step(vector, surviving, plan.strategy, plan.rule, rng=plan.streams.server)
     plan.set_vector(server.vector)
-    evaluation, eval_notes = evaluate(grid, plan, node_of, round_number, timeout)
+    evaluation, eval_notes = evaluate(grid, plan, node_of, round_number, timeout, skip=set(lost))
     test_loss, test_accuracy = evaluation["test"]
     epsilons = {cid: p.epsilon for cid, p in plan.perturbations.items()}
     record = round_record(round_number, selected=selected, clients=results, dropped=dropped, server=server,
@@ -176,18 +177,25 @@ def play_round(grid: Grid, plan: ss.ServerPlan, node_of: dict[int, int], round_n
 
 
 def evaluate(grid: Grid, plan: ss.ServerPlan, node_of: dict[int, int], round_number: int,
-             timeout: float) -> tuple[dict[str, tuple[float, float]], list[str]]:
-    """Every node evaluates the global vector; return the unions' mean loss and accuracy per split, and notes."""
+             timeout: float, skip: set[int] | frozenset[int] = frozenset()) -> tuple[dict[str, tuple[float, float]],
+                                                                                  list[str]]:
+    """Every node evaluates the global vector; return the unions' mean loss and accuracy per split, and notes.
+
+    ``skip``: clients lost in this round's training (no reply in time, or unavailable); they are not asked
+    (a dead node would cost another ``timeout``), and their test splits are left out of this round's union.
+    """
     vector = plan.vector
     messages = {cid: _message({GLOBAL: ArrayRecord([vector]), INFO: _info({"setup": plan.setups[cid].to_json()})},
-                              node, EVALUATE, round_number) for cid, node in node_of.items()}
+                              node, EVALUATE, round_number) for cid, node in node_of.items() if cid not in skip}
     replies = exchange(grid, messages, timeout)
     splits = ("test", "clean") if plan.config.eval_clean else ("test",)
     sums: dict[str, list[tuple[float, int, int]]] = {name: [] for name in splits}
     notes = []
     for cid in sorted(node_of):
         reply = replies.get(cid)
-        if reply is None:
+        if cid in skip:
+            notes.append(f"client {cid}: lost in training, not asked to evaluate; its test split is left out")
+        elif reply is None:
             notes.append(f"client {cid}: no evaluation reply within {timeout:.0f} s; its test split is left out")
         elif reply.has_error():
             notes.append(_failure(reply, cid, f"evaluation in round {round_number}"))
@@ -241,7 +249,8 @@ def run(grid: Grid, run_config: Mapping[str, Any]) -> None:
         ss.write_status(status, state="running", round=round_number, rounds=config.rounds,
                         test_accuracy=_finite(record["test_accuracy"]), warnings=warnings)
     ss.finish_outputs(paths, plan, history, keep_checkpoint=bool(run_config.get("keep-checkpoint", False)))
-    finish(grid, node_of, timeout)
+    gone = set(history[-1]["lost"]) if history else set()  # lost in the last round: likely dead, not waited for
+    finish(grid, {cid: node for cid, node in node_of.items() if cid not in gone}, timeout)
     ss.write_status(status, state="done", rounds_completed=len(history), warnings=warnings,
                     resumed_from_round=start - 1 if start > 1 else None)
 
