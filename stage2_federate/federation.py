@@ -40,6 +40,7 @@ import numpy as np
 import torch
 
 from contract.jsonout import json_ready
+from contract.layout import FEDERATION_DIR
 from mechanisms.base import ParameterError
 
 from . import outdir
@@ -117,7 +118,7 @@ def play_round(round_number: int, plan: FederationPlan, config: FederationConfig
 
 def default_out_dir(run_dir: str | Path) -> Path:
     """``RUN_DIR/federation``."""
-    return Path(run_dir) / "federation"
+    return Path(run_dir) / FEDERATION_DIR
 
 
 def round_warning(record: dict[str, Any]) -> str | None:

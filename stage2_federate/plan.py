@@ -175,6 +175,26 @@ class FederationPlan:
             report["randomness_description"] = RANDOMNESS_DESCRIPTIONS[mode]
 
 
+def resolved_settings(*, device: torch.device, training: LocalTraining, dim: int, target: str, rule: ServerRule,
+                      plan: ClientPlan, budgeted: bool, perturbations: dict[int, ClientPerturbation],
+                      strategy: Strategy, threads: int | None) -> dict[str, Any]:
+    """Return the ``resolved`` section of ``config.json``: what the run's defaults and budgets became.
+
+    Both engines write it (the local loop and the Flower server), so a run's record does not depend on
+    where it ran.
+    """
+    return {
+        "device": str(device), "optimizer": training.optimizer, "lr": training.lr, "parameters": dim,
+        "perturbation_target": target, "sign_aggregation": rule.signed, "server_update": rule.describe(),
+        "client_ids": list(plan.ids), "client_epsilons": list(plan.epsilons) if budgeted else None,
+        "client_ranges": None if plan.ranges is None else list(plan.ranges),
+        "client_centres": None if plan.centres is None else list(plan.centres),
+        "noise_scales": [perturbations[i].noise_scale for i in plan.ids],
+        "clients_per_round": strategy.clients_per_round, "strategy": strategy.describe(),
+        "threads": threads,
+    }
+
+
 def plan_federation(run_dir: Path, config: FederationConfig) -> FederationPlan:
     """Load the run in ``run_dir`` and set up everything ``config`` describes. Raises ``ValueError``."""
     if config.threads is not None:
@@ -207,16 +227,9 @@ def plan_federation(run_dir: Path, config: FederationConfig) -> FederationPlan:
     record = {
         **config.to_dict(),
         "randomness": randomness.mode,
-        "resolved": {
-            "device": str(device), "optimizer": training.optimizer, "lr": training.lr, "parameters": dim,
-            "perturbation_target": target, "sign_aggregation": rule.signed, "server_update": rule.describe(),
-            "client_ids": list(plan.ids), "client_epsilons": list(plan.epsilons) if budgeted else None,
-            "client_ranges": None if plan.ranges is None else list(plan.ranges),
-            "client_centres": None if plan.centres is None else list(plan.centres),
-            "noise_scales": [perturbations[i].noise_scale for i in plan.ids],
-            "clients_per_round": strategy.clients_per_round, "strategy": strategy.describe(),
-            "threads": torch.get_num_threads(),
-        },
+        "resolved": resolved_settings(device=device, training=training, dim=dim, target=target, rule=rule,
+                                      plan=plan, budgeted=budgeted, perturbations=perturbations,
+                                      strategy=strategy, threads=torch.get_num_threads()),
         "run": data.describe(),
     }
     return FederationPlan(data, device, randomness, streams, model, perturbations, strategy, rule, training,

@@ -29,6 +29,7 @@ from types import FrameType
 from typing import Any
 
 from contract.jsonout import json_ready
+from contract.layout import FEDERATION_DIR
 from contract.run_dir import validate_run
 from contract.version import package_version
 from mechanisms.base import ParameterError
@@ -179,6 +180,19 @@ def _ray_tmp(work: Path) -> Path:
 
 
 @contextlib.contextmanager
+def _prepared_out_dir(target: Path, *, resume: bool, overwrite: bool) -> Iterator[None]:
+    """Hold ``target``'s lock for the whole run, start afresh with ``overwrite`` and drop stale temporaries."""
+    from ..outdir import clear_outputs, locked, remove_temporaries
+
+    with locked(target), _interruptible():
+        if overwrite and not resume:
+            clear_outputs(target)
+            shutil.rmtree(target / CLIENT_STATE_DIR, ignore_errors=True)
+        remove_temporaries(target)
+        yield
+
+
+@contextlib.contextmanager
 def _interruptible() -> Iterator[None]:
     """Turn SIGTERM into KeyboardInterrupt while running, so that every started process gets stopped."""
     def handler(signum: int, frame: FrameType | None) -> None:
@@ -324,15 +338,9 @@ def run_flower(run_dir: str | Path, config: FederationConfig, *, out_dir: str | 
         raise ValueError(f"run directory {run_dir} does not exist or is not a directory")
     _manifest, checked = validate_run(run_dir)
     files = [str(run_dir / record.path) for record, _ in sorted(checked, key=lambda rm: rm[0].client_index)]
-    target = (run_dir / "federation" if out_dir is None else Path(out_dir)).resolve()
+    target = (run_dir / FEDERATION_DIR if out_dir is None else Path(out_dir)).resolve()
     _check_out_dir(target, resume=resume, overwrite=overwrite)
-    from ..outdir import clear_outputs, locked, remove_temporaries
-
-    with locked(target), _interruptible():
-        if overwrite and not resume:
-            clear_outputs(target)
-            shutil.rmtree(target / CLIENT_STATE_DIR, ignore_errors=True)
-        remove_temporaries(target)
+    with _prepared_out_dir(target, resume=resume, overwrite=overwrite):
         work = Path(tempfile.mkdtemp(prefix="ldpfl-flwr-"))
         daemons: list[Daemon] = []
         try:
@@ -371,12 +379,7 @@ def run_on_superlink(address: str, config: FederationConfig, *, num_clients: int
     require_flower(simulation=False)
     target = Path(out_dir).resolve()
     _check_out_dir(target, resume=resume, overwrite=overwrite)
-    from ..outdir import clear_outputs, locked, remove_temporaries
-
-    with locked(target), _interruptible():
-        if overwrite and not resume:
-            clear_outputs(target)
-        remove_temporaries(target)
+    with _prepared_out_dir(target, resume=resume, overwrite=overwrite):
         work = Path(tempfile.mkdtemp(prefix="ldpfl-flwr-"))
         daemons: list[Daemon] = []
         try:

@@ -32,7 +32,14 @@ from ..config import DEFAULT_LR, FederationConfig
 from ..model import FederatedMLP, build_model, get_vector, parameter_count, resolve_optimizer, set_vector
 from ..model_file import save_model, summary_record
 from ..perturbation import ClientPerturbation, ServerRule, perturbation_wiring
-from ..plan import ClientSize, check_noise_scales, plan_perturbations, plan_strategy, resolve_device
+from ..plan import (
+    ClientSize,
+    check_noise_scales,
+    plan_perturbations,
+    plan_strategy,
+    resolve_device,
+    resolved_settings,
+)
 from ..rounds import LocalTraining
 from ..strategies import Strategy
 from ..streams import Streams
@@ -125,14 +132,10 @@ def plan_from_summaries(config: FederationConfig, summaries: Sequence[ClientSumm
         "randomness": randomness.mode,
         "engine": ENGINE,
         "resolved": {
-            "device": str(device), "optimizer": training.optimizer, "lr": training.lr, "parameters": dim,
-            "perturbation_target": target, "sign_aggregation": rule.signed, "server_update": rule.describe(),
-            "client_ids": list(clients_plan.ids), "client_epsilons": list(clients_plan.epsilons) if budgeted else None,
-            "client_ranges": None if clients_plan.ranges is None else list(clients_plan.ranges),
-            "client_centres": None if clients_plan.centres is None else list(clients_plan.centres),
-            "noise_scales": [perturbations[i].noise_scale for i in clients_plan.ids],
-            "clients_per_round": strategy.clients_per_round, "strategy": strategy.describe(),
-            "threads": config.threads, "flower": _flower_version(),
+            **resolved_settings(device=device, training=training, dim=dim, target=target, rule=rule,
+                                plan=clients_plan, budgeted=budgeted, perturbations=perturbations,
+                                strategy=strategy, threads=config.threads),
+            "flower": _flower_version(),
         },
         "run": {
             "run_dir": run_dir, "dataset": first.dataset, "clients": len(ordered),
