@@ -19,6 +19,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 REPO = Path(__file__).resolve().parent.parent
 LDPFL = str(Path(sys.executable).with_name("ldpfl"))
 DEFAULT_RESULTS = REPO / "docs" / "results"
@@ -163,6 +165,25 @@ def write_results(out: Path, name: str, data: dict[str, Any], markdown: str) -> 
     (out / f"{name}.json").write_text(json.dumps(data, indent=1, sort_keys=False, default=str) + "\n")
     (out / f"{name}.md").write_text(markdown)
     log(f"wrote {out / (name + '.json')} and {out / (name + '.md')}")
+
+
+def seed_stats(values) -> dict:
+    """Sweeps: mean and standard error over seeds (None for one seed)."""
+    v = np.asarray(values, dtype=np.float64)
+    se = float(v.std(ddof=1) / np.sqrt(v.size)) if v.size > 1 else None
+    return {"mean": float(v.mean()), "se": se, "n": int(v.size)}
+
+
+def verdict(stats: dict) -> str:
+    """'seen' when the paired difference exceeds 2 standard errors, 'contradicted' below −2 s.e."""
+    mean, se = stats["mean"], stats["se"]
+    if se is None:
+        return "one seed"
+    if mean > 2 * se:
+        return "seen"
+    if mean < -2 * se:
+        return "contradicted"
+    return "not resolved"
 
 
 def pyplot():

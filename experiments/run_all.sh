@@ -17,6 +17,10 @@ step exp3 experiments/exp3_pldpfl.py
 step exp1-mnist experiments/exp1_ldpfl.py --part mnist
 step exp5 experiments/exp5_privacy_utility.py
 step exp1-fmnist experiments/exp1_ldpfl.py --part fmnist
+# budget sweeps (deviations from the papers, docs/RESULTS.md sections 2 and 3) and two-client MNIST at full scale
+step exp2-sweep experiments/exp2_wu_personalized.py --part sweep
+step exp3-sweep experiments/exp3_pldpfl.py --part sweep
+step exp1-mnist-full experiments/exp1_ldpfl.py --part mnist-full
 # run-to-run spread: the DP-FedAW comparison again with seed + 1, in its own work and results directories
 "$PY" experiments/exp4_dpfedaw.py --scale "$SCALE" --seed $((SEED + 1)) --work "$WORK/seed$((SEED + 1))" \
   --out "docs/results/seed$((SEED + 1))" > "$WORK/logs/exp4-seed$((SEED + 1)).log" 2>&1

@@ -133,7 +133,14 @@ def _print_table(result: Any) -> None:
                    "the LDP guarantee; do not release such files.")
 @click.option("--clients-parallel", type=int, default=1, show_default=True,
               help="Export this many clients at once, in separate processes. Same partition and randomness "
-                   "as sequential; CNN features may differ in float rounding (fewer TensorFlow threads each).")
+                   "as sequential; CNN features may differ in float rounding (fewer threads each). One per "
+                   "core is fastest for the paper's CNNs (2 cores: 16 % more samples/s than 1 process with 2 "
+                   "threads, bench/cnn_training.py).")
+@click.option("--keras-backend", type=click.Choice(list(cnn.KERAS_BACKENDS)), default="tensorflow",
+              show_default=True,
+              help="Keras 3 backend that trains and runs the CNNs. TensorFlow is the fastest on CPU here "
+                   "(torch 16 % and jax 57 % slower on the Fig. 4 CNN, bench/RESULTS.md); same model, "
+                   "same files.")
 @click.option("--overwrite", is_flag=True,
               help="Redo every client (removes this run's client files, models, manifest and partition first).")
 @click.option("--seed", type=int, default=None,
@@ -150,7 +157,7 @@ def export_command(dataset: str, data_dir: str | None, clients: int, max_clients
                    epochs: int, batch_size: int, no_augment: bool, mechanism: str, epsilon: float | None,
                    alpha: float | None, integer_bits: int | None, fraction_bits: int | None, params: tuple[str, ...],
                    limit: int | None, save_models: bool, store_input_density: bool, clients_parallel: int,
-                   overwrite: bool, seed: int | None, out: Path | None, as_json: bool, quiet: bool,
+                   keras_backend: str, overwrite: bool, seed: int | None, out: Path | None, as_json: bool, quiet: bool,
                    release: str, from_models: str | None, keep_clean_test: bool, noise_aware: bool,
                    **silo: Any) -> None:
     """Stage 1: per client, train a CNN, encode and randomize its flatten features, write HDF5.
@@ -190,8 +197,8 @@ def export_command(dataset: str, data_dir: str | None, clients: int, max_clients
         epochs=epochs, batch_size=batch_size, augment=not no_augment, mechanism=mechanism,
         mechanism_params=mechanism_parameters(epsilon, alpha, integer_bits, fraction_bits, params), limit=limit,
         save_models=save_models, store_input_density=store_input_density, clients_parallel=clients_parallel,
-        overwrite=overwrite, seed=seed, release=release, from_models=from_models, keep_clean_test=keep_clean_test,
-        noise_aware=noise_aware)
+        keras_backend=keras_backend, overwrite=overwrite, seed=seed, release=release, from_models=from_models,
+        keep_clean_test=keep_clean_test, noise_aware=noise_aware)
     check_from_models(click.get_current_context(), from_models, out)
     config = silo_config(click.get_current_context(), config, silo,  # --data, --client-index, --plan (issue 16)
                          explicit_parameters(epsilon, alpha, integer_bits, fraction_bits, params))

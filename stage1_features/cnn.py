@@ -37,13 +37,15 @@ Decisions where the paper's figures are missing from the text or ambiguous:
   exported features were near chance although training accuracy was not. With 0.9 the residual is
   0.9^k (< 3 % after 35 steps); at the paper's 50 epochs both settings give the same statistics.
 
-TensorFlow and Keras are imported only inside the functions that build, train, predict or save.
+Keras and its backend (TensorFlow by default; torch or jax with ``--keras-backend``, see
+``select_keras_backend``) are imported only inside the functions that build, train, predict or save.
 """
 
 from __future__ import annotations
 
 import math
 import os
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -244,23 +246,62 @@ def is_cnn(name: str) -> bool:
 # TensorFlow / Keras: everything below imports it lazily.
 
 
-def import_keras(threads: int | None = None) -> Any:
-    """Import Keras on the TensorFlow backend (quietly); optionally cap TensorFlow's CPU threads.
+KERAS_BACKENDS = ("tensorflow", "torch", "jax")  # Keras 3's backends; TensorFlow is the default
 
-    ``threads`` must be set before TensorFlow runs its first op, e.g. in a fresh worker process.
+
+def keras_backend() -> str:
+    """Return the Keras backend this process uses: ``KERAS_BACKEND`` (set before Keras is imported), else TensorFlow."""
+    name = os.environ.get("KERAS_BACKEND", "tensorflow")
+    if name not in KERAS_BACKENDS:
+        raise ParameterError(f"keras_backend must be one of {', '.join(KERAS_BACKENDS)}, got {name!r}")
+    return name
+
+
+def select_keras_backend(name: str) -> str:
+    """Choose the Keras backend of this process (``--keras-backend``); must run before Keras is imported.
+
+    Raises
+    ------
+    ParameterError
+        An unknown backend, or Keras already imported on another one.
     """
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    os.environ.setdefault("KERAS_BACKEND", "tensorflow")
-    import keras
-    import tensorflow as tf
+    if name not in KERAS_BACKENDS:
+        raise ParameterError(f"keras_backend must be one of {', '.join(KERAS_BACKENDS)}, got {name!r}")
+    keras = sys.modules.get("keras")
+    if keras is not None and keras.backend.backend() != name:
+        raise ParameterError(f"keras_backend {name!r} asked for after Keras was imported on "
+                             f"{keras.backend.backend()!r}")
+    os.environ["KERAS_BACKEND"] = name
+    return name
 
-    tf.get_logger().setLevel("ERROR")  # per-client models retrace their predict functions: expected, not news
-    if threads is not None:
-        try:
-            tf.config.threading.set_intra_op_parallelism_threads(int(threads))
-            tf.config.threading.set_inter_op_parallelism_threads(max(1, min(2, int(threads))))
-        except RuntimeError:  # TensorFlow already initialized in this process: keep its settings
-            pass
+
+def import_keras(threads: int | None = None) -> Any:
+    """Import Keras on its backend (``keras_backend()``, quietly); optionally cap the backend's CPU threads.
+
+    ``threads`` must be set before the backend runs its first op, e.g. in a fresh worker process.
+    """
+    backend = keras_backend()
+    os.environ["KERAS_BACKEND"] = backend
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    if backend == "jax" and threads is not None and "jax" not in sys.modules:  # XLA reads its flags at start-up
+        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + f" --xla_cpu_multi_thread_eigen={threads > 1}"
+                                   f" intra_op_parallelism_threads={int(threads)}").strip()
+    import keras
+
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        tf.get_logger().setLevel("ERROR")  # per-client models retrace their predict functions: expected, not news
+        if threads is not None:
+            try:
+                tf.config.threading.set_intra_op_parallelism_threads(int(threads))
+                tf.config.threading.set_inter_op_parallelism_threads(max(1, min(2, int(threads))))
+            except RuntimeError:  # TensorFlow already initialized in this process: keep its settings
+                pass
+    elif backend == "torch" and threads is not None:
+        import torch
+
+        torch.set_num_threads(int(threads))
     return keras
 
 
@@ -295,6 +336,9 @@ class TrainingConfig:
     decay: float = 1e-6  # RMSprop(lr=0.001, decay=1e-6): lr / (1 + decay · step)
     rotation_degrees: float = 15.0
     shift: float = 0.1
+    # Compile each training step with XLA (TensorFlow's jit_compile; Keras turns it off on CPU-only machines
+    # by default). The jax backend always compiles; the torch backend ignores this. bench/cnn_training.py.
+    xla: bool = False
 
     def __post_init__(self) -> None:
         for key, value, low in (("epochs", self.epochs, 1), ("batch_size", self.batch_size, 1)):
@@ -317,7 +361,7 @@ class TrainingConfig:
                 "optimizer": "rmsprop", "learning_rate": self.learning_rate,
                 "lr_drops": [list(d) for d in self.lr_drops],
                 "decay": self.decay, "rotation_degrees": self.rotation_degrees if self.augment else 0.0,
-                "shift": self.shift if self.augment else 0.0}
+                "shift": self.shift if self.augment else 0.0, "xla": self.xla}
 
 
 def _schedule(keras: Any, config: TrainingConfig, steps_per_epoch: int) -> Any:
@@ -337,6 +381,12 @@ def _schedule(keras: Any, config: TrainingConfig, steps_per_epoch: int) -> Any:
             return {"steps_per_epoch": steps_per_epoch, **config.to_dict()}
 
     return PaperSchedule()
+
+
+def _jit_compile(keras: Any, config: TrainingConfig) -> bool:
+    """Keras' ``jit_compile`` for this backend: XLA on TensorFlow when asked, always on jax, never on torch."""
+    backend = keras.backend.backend()
+    return backend == "jax" or (backend == "tensorflow" and config.xla)
 
 
 @dataclass
@@ -390,7 +440,8 @@ def train_model(model: Any, x: np.ndarray, y: np.ndarray, config: TrainingConfig
             model,
         ], name="augmented_training")
     trainer.compile(optimizer=keras.optimizers.RMSprop(learning_rate=_schedule(keras, config, steps)),
-                    loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+                    loss="sparse_categorical_crossentropy", metrics=["accuracy"],
+                    jit_compile=_jit_compile(keras, config))
     callbacks = list(callbacks or [])
     if progress:
         callbacks.append(EpochProgress(keras, description, config.epochs, steps, position))
@@ -430,17 +481,14 @@ class FeatureExtractor:
 
     def __init__(self, model: Any, layer: str = FLATTEN_LAYER):
         keras = import_keras()
-        import tensorflow as tf
-
         self.model = model
         self._both = keras.Model(model.input, [model.get_layer(layer).output, model.output])
-        self._call = tf.function(lambda x: self._both(x, training=False), reduce_retracing=True)
         self.width = int(self._both.outputs[0].shape[-1])
 
     def predict(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(flatten features float32 (b, r), class probabilities (b, classes)) for one batch (inference mode)."""
-        features, probabilities = self._call(np.asarray(x, dtype=np.float32))
-        return features.numpy().astype(np.float32, copy=False), probabilities.numpy()
+        features, probabilities = self._both.predict_on_batch(np.asarray(x, dtype=np.float32))  # compiled, any backend
+        return np.asarray(features, dtype=np.float32), np.asarray(probabilities)
 
     def batches(self, x_source: Callable[[np.ndarray], np.ndarray], rows: int, batch_rows: int
                 ) -> Iterator[tuple[slice, np.ndarray, np.ndarray]]:

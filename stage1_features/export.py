@@ -122,6 +122,8 @@ def run_export(config: ExportConfig, out_dir: str | os.PathLike[str], *, progres
         and the manifest lists finished clients only.
     """
     started = time.perf_counter()
+    if cnn.is_cnn(cnn.resolve_extractor(config.extractor, config.dataset)) or config.from_models is not None:
+        cnn.select_keras_backend(config.keras_backend)  # before Keras is imported here or in spawned workers
     plan = make_plan(config)
     config = plan.config  # from_models: with the source run's data settings
     source = plan.source

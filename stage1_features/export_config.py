@@ -89,6 +89,7 @@ class ExportConfig:
     save_models: bool = False
     store_input_density: bool = False
     clients_parallel: int = 1
+    keras_backend: str = "tensorflow"
     overwrite: bool = False
     seed: int | None = None
     release: str = "flatten"
@@ -136,6 +137,9 @@ class ExportConfig:
         if not isinstance(self.mechanism_params, Mapping):
             raise ValueError(f"mechanism_params must be a mapping, got {type(self.mechanism_params).__name__}")
         self.training()  # validates epochs and batch_size
+        if self.keras_backend not in cnn.KERAS_BACKENDS:
+            raise ParameterError(f"`keras_backend` must be one of {', '.join(cnn.KERAS_BACKENDS)}, "
+                                 f"got {self.keras_backend!r}")
         if self.client_index is not None:
             if self.data is None:
                 raise ParameterError("`client_index` (single-silo mode) exports the user's own `data`; a "

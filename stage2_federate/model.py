@@ -30,7 +30,9 @@ class GeneratorDropout(nn.Module):
     """Inverted dropout whose masks come from an explicit ``torch.Generator``.
 
     ``nn.Dropout`` can only use the global one. Call ``set_generator`` before training; training
-    without one is refused.
+    without one is refused. A generator on another device than the batch (the run's CPU streams, a
+    batch on CUDA) draws the mask on its own device, which is then copied to the batch's: the same
+    masks as a CPU run of the same stream.
     """
 
     def __init__(self, p: float):
@@ -44,9 +46,15 @@ class GeneratorDropout(nn.Module):
         """Zero each entry with probability p and scale the rest by 1/(1 - p) (training only)."""
         if not self.training or self.p == 0.0:
             return x
-        if self.generator is None:
+        generator = self.generator
+        if generator is None:
             raise RuntimeError("GeneratorDropout needs a generator (set_generator) before training")
-        keep = torch.empty_like(x).bernoulli_(1.0 - self.p, generator=self.generator)
+        if generator.device == x.device:
+            keep = torch.empty_like(x).bernoulli_(1.0 - self.p, generator=generator)
+        else:  # a CPU stream (streams.py) for a CUDA batch: the mask is drawn there, as on the CPU, and moved
+            keep = torch.empty(x.shape, dtype=x.dtype, device=generator.device,
+                               pin_memory=generator.device.type == "cpu" and x.is_cuda)
+            keep = keep.bernoulli_(1.0 - self.p, generator=generator).to(x.device, non_blocking=True)
         return x * keep.div_(1.0 - self.p)
 
     def extra_repr(self) -> str:

@@ -206,7 +206,7 @@ def plan_federation(run_dir: Path, config: FederationConfig) -> FederationPlan:
     batch_rows = config.batch_size + evaluation_rows(config.eval_batch_size, data.input_width)
     check_model(data.input_width, config.hidden, data.num_classes, per_round, batch_rows=batch_rows)  # before torch
     randomness = mech.make_randomness(config.seed)
-    streams = Streams.create(randomness, len(clients), device)
+    streams = Streams.create(randomness, len(clients))
     model = build_model(data.input_width, config.hidden, data.num_classes, dropout=config.dropout,
                         generator=streams.init, device=device)
     dim = parameter_count(model)

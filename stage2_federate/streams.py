@@ -4,7 +4,15 @@ The root (the user's seed or the OS CSPRNG, ``mechanisms.make_randomness``) give
 the server's numpy Generator (selection, dropouts, ω), a torch Generator for the initialization, and per
 client a numpy Generator (its perturbation, the root's child i) and a torch Generator (its shuffles and
 dropout masks, that child's child 0). ``state``/``restore`` round-trip them exactly, so a resumed run
-equals an uninterrupted one bit for bit (at a fixed thread count).
+equals an uninterrupted one bit for bit (at a fixed thread count and device).
+
+The torch Generators live on the CPU whatever device the run computes on: the initial model, the
+shuffles and the dropout masks are drawn there and moved (``model.build_model``, ``data.ClientSplit.batches``,
+``model.GeneratorDropout``). A CUDA generator is another algorithm (Philox, not the CPU's Mersenne
+Twister) with another state format, so with generators on the device a CUDA run would start from another
+initial model than a CPU run of the same seed, and a checkpoint could not be resumed on the other device
+(``device`` is one of ``checkpoint.RESUMABLE_CHANGES``). Drawn on the CPU, a run takes the same random
+draws on every device, and its results differ between devices by float rounding only.
 """
 
 from __future__ import annotations
@@ -33,15 +41,15 @@ class Streams:
     train: list[torch.Generator]
 
     @classmethod
-    def create(cls, randomness: mech.Randomness, clients: int, device: torch.device) -> Streams:
-        """Create the streams of a run with ``clients`` clients, torch generators on ``device``."""
+    def create(cls, randomness: mech.Randomness, clients: int) -> Streams:
+        """Create the streams of a run with ``clients`` clients; torch generators on the CPU for every device."""
         root = randomness.seed_sequence
 
         def child(*key: int) -> np.random.SeedSequence:
             return np.random.SeedSequence(root.entropy, spawn_key=(*root.spawn_key, *key))
 
         def torch_generator(seq: np.random.SeedSequence) -> torch.Generator:
-            return torch.Generator(device=device).manual_seed(int(seq.generate_state(1, np.uint64)[0]))
+            return torch.Generator(device="cpu").manual_seed(int(seq.generate_state(1, np.uint64)[0]))
 
         client_seqs = randomness.child_sequences(clients)  # client i's stream is the root's child i
         return cls(

@@ -73,7 +73,7 @@ def packed_run(tmp_path_factory):
 
 
 def _initial(seed: int) -> torch.Tensor:
-    streams = Streams.create(mech.make_randomness(seed), 4, torch.device("cpu"))
+    streams = Streams.create(mech.make_randomness(seed), 4)
     model = build_model(48, (16,), 4, generator=streams.init)
     return torch.nn.utils.parameters_to_vector(model.parameters()).detach()
 

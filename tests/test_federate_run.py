@@ -51,7 +51,7 @@ def strip_timing(history):
 
 def initial_state(run_dir, seed, hidden=(16,)):
     """The model the server initializes (LDPFL Algorithm 1 line 13), rebuilt from the same stream."""
-    streams = Streams.create(mech.make_randomness(seed), 4, torch.device("cpu"))
+    streams = Streams.create(mech.make_randomness(seed), 4)
     return build_model(48, hidden, 4, generator=streams.init).state_dict()
 
 

@@ -112,7 +112,7 @@ def fresh_streams(config: FederationConfig, setup: ClientSetup, device: torch.de
     client draws its own root from the OS CSPRNG.
     """
     randomness = mech.make_randomness(config.seed)
-    streams = Streams.create(randomness, setup.clients, device)
+    streams = Streams.create(randomness, setup.clients)
     return streams.perturb[setup.position], streams.train[setup.position], randomness.mode
 
 

@@ -101,7 +101,7 @@ def plan_from_summaries(config: FederationConfig, summaries: Sequence[ClientSumm
     first = ordered[0]
     device = resolve_device(config.device)
     randomness = mech.make_randomness(config.seed)
-    streams = Streams.create(randomness, len(ordered), device)
+    streams = Streams.create(randomness, len(ordered))
     model = build_model(first.feature_width, config.hidden, first.num_classes, dropout=config.dropout,
                         generator=streams.init, device=device)
     dim = parameter_count(model)
