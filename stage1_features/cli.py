@@ -139,7 +139,7 @@ def _print_table(result: Any) -> None:
 @click.option("--keras-backend", type=click.Choice(list(cnn.KERAS_BACKENDS)), default="tensorflow",
               show_default=True,
               help="Keras 3 backend that trains and runs the CNNs. TensorFlow is the fastest on CPU here "
-                   "(torch 16 % and jax 57 % slower on the Fig. 4 CNN, bench/RESULTS.md); same model, "
+                   "(torch 16-23 % and jax 52-57 % slower on the Fig. 4 CNN, bench/RESULTS.md); same model, "
                    "same files.")
 @click.option("--overwrite", is_flag=True,
               help="Redo every client (removes this run's client files, models, manifest and partition first).")
