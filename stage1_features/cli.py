@@ -16,6 +16,7 @@ import click
 from stage1_features import cnn
 from stage1_features.datasets import dataset_names
 from stage1_features.export_config import exportable_mechanisms
+from stage1_features.keras_backend import KERAS_BACKENDS
 from stage1_features.partition import PARTITION_KINDS
 from stage1_features.release_cli import check_from_models, release_options
 from stage1_features.silo_cli import explicit_parameters, own_data_options, silo_config
@@ -136,7 +137,7 @@ def _print_table(result: Any) -> None:
                    "as sequential; CNN features may differ in float rounding (fewer threads each). One per "
                    "core is fastest for the paper's CNNs (2 cores: 16 % more samples/s than 1 process with 2 "
                    "threads, bench/cnn_training.py).")
-@click.option("--keras-backend", type=click.Choice(list(cnn.KERAS_BACKENDS)), default="tensorflow",
+@click.option("--keras-backend", type=click.Choice(list(KERAS_BACKENDS)), default="tensorflow",
               show_default=True,
               help="Keras 3 backend that trains and runs the CNNs. TensorFlow is the fastest on CPU here "
                    "(torch 16-23 % and jax 52-57 % slower on the Fig. 4 CNN, bench/RESULTS.md); same model, "

@@ -38,14 +38,13 @@ Decisions where the paper's figures are missing from the text or ambiguous:
   0.9^k (< 3 % after 35 steps); at the paper's 50 epochs both settings give the same statistics.
 
 Keras and its backend (TensorFlow by default; torch or jax with ``--keras-backend``, see
-``select_keras_backend``) are imported only inside the functions that build, train, predict or save.
+``stage1_features.keras_backend``) are imported only inside the functions that build, train, predict or save.
 """
 
 from __future__ import annotations
 
 import math
 import os
-import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,6 +54,7 @@ import numpy as np
 
 from contract.atomic import atomic_path
 from mechanisms.base import ParameterError
+from stage1_features.keras_backend import import_keras
 
 MNIST_CNN = "mnist-cnn"
 CIFAR_CNN = "cifar-cnn"
@@ -244,65 +244,6 @@ def is_cnn(name: str) -> bool:
 
 # ----------------------------------------------------------------------------------------------------
 # TensorFlow / Keras: everything below imports it lazily.
-
-
-KERAS_BACKENDS = ("tensorflow", "torch", "jax")  # Keras 3's backends; TensorFlow is the default
-
-
-def keras_backend() -> str:
-    """Return the Keras backend this process uses: ``KERAS_BACKEND`` (set before Keras is imported), else TensorFlow."""
-    name = os.environ.get("KERAS_BACKEND", "tensorflow")
-    if name not in KERAS_BACKENDS:
-        raise ParameterError(f"keras_backend must be one of {', '.join(KERAS_BACKENDS)}, got {name!r}")
-    return name
-
-
-def select_keras_backend(name: str) -> str:
-    """Choose the Keras backend of this process (``--keras-backend``); must run before Keras is imported.
-
-    Raises
-    ------
-    ParameterError
-        An unknown backend, or Keras already imported on another one.
-    """
-    if name not in KERAS_BACKENDS:
-        raise ParameterError(f"keras_backend must be one of {', '.join(KERAS_BACKENDS)}, got {name!r}")
-    keras = sys.modules.get("keras")
-    if keras is not None and keras.backend.backend() != name:
-        raise ParameterError(f"keras_backend {name!r} asked for after Keras was imported on "
-                             f"{keras.backend.backend()!r}")
-    os.environ["KERAS_BACKEND"] = name
-    return name
-
-
-def import_keras(threads: int | None = None) -> Any:
-    """Import Keras on its backend (``keras_backend()``, quietly); optionally cap the backend's CPU threads.
-
-    ``threads`` must be set before the backend runs its first op, e.g. in a fresh worker process.
-    """
-    backend = keras_backend()
-    os.environ["KERAS_BACKEND"] = backend
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    if backend == "jax" and threads is not None and "jax" not in sys.modules:  # XLA reads its flags at start-up
-        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + f" --xla_cpu_multi_thread_eigen={threads > 1}"
-                                   f" intra_op_parallelism_threads={int(threads)}").strip()
-    import keras
-
-    if backend == "tensorflow":
-        import tensorflow as tf
-
-        tf.get_logger().setLevel("ERROR")  # per-client models retrace their predict functions: expected, not news
-        if threads is not None:
-            try:
-                tf.config.threading.set_intra_op_parallelism_threads(int(threads))
-                tf.config.threading.set_inter_op_parallelism_threads(max(1, min(2, int(threads))))
-            except RuntimeError:  # TensorFlow already initialized in this process: keep its settings
-                pass
-    elif backend == "torch" and threads is not None:
-        import torch
-
-        torch.set_num_threads(int(threads))
-    return keras
 
 
 def build_model(name: str, input_shape: tuple[int, ...], num_classes: int, *, bottleneck: int | None = None) -> Any:

@@ -91,6 +91,7 @@ from stage1_features.export_worker import (
     init_worker,
     progress_bar,
 )
+from stage1_features.keras_backend import select_keras_backend
 from stage1_features.release import noise_variance
 
 
@@ -123,7 +124,7 @@ def run_export(config: ExportConfig, out_dir: str | os.PathLike[str], *, progres
     """
     started = time.perf_counter()
     if cnn.is_cnn(cnn.resolve_extractor(config.extractor, config.dataset)) or config.from_models is not None:
-        cnn.select_keras_backend(config.keras_backend)  # before Keras is imported here or in spawned workers
+        select_keras_backend(config.keras_backend)  # before Keras is imported here or in spawned workers
     plan = make_plan(config)
     config = plan.config  # from_models: with the source run's data settings
     source = plan.source

@@ -17,6 +17,7 @@ import mechanisms
 from contract.plan import SharedPlan
 from mechanisms.base import ParameterError
 from stage1_features import cnn
+from stage1_features.keras_backend import KERAS_BACKENDS
 
 DEFAULT_MECHANISM_PARAMS: dict[str, Any] = {"epsilon": 0.5, "alpha": 10.0, "integer_bits": 4, "fraction_bits": 5}
 """LDPFL IV-D: "we maintained m, n, α, and ε at 4, 5, 10, and 0.5"."""
@@ -137,8 +138,8 @@ class ExportConfig:
         if not isinstance(self.mechanism_params, Mapping):
             raise ValueError(f"mechanism_params must be a mapping, got {type(self.mechanism_params).__name__}")
         self.training()  # validates epochs and batch_size
-        if self.keras_backend not in cnn.KERAS_BACKENDS:
-            raise ParameterError(f"`keras_backend` must be one of {', '.join(cnn.KERAS_BACKENDS)}, "
+        if self.keras_backend not in KERAS_BACKENDS:
+            raise ParameterError(f"`keras_backend` must be one of {', '.join(KERAS_BACKENDS)}, "
                                  f"got {self.keras_backend!r}")
         if self.client_index is not None:
             if self.data is None:

@@ -22,7 +22,7 @@ from contract.layout import client_file_name
 from contract.manifest import read_manifest
 from ldpfl.cli import cli
 from mechanisms.base import ParameterError
-from stage1_features import cnn
+from stage1_features import cnn, keras_backend
 from stage1_features.export_config import ExportConfig
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -74,9 +74,9 @@ def test_an_unknown_backend_is_refused_by_config_and_cli(tmp_path: Path) -> None
 
 def test_a_backend_cannot_change_once_keras_is_imported() -> None:
     keras = cnn.import_keras()
-    other = next(b for b in cnn.KERAS_BACKENDS if b != keras.backend.backend())
+    other = next(b for b in keras_backend.KERAS_BACKENDS if b != keras.backend.backend())
     with pytest.raises(ParameterError, match="after Keras was imported"):
-        cnn.select_keras_backend(other)
-    assert cnn.select_keras_backend(keras.backend.backend()) == keras.backend.backend()
+        keras_backend.select_keras_backend(other)
+    assert keras_backend.select_keras_backend(keras.backend.backend()) == keras.backend.backend()
     with pytest.raises(ParameterError, match="keras_backend"):
-        cnn.select_keras_backend("theano")
+        keras_backend.select_keras_backend("theano")
