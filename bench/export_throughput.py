@@ -55,8 +55,8 @@ def rss_mib() -> float:
 
 
 def phase_cnn(args: argparse.Namespace) -> dict:
-    from stage1_features import cnn
-    from stage1_features.datasets import load_dataset
+    from ldpfl.stage1_features import cnn
+    from ldpfl.stage1_features.datasets import load_dataset
 
     keras = cnn.import_keras()
     dataset = load_dataset("fashion-mnist")
@@ -97,10 +97,10 @@ def phase_cnn(args: argparse.Namespace) -> dict:
 
 
 def phase_stream(args: argparse.Namespace) -> dict:
-    import mechanisms
-    from contract.client_writer import ClientFileWriter
-    from contract.schema import ClientMetadata
-    from stage1_features.features import BATCH_ROWS, RELEASE_ROWS, ReleasePipeline, write_split
+    from ldpfl import mechanisms
+    from ldpfl.contract.client_writer import ClientFileWriter
+    from ldpfl.contract.schema import ClientMetadata
+    from ldpfl.stage1_features.features import BATCH_ROWS, RELEASE_ROWS, ReleasePipeline, write_split
 
     pool = np.load(args.pool_file)
     mech = mechanisms.create_mechanism("uer", features=R, **PAPER)

@@ -1,6 +1,6 @@
 """Peak RSS of a federation over one large client file (>= 5 GB) against one of 50 MB (issue 13).
 
-Stage 2 holds a client split in memory only when it is small (``stage2_federate.streaming``); a larger
+Stage 2 holds a client split in memory only when it is small (``ldpfl.stage2_federate.streaming``); a larger
 one is read in row blocks at every pass, so the federation's memory should not grow with the file. This
 writes two runs of one client each, packed bits of r = 2000 values · 10 bits (2,500 bytes per row), the
 large one of ``--size-gb`` and the small one of ``--small-mb`` (written in row blocks, random bytes: a
@@ -29,11 +29,11 @@ from pathlib import Path
 
 import numpy as np
 
-import mechanisms as mech
-from contract.client_writer import ClientFileWriter
-from contract.layout import client_file_name
-from contract.manifest import record_for, write_manifest
-from contract.schema import ClientMetadata
+from ldpfl import mechanisms as mech
+from ldpfl.contract.client_writer import ClientFileWriter
+from ldpfl.contract.layout import client_file_name
+from ldpfl.contract.manifest import record_for, write_manifest
+from ldpfl.contract.schema import ClientMetadata
 
 FEATURES = 2000
 INTEGER_BITS, FRACTION_BITS = 4, 5  # l = 10 bits per value: 20,000 bits = 2,500 bytes per row
@@ -42,9 +42,9 @@ WRITE_ROWS = 4096
 
 CHILD = """
 import json, resource, sys, time
-from stage2_federate.runtime import apply_runtime_defaults
+from ldpfl.stage2_federate.runtime import apply_runtime_defaults
 apply_runtime_defaults()
-from stage2_federate.federation import FederationConfig, run_federation
+from ldpfl.stage2_federate.federation import FederationConfig, run_federation
 started = time.perf_counter()
 config = FederationConfig(rounds=1, local_epochs=1, hidden=(32,), batch_size=1024, threads=int(sys.argv[3]),
                           seed=1, optimizer="sgd")

@@ -23,7 +23,7 @@ import statistics
 import sys
 import time
 
-from stage2_federate.runtime import RUNTIME_DEFAULTS, apply_runtime_defaults
+from ldpfl.stage2_federate.runtime import RUNTIME_DEFAULTS, apply_runtime_defaults
 
 # As `ldpfl federate` does, before torch loads (stage2_federate/runtime.py); `--raw-env` measures without.
 if "--raw-env" not in sys.argv:
@@ -32,8 +32,8 @@ if "--raw-env" not in sys.argv:
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from stage2_federate.data import ClientSplit  # noqa: E402
-from stage2_federate.model import build_model, make_optimizer, parameter_count, train_local  # noqa: E402
+from ldpfl.stage2_federate.data import ClientSplit  # noqa: E402
+from ldpfl.stage2_federate.model import build_model, make_optimizer, parameter_count, train_local  # noqa: E402
 
 
 def gemm_rates(m: int, k: int, n: int, *, trials: int = 5, seconds: float = 0.6) -> list[float]:

@@ -48,12 +48,12 @@ def main() -> None:
     parser.add_argument("--cpus", default="1,2", help="CPUs per simulated client to time, comma-separated")
     args = parser.parse_args()
 
-    from stage2_federate.runtime import apply_runtime_defaults
+    from ldpfl.stage2_federate.runtime import apply_runtime_defaults
 
     apply_runtime_defaults()
-    from stage2_federate.config import FederationConfig
-    from stage2_federate.federation import run_federation
-    from stage2_federate.flower_engine.launch import FlowerOptions, run_flower
+    from ldpfl.stage2_federate.config import FederationConfig
+    from ldpfl.stage2_federate.federation import run_federation
+    from ldpfl.stage2_federate.flower_engine.launch import FlowerOptions, run_flower
 
     work = Path(tempfile.mkdtemp(prefix="ldpfl-bench-flower-"))
     run_dir = args.run_dir

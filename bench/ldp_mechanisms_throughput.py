@@ -36,7 +36,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import mechanisms as mech  # noqa: E402
+from ldpfl import mechanisms as mech  # noqa: E402
 
 CATEGORICAL = ("krr", "oue-label")
 BOUNDED = ("duchi", "piecewise", "hybrid", "laplace")

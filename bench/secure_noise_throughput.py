@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from mechanisms import secure_noise as sn  # noqa: E402
+from ldpfl.mechanisms import secure_noise as sn  # noqa: E402
 
 SIGMA = 38.758442100843  # gaussian's σ at ε = 1, δ = 1e-5, c = 4 (WU eq. 7, Δ = 2c)
 LAPLACE_SCALE = 8.0

@@ -11,7 +11,7 @@ Not part of the test suite (it takes minutes). Two phases, ``--kills`` SIGKILLs 
 
 After every kill it checks that no process of the killed command is left (every process carries a tag
 in its environment; a zombie counts as gone); after every completed run, that the run directory
-verifies (``contract.run_dir.validate_run``), that no temporary file is left, that every client file
+verifies (``ldpfl.contract.run_dir.validate_run``), that no temporary file is left, that every client file
 finished before any kill is unchanged (sha256: no record randomized twice), and for the federation
 that the final model equals an uninterrupted run's (bit for bit). It prints the figures and exits 1 if
 any check failed.
@@ -38,8 +38,8 @@ import uuid
 from collections import Counter
 from pathlib import Path
 
-from contract.digest import sha256_file
-from contract.run_dir import validate_run
+from ldpfl.contract.digest import sha256_file
+from ldpfl.contract.run_dir import validate_run
 
 REPO = Path(__file__).resolve().parents[1]
 LDPFL = [sys.executable, "-c", "from ldpfl.cli import main; main()"]
@@ -65,7 +65,7 @@ def tagged_processes(tag: str) -> list[int]:
 
 
 def temporaries(directory: Path) -> list[str]:
-    """Return the temporary files under ``directory`` (``contract.atomic`` names)."""
+    """Return the temporary files under ``directory`` (``ldpfl.contract.atomic`` names)."""
     return sorted(str(p.relative_to(directory)) for p in directory.rglob(".*") if ".tmp" in p.name)
 
 
@@ -220,7 +220,7 @@ def check_federation(soak: Soak, out: Path, reference: Path) -> None:
     if not same:
         import torch
 
-        from stage2_federate.model_file import read_model
+        from ldpfl.stage2_federate.model_file import read_model
 
         a = read_model(out / "model.pt").state_dict
         b = read_model(reference / "model.pt").state_dict

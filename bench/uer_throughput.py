@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import mechanisms as mech  # noqa: E402
+from ldpfl import mechanisms as mech  # noqa: E402
 
 PAPER = {"epsilon": 0.5, "alpha": 10.0, "integer_bits": 4, "fraction_bits": 5, "features": 1152}
 INPUT_DENSITY = 0.3  # share of 1s in the input bits (does not change UER's speed: it has no branches)

@@ -16,9 +16,9 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-from contract.memory import format_bytes, memory_shortfall
-from contract.schema import MAX_ROWS, MAX_SPLIT_BYTES, SPLITS, ClientMetadata, FormatError
-from mechanisms.base import PACKED_BITS
+from ldpfl.contract.memory import format_bytes, memory_shortfall
+from ldpfl.contract.schema import MAX_ROWS, MAX_SPLIT_BYTES, SPLITS, ClientMetadata, FormatError
+from ldpfl.mechanisms.base import PACKED_BITS
 
 KNOWN_FILTERS = {h5py.h5z.FILTER_FLETCHER32: "fletcher32"}
 ALLOWED_GROUPS = {"train", "test", "stats"}

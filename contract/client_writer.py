@@ -2,7 +2,7 @@
 
 Datasets are chunked by rows (about 1 MiB) with the Fletcher-32 checksum filter, and the file uses the
 latest HDF5 format so its metadata carries checksums too. A half-written file never carries a final
-name (``contract.atomic``).
+name (``ldpfl.contract.atomic``).
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from types import TracebackType
 import h5py
 import numpy as np
 
-from contract.atomic import link_durably, replace_durably, temporary_path
-from contract.digest import sha256_file
-from contract.schema import SPLITS, ClientMetadata
-from mechanisms.base import PACKED_BITS, ParameterError
+from ldpfl.contract.atomic import link_durably, replace_durably, temporary_path
+from ldpfl.contract.digest import sha256_file
+from ldpfl.contract.schema import SPLITS, ClientMetadata
+from ldpfl.mechanisms.base import PACKED_BITS, ParameterError
 
 CHUNK_BYTES = 1 << 20
 

@@ -1,8 +1,8 @@
 """What makes a structurally valid client file unusable: the checks that ``inspect`` and ``federate`` share.
 
-``contract.client_reader`` checks that a file *is* a client file (schema, attributes, objects, shapes).
+``ldpfl.contract.client_reader`` checks that a file *is* a client file (schema, attributes, objects, shapes).
 These checks say whether its contents contradict themselves, and both ``ldpfl inspect`` (which flags
-the file) and the run-directory validator (``contract.run_dir.check_client_file``, behind ``ldpfl
+the file) and the run-directory validator (``ldpfl.contract.run_dir.check_client_file``, behind ``ldpfl
 federate`` and a resumed ``ldpfl export``, which refuse it) call them, so a file that inspect calls bad
 is refused by federate:
 
@@ -24,9 +24,9 @@ from typing import Any
 import h5py
 import numpy as np
 
-from contract.schema import SPLITS, ClientMetadata
-from mechanisms.base import FLOAT32
-from mechanisms.spec import MechanismSpec
+from ldpfl.contract.schema import SPLITS, ClientMetadata
+from ldpfl.mechanisms.base import FLOAT32
+from ldpfl.mechanisms.spec import MechanismSpec
 
 EPS_KEYS = ("nominal_epsilon", "exact_epsilon_per_coordinate", "exact_epsilon_per_record")
 NOISE_TAIL = 64.0

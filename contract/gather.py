@@ -5,11 +5,11 @@ Each silo exports its own records on its own machine (``ldpfl export --plan plan
 listing it with its sha256, and a copy of the plan. :func:`gather_runs` puts those files into one run
 directory that ``ldpfl federate`` and ``ldpfl inspect`` read:
 
-1. every source is validated by the one validator (``contract.run_dir.validate_run``: manifest, sha256,
+1. every source is validated by the one validator (``ldpfl.contract.run_dir.validate_run``: manifest, sha256,
    structure, one run);
 2. the sources must not give the same client index twice, must carry the same plan (the fingerprint of
    their ``plan.json``, and of the ``plan`` passed in), their files must have been exported with it, and
-   they must form one run (``contract.schema.compare_metadata``, the comparison the validator uses): an
+   they must form one run (``ldpfl.contract.schema.compare_metadata``, the comparison the validator uses): an
    error names the file that disagrees;
 3. the files are copied into a hidden temporary directory next to the target, with the plan and a new
    manifest (``tool: ldpfl gather``), the copy is validated again, and the directory is renamed into
@@ -27,12 +27,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from contract.atomic import TMP_MARK, fsync_directory, fsync_file
-from contract.digest import sha256_file
-from contract.manifest import FileRecord, write_manifest
-from contract.plan import PLAN_FILE, SharedPlan, read_plan, write_plan
-from contract.run_dir import files_off_plan, validate_run
-from contract.schema import ClientMetadata, FormatError, compare_metadata
+from ldpfl.contract.atomic import TMP_MARK, fsync_directory, fsync_file
+from ldpfl.contract.digest import sha256_file
+from ldpfl.contract.manifest import FileRecord, write_manifest
+from ldpfl.contract.plan import PLAN_FILE, SharedPlan, read_plan, write_plan
+from ldpfl.contract.run_dir import files_off_plan, validate_run
+from ldpfl.contract.schema import ClientMetadata, FormatError, compare_metadata
 
 TOOL = "ldpfl gather"
 

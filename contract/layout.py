@@ -3,8 +3,8 @@
 ::
 
     RUN_DIR/
-      manifest.json            the finished client files with their sha256 (``contract.manifest``)
-      client_000.h5 ...        one HDF5 file per client (``contract.schema``)
+      manifest.json            the finished client files with their sha256 (``ldpfl.contract.manifest``)
+      client_000.h5 ...        one HDF5 file per client (``ldpfl.contract.schema``)
       partition.npz            ldpfl export: each client's rows of the pooled dataset
       client_000.local.h5 ...  ldpfl export --keep-clean-test: UNRANDOMIZED test records, local only
       federation/metrics.json  ldpfl federate: config, privacy and metrics per round

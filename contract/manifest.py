@@ -1,6 +1,6 @@
 """``manifest.json``: the finished client files of a run directory, with sha256, size and rows.
 
-The writer lists complete files only and rewrites the manifest atomically (``contract.atomic``). No key
+The writer lists complete files only and rewrites the manifest atomically (``ldpfl.contract.atomic``). No key
 anywhere in it may name a seed.
 """
 
@@ -14,11 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from contract.atomic import atomic_write_text
-from contract.client_reader import short_error
-from contract.jsonout import json_default, refuse_seed_keys
-from contract.layout import MANIFEST_NAME
-from contract.schema import SCHEMA_VERSION, SUPPORTED_SCHEMA_VERSIONS, FormatError, utc_now
+from ldpfl.contract.atomic import atomic_write_text
+from ldpfl.contract.client_reader import short_error
+from ldpfl.contract.jsonout import json_default, refuse_seed_keys
+from ldpfl.contract.layout import MANIFEST_NAME
+from ldpfl.contract.schema import SCHEMA_VERSION, SUPPORTED_SCHEMA_VERSIONS, FormatError, utc_now
 
 MANIFEST_SCHEMA = "ldpfl-manifest"
 

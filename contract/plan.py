@@ -44,11 +44,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from contract.atomic import atomic_write_text
-from contract.schema import SCHEMA_VERSION, FormatError
-from contract.version import package_version
-from mechanisms.base import ParameterError
-from mechanisms.spec import MechanismSpec
+from ldpfl.contract.atomic import atomic_write_text
+from ldpfl.contract.schema import SCHEMA_VERSION, FormatError
+from ldpfl.contract.version import package_version
+from ldpfl.mechanisms.base import ParameterError
+from ldpfl.mechanisms.spec import MechanismSpec
 
 PLAN_SCHEMA = "ldpfl-plan"
 PLAN_VERSION = 1

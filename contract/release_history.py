@@ -20,10 +20,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from contract.layout import client_index_from_name, client_stem
-from contract.manifest import FileRecord
-from contract.release_point import FLATTEN
-from mechanisms.report import json_number, number_from_json
+from ldpfl.contract.layout import client_index_from_name, client_stem
+from ldpfl.contract.manifest import FileRecord
+from ldpfl.contract.release_point import FLATTEN
+from ldpfl.mechanisms.report import json_number, number_from_json
 
 RELEASE_HISTORY_KEY = "release_history"
 

@@ -16,13 +16,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from contract.client_reader import open_client_file, verify_client_data
-from contract.digest import sha256_file
-from contract.file_checks import file_problems
-from contract.layout import CLIENT_FILE_SUFFIX, MANIFEST_NAME, client_index_from_name, is_hidden, is_local_file
-from contract.manifest import FileRecord, Manifest, read_manifest
-from contract.plan import PLAN_FILE, read_plan
-from contract.schema import ClientMetadata, FormatError, compare_metadata
+from ldpfl.contract.client_reader import open_client_file, verify_client_data
+from ldpfl.contract.digest import sha256_file
+from ldpfl.contract.file_checks import file_problems
+from ldpfl.contract.layout import CLIENT_FILE_SUFFIX, MANIFEST_NAME, client_index_from_name, is_hidden, is_local_file
+from ldpfl.contract.manifest import FileRecord, Manifest, read_manifest
+from ldpfl.contract.plan import PLAN_FILE, read_plan
+from ldpfl.contract.schema import ClientMetadata, FormatError, compare_metadata
 
 
 @dataclass(frozen=True)
@@ -150,7 +150,7 @@ def check_client_file(path: str | os.PathLike[str], record: FileRecord | None = 
         Its manifest entry.
     read_data : bool
         Also read every chunk, in row blocks (HDF5 verifies each Fletcher-32 checksum); by default
-        only the attributes, the structure and ``contract.file_checks.file_problems`` (mechanism,
+        only the attributes, the structure and ``ldpfl.contract.file_checks.file_problems`` (mechanism,
         privacy report, checksums present: what ``ldpfl inspect`` flags) are checked.
 
     Returns

@@ -26,13 +26,13 @@ from typing import Any
 
 import numpy as np
 
-from contract.jsonout import json_default
-from contract.release_point import FLATTEN, parse_release
-from contract.version import package_version
-from mechanisms.base import FEATURE_FORMATS, FLOAT32, PACKED_BITS
-from mechanisms.registry import mechanism_class, mechanism_names
-from mechanisms.report import PrivacyReport
-from mechanisms.spec import ENCODING_KEYS, MechanismSpec
+from ldpfl.contract.jsonout import json_default
+from ldpfl.contract.release_point import FLATTEN, parse_release
+from ldpfl.contract.version import package_version
+from ldpfl.mechanisms.base import FEATURE_FORMATS, FLOAT32, PACKED_BITS
+from ldpfl.mechanisms.registry import mechanism_class, mechanism_names
+from ldpfl.mechanisms.report import PrivacyReport
+from ldpfl.mechanisms.spec import ENCODING_KEYS, MechanismSpec
 
 SCHEMA = "ldpfl-features"
 SCHEMA_VERSION = 3
@@ -56,7 +56,7 @@ INT_ATTRIBUTES = ("num_classes", "client_index", "client_count", "integer_bits",
 OPTIONAL_ATTRIBUTES = ("class_names", "plan_fingerprint")
 """Attributes a file may lack (older files, benchmark exports): read as ``None``, not written when ``None``.
 ``class_names`` is a JSON list of the class names (class k is ``class_names[k]``, own data: issue 16);
-``plan_fingerprint`` is the fingerprint of the shared plan the file was exported with (``contract.plan``)."""
+``plan_fingerprint`` is the fingerprint of the shared plan the file was exported with (``ldpfl.contract.plan``)."""
 
 DEFAULTED_ATTRIBUTES: dict[str, Any] = {"release": FLATTEN, "local_only": False}
 """Attributes of version 3 that files of versions 1 and 2 lack; such files are read with these values

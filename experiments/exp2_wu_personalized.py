@@ -40,7 +40,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common as C  # noqa: E402
 
-from stage2_federate.budgets import get_preset  # noqa: E402
+from ldpfl.stage2_federate.budgets import get_preset  # noqa: E402
 
 NAME = "exp2_wu_personalized"
 SCALES = {

@@ -41,8 +41,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common as C  # noqa: E402
 
-from mechanisms.calibration import pdpm_output_values, pdpm_probabilities  # noqa: E402
-from stage2_federate.budgets import get_preset  # noqa: E402
+from ldpfl.mechanisms.calibration import pdpm_output_values, pdpm_probabilities  # noqa: E402
+from ldpfl.stage2_federate.budgets import get_preset  # noqa: E402
 
 NAME = "exp3_pldpfl"
 SCALES = {

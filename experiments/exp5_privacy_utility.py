@@ -3,7 +3,8 @@
 One CNN training, many mechanisms: the script exports the 2-client MNIST-5k run once with
 ``--mechanism none`` (the *unrandomized* fixed-point encoding of the Fig. 3 CNN's flatten features,
 m = 4, n = 5, r = 1,024, r·l = 10,240 bits), then re-randomizes the stored bits with each mechanism
-through the Python API (``mechanisms.create_mechanism`` + ``contract.client_writer.write_client_file``) into its own
+through the Python API (``ldpfl.mechanisms.create_mechanism`` +
+``ldpfl.contract.client_writer.write_client_file``) into its own
 run directory, and federates each run briefly with ``ldpfl federate``:
 
 * UER (Theorem 2, eq. 17): α ∈ {2, 5, 10, 20} x ε ∈ {0.5, 5, 50};
@@ -35,11 +36,11 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common as C  # noqa: E402
 
-import mechanisms  # noqa: E402
-from contract.client_reader import read_client_file  # noqa: E402
-from contract.client_writer import write_client_file  # noqa: E402
-from contract.manifest import read_manifest, record_for, write_manifest  # noqa: E402
-from contract.schema import SPLITS, utc_now  # noqa: E402
+from ldpfl import mechanisms  # noqa: E402
+from ldpfl.contract.client_reader import read_client_file  # noqa: E402
+from ldpfl.contract.client_writer import write_client_file  # noqa: E402
+from ldpfl.contract.manifest import read_manifest, record_for, write_manifest  # noqa: E402
+from ldpfl.contract.schema import SPLITS, utc_now  # noqa: E402
 
 NAME = "exp5_privacy_utility"
 SCALES = {

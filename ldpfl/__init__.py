@@ -1,11 +1,11 @@
 """ldpfl: federated learning over locally differentially private features.
 
 The Python API mirrors the CLI. Heavy frameworks load only when the function that needs them runs:
-``mechanisms`` and ``inspect`` never import TensorFlow or torch.
+``ldpfl.mechanisms`` and ``inspect`` never import TensorFlow or torch.
 """
 
 from __future__ import annotations
 
-from contract.version import package_version
+from ldpfl.contract.version import package_version
 
 __version__ = package_version()

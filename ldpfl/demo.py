@@ -135,9 +135,9 @@ def run_demo(out: str | Path = "runs/demo", *, clients: int = 2, epochs: int = 3
              local_epochs: int = 1, seed: int | None = None, progress: bool = True,
              echo=print, private: bool = False) -> DemoResult:
     """Run export → federate → inspect on MNIST-5k and return the summary (and, with ``private``, the private run)."""
-    from stage1_features.export import run_export
-    from stage1_features.export_config import ExportConfig
-    from stage2_federate.federation import FederationConfig, run_federation
+    from ldpfl.stage1_features.export import run_export
+    from ldpfl.stage1_features.export_config import ExportConfig
+    from ldpfl.stage2_federate.federation import FederationConfig, run_federation
 
     from .inspect import inspect_path
     from .inspect_plot import write_plot
@@ -182,9 +182,9 @@ def run_demo(out: str | Path = "runs/demo", *, clients: int = 2, epochs: int = 3
 def run_private(run_dir: Path, *, clients: int, epochs: int, rounds: int, local_epochs: int, seed: int | None,
                 progress: bool, echo: Any) -> PrivateRun:
     """Run the private configuration: the predicted class released by krr at ε = 2, federated, clean evaluation."""
-    from stage1_features.export import run_export
-    from stage1_features.export_config import ExportConfig
-    from stage2_federate.federation import FederationConfig, run_federation
+    from ldpfl.stage1_features.export import run_export
+    from ldpfl.stage1_features.export_config import ExportConfig
+    from ldpfl.stage2_federate.federation import FederationConfig, run_federation
 
     from .inspect import inspect_path
 
@@ -233,7 +233,7 @@ def demo_command(out: str, clients: int, epochs: int, rounds: int, local_epochs:
     result = run_demo(out, clients=clients, epochs=epochs, rounds=rounds, local_epochs=local_epochs, seed=seed,
                       progress=not quiet, echo=echo, private=private)
     if as_json:
-        from contract.jsonout import echo_json
+        from ldpfl.contract.jsonout import echo_json
 
         echo_json(result.to_dict())
     else:

@@ -1,4 +1,4 @@
-"""``ldpfl gather``: the exports of separate silos into one run directory (issue 16; ``contract.gather``).
+"""``ldpfl gather``: the exports of separate silos into one run directory (issue 16; ``ldpfl.contract.gather``).
 
 Light at import time (click); no TensorFlow, no torch.
 """
@@ -30,13 +30,13 @@ def gather_command(sources: tuple[Path, ...], out: Path, plan_path: Path | None,
     Example:
       ldpfl gather export_a export_b export_c --out run && ldpfl federate run && ldpfl inspect run
     """
-    from contract.gather import gather_runs
-    from contract.plan import read_plan
+    from ldpfl.contract.gather import gather_runs
+    from ldpfl.contract.plan import read_plan
 
     plan = None if plan_path is None else read_plan(plan_path)
     result = gather_runs(sources, out, plan=plan)
     if as_json:
-        from contract.jsonout import echo_json
+        from ldpfl.contract.jsonout import echo_json
 
         echo_json({"run_dir": str(result.run_dir), "plan_fingerprint": result.plan_fingerprint,
                    "files": [{"client_index": i, "source": str(p)} for i, p in result.files]})

@@ -2,9 +2,9 @@
 
 ``inspect_path(path)`` validates a client file or a run directory and returns an :class:`Inspection`:
 
-* the schema and structure, through ``contract.client_reader.open_client_file`` (declared shapes,
+* the schema and structure, through ``ldpfl.contract.client_reader.open_client_file`` (declared shapes,
   dtypes, links, external storage, virtual datasets and filters are checked before any data is read);
-* the file's sha256 against ``manifest.json`` when one lists it (``contract.run_dir``, the validator
+* the file's sha256 against ``manifest.json`` when one lists it (``ldpfl.contract.run_dir``, the validator
   that export and federate use too);
 * every data chunk, read through HDF5's Fletcher-32 filter in row blocks (a flipped data byte fails);
 * the privacy report stored in the attributes against the report of the mechanism its parameters
@@ -29,12 +29,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from contract.jsonout import json_ready
-from contract.layout import MANIFEST_NAME, METRICS_PATH
-from contract.manifest import Manifest
-from contract.release_history import history_from_manifest, total_epsilon
-from contract.run_dir import check_run_dir
-from contract.schema import FormatError
+from ldpfl.contract.jsonout import json_ready
+from ldpfl.contract.layout import MANIFEST_NAME, METRICS_PATH
+from ldpfl.contract.manifest import Manifest
+from ldpfl.contract.release_history import history_from_manifest, total_epsilon
+from ldpfl.contract.run_dir import check_run_dir
+from ldpfl.contract.schema import FormatError
 from ldpfl.inspect_file import OK, FileReport, inspect_file, manifest_check
 from ldpfl.inspect_privacy import as_float
 
@@ -187,7 +187,7 @@ class Inspection:
 
 
 def release_history(manifest: Manifest) -> tuple[dict[int, dict[str, Any]] | None, str | None]:
-    """Return each listed client's releases (``contract.release_history``) with their total ε, or a problem.
+    """Return each listed client's releases (``ldpfl.contract.release_history``) with their total ε, or a problem.
 
     The total is the sum of the per-record ε of the releases (basic composition, Dwork & Roth Thm. 3.16).
     """

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from contract.jsonout import echo_json
+from ldpfl.contract.jsonout import echo_json
 
 from .inspect import inspect_path
 

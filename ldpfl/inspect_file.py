@@ -1,6 +1,6 @@
 """One client file under ``ldpfl inspect``: its manifest entry, its identity, its privacy, and every data chunk.
 
-The schema and structure are checked through ``contract.client_reader.open_client_file`` (declared
+The schema and structure are checked through ``ldpfl.contract.client_reader.open_client_file`` (declared
 shapes, dtypes, links, external storage, virtual datasets and filters, before any data is read); then
 every chunk is read in row blocks through HDF5's Fletcher-32 filter (a flipped data byte fails), the
 labels are compared with the stored histograms, and the bit or float statistics are made.
@@ -19,18 +19,18 @@ from typing import Any
 import h5py
 import numpy as np
 
-import mechanisms as mech
-from contract.client_reader import iter_feature_chunks, open_client_file, short_error
-from contract.file_checks import checksum_problems, unprotected_datasets
-from contract.jsonout import json_ready
-from contract.layout import MANIFEST_NAME
-from contract.manifest import read_manifest
-from contract.run_dir import FileCheck, check_client_file, listed_index_problem, name_index_problem
-from contract.schema import SPLITS, ClientMetadata, FormatError
+from ldpfl import mechanisms as mech
+from ldpfl.contract.client_reader import iter_feature_chunks, open_client_file, short_error
+from ldpfl.contract.file_checks import checksum_problems, unprotected_datasets
+from ldpfl.contract.jsonout import json_ready
+from ldpfl.contract.layout import MANIFEST_NAME
+from ldpfl.contract.manifest import read_manifest
+from ldpfl.contract.run_dir import FileCheck, check_client_file, listed_index_problem, name_index_problem
+from ldpfl.contract.schema import SPLITS, ClientMetadata, FormatError
 from ldpfl.inspect_bits import BitStatistics, bit_statistics, count_ones_per_position
 from ldpfl.inspect_floats import FloatStatistics, MomentAccumulator
 from ldpfl.inspect_privacy import PrivacySummary, file_mechanism, privacy_summary
-from mechanisms import PACKED_BITS
+from ldpfl.mechanisms import PACKED_BITS
 
 OK, FLAGGED, ERROR = "ok", "flagged", "error"
 BLOCK_BYTES = 4 << 20  # bytes of stored feature data read per block

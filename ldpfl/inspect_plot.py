@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from contract.atomic import atomic_write
+from ldpfl.contract.atomic import atomic_write
 
 from .inspect import Inspection
 from .inspect_file import FileReport

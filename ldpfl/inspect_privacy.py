@@ -13,9 +13,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from contract.file_checks import EPS_KEYS, as_float, mechanism_problems, privacy_problems
-from contract.schema import ClientMetadata
-from mechanisms.randomness import RANDOMNESS_DESCRIPTIONS
+from ldpfl.contract.file_checks import EPS_KEYS, as_float, mechanism_problems, privacy_problems
+from ldpfl.contract.schema import ClientMetadata
+from ldpfl.mechanisms.randomness import RANDOMNESS_DESCRIPTIONS
 
 __all__ = ["EPS_KEYS", "PrivacySummary", "as_float", "file_mechanism", "privacy_summary"]
 
@@ -45,7 +45,7 @@ class PrivacySummary:
 def file_mechanism(metadata: ClientMetadata) -> tuple[Any | None, list[str]]:
     """Return the mechanism the attributes name, with the contradictions found (if any).
 
-    The check is ``contract.file_checks.mechanism_problems``, the one the run-directory validator
+    The check is ``ldpfl.contract.file_checks.mechanism_problems``, the one the run-directory validator
     (``ldpfl federate``) applies too.
     """
     _, mechanism, problems = mechanism_problems(metadata)

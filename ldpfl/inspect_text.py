@@ -7,11 +7,11 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from contract.schema import SPLITS
+from ldpfl.contract.schema import SPLITS
 from ldpfl.inspect_file import OK, FileReport
 from ldpfl.inspect_privacy import as_float
-from mechanisms import PACKED_BITS
-from mechanisms.randomness import RANDOMNESS_DESCRIPTIONS
+from ldpfl.mechanisms import PACKED_BITS
+from ldpfl.mechanisms.randomness import RANDOMNESS_DESCRIPTIONS
 
 if TYPE_CHECKING:
     from ldpfl.inspect import Inspection

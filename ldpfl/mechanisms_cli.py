@@ -6,7 +6,7 @@ import json
 
 import click
 
-import mechanisms as mech
+from ldpfl import mechanisms as mech
 
 _FLAG_TYPES = {float: float, int: int, str: str}
 

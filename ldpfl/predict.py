@@ -17,7 +17,7 @@ What the model is given (``randomized``):
 * **released**: rows already stored in a client file (its test split by default): the model's inputs
   exactly as ``ldpfl federate`` evaluated them.
 
-The saved model records what it was trained on (``stage2_federate.model_file``); inputs that do not
+The saved model records what it was trained on (``ldpfl.stage2_federate.model_file``); inputs that do not
 match it (classes, plan, release, extractor, encoding, width, mechanism) are refused, one line.
 
 Layering: this module composes stage 1 (CNN, release, encoding, mechanism) and stage 2 (model file,
@@ -33,12 +33,12 @@ from typing import Any
 
 import numpy as np
 
-from contract.client_reader import open_client_file, read_client_file
-from contract.layout import FEDERATION_DIR, MANIFEST_NAME, PARTITION_FILE, client_file_name, client_files
-from contract.manifest import read_manifest
-from contract.release_point import parse_release
-from contract.schema import ClientMetadata, FormatError
-from mechanisms.base import PACKED_BITS, ParameterError
+from ldpfl.contract.client_reader import open_client_file, read_client_file
+from ldpfl.contract.layout import FEDERATION_DIR, MANIFEST_NAME, PARTITION_FILE, client_file_name, client_files
+from ldpfl.contract.manifest import read_manifest
+from ldpfl.contract.release_point import parse_release
+from ldpfl.contract.schema import ClientMetadata, FormatError
+from ldpfl.mechanisms.base import PACKED_BITS, ParameterError
 
 MODEL_NAME = "model.pt"
 SPLIT_CHOICES = ("test", "train", "all")
@@ -76,10 +76,10 @@ class Silo:
 
     def cnn_path(self) -> Path:
         """Return where the export saved this silo's CNN (``--save-models``; a re-release: its source run's)."""
-        from stage1_features.export_run_dir import model_file_name
+        from ldpfl.stage1_features.export_run_dir import model_file_name
 
         if isinstance(self.info.get("from_models"), str):
-            from stage1_features.from_models import read_source_run
+            from ldpfl.stage1_features.from_models import read_source_run
 
             return read_source_run(self.run_dir).model_path(self.index)
         return self.run_dir / model_file_name(self.index)
@@ -146,8 +146,8 @@ def load_global_model(path: str | Path) -> GlobalModel:
     """
     import torch
 
-    from stage2_federate.model import FederatedMLP
-    from stage2_federate.model_file import read_model
+    from ldpfl.stage2_federate.model import FederatedMLP
+    from ldpfl.stage2_federate.model_file import read_model
 
     saved = read_model(path)
     state = saved.state_dict
@@ -184,7 +184,7 @@ def check_model(model: GlobalModel, meta: ClientMetadata, what: str) -> list[str
     PredictError
         One line listing every difference.
     """
-    from stage2_federate.model_file import file_attributes, mismatches
+    from ldpfl.stage2_federate.model_file import file_attributes, mismatches
 
     found: dict[str, Any] = file_attributes(meta)
     if not meta.local_only:
@@ -206,7 +206,7 @@ def check_model(model: GlobalModel, meta: ClientMetadata, what: str) -> list[str
 
 def check_inputs(silo: Silo, model: GlobalModel, cnn_path: Path | None = None) -> list[str]:
     """Refuse a model not trained on the silo's release, or a missing CNN, before any work; return warnings."""
-    from stage1_features import cnn
+    from ldpfl.stage1_features import cnn
 
     warnings = check_model(model, silo.metadata, f"the release of {silo.file.name}")
     path = cnn_path if cnn_path is not None else silo.cnn_path()
@@ -251,8 +251,8 @@ def silo_records(silo: Silo, *, dataset: str | None = None, data: str | None = N
         The silo's held-out test split (IV-C), its training split, or all its records; default ``test``
         for the run's records, ``all`` for new ones.
     """
-    from stage1_features.export_run_dir import load_holdouts
-    from stage1_features.silo import load_export_data
+    from ldpfl.stage1_features.export_run_dir import load_holdouts
+    from ldpfl.stage1_features.silo import load_export_data
 
     config, meta = silo.config, silo.metadata
     run_data = config.get("data")
@@ -326,7 +326,7 @@ def _logits_argmax(model: Any, stored: np.ndarray, width: int, packed: bool) -> 
     """Predict one batch of stored rows as ``ldpfl federate`` feeds them (bits unpacked in torch)."""
     import torch
 
-    from stage2_federate.data import unpack_bits
+    from ldpfl.stage2_federate.data import unpack_bits
 
     with torch.no_grad():
         tensor = torch.from_numpy(np.ascontiguousarray(stored))
@@ -337,8 +337,8 @@ def _logits_argmax(model: Any, stored: np.ndarray, width: int, packed: bool) -> 
 def _release_values(silo: Silo, records: Records, cnn_path: Path | None,
                     batch_rows: int) -> Iterator[np.ndarray]:
     """Yield the release's float32 values of the records, batch by batch (CNN or raw features)."""
-    from stage1_features import cnn, cnn_release
-    from stage1_features.release import release_values
+    from ldpfl.stage1_features import cnn, cnn_release
+    from ldpfl.stage1_features.release import release_values
 
     meta, dataset = silo.metadata, records.dataset
     point = parse_release(meta.release)
@@ -389,8 +389,8 @@ def predict_silo(silo: Silo, records: Records, model: GlobalModel, *, randomized
     progress : tqdm, optional
         Updated with the records predicted.
     """
-    from stage1_features.features import RELEASE_ROWS
-    from stage1_features.release import clean_layout, stored_layout
+    from ldpfl.stage1_features.features import RELEASE_ROWS
+    from ldpfl.stage1_features.release import clean_layout, stored_layout
 
     meta = silo.metadata
     warnings = check_inputs(silo, model, cnn_path)

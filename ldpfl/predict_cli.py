@@ -31,7 +31,7 @@ Examples:
 
 
 def _option_list() -> list[Any]:
-    from stage1_features.own_data import COLOR_MODES, SCALES
+    from ldpfl.stage1_features.own_data import COLOR_MODES, SCALES
 
     return [
         click.option("--client-index", type=click.IntRange(min=0), default=None,
@@ -158,7 +158,7 @@ def _run(run_dir: Path | None, client_index: int | None, model_path: Path | None
     model = pr.load_global_model(model_path)
     warnings: list[str] = []
     if released is not None:
-        from contract.client_reader import open_client_file
+        from ldpfl.contract.client_reader import open_client_file
 
         with open_client_file(released) as (_handle, meta, rows):
             warnings = pr.check_model(model, meta, str(released))  # before the bar: an error is one line
@@ -169,7 +169,7 @@ def _run(run_dir: Path | None, client_index: int | None, model_path: Path | None
         assert run_dir is not None
         silo = pr.open_silo(run_dir, client_index)
         warnings = pr.check_inputs(silo, model, cnn_path)
-        from stage1_features import cnn
+        from ldpfl.stage1_features import cnn
 
         if cnn.is_cnn(silo.metadata.extractor):
             cnn.import_keras(threads)
@@ -177,8 +177,7 @@ def _run(run_dir: Path | None, client_index: int | None, model_path: Path | None
                                   data_dir=data_dir, split=split)
         rng = None
         if randomized:
-            import mechanisms
-
+            from ldpfl import mechanisms
             randomness = mechanisms.make_randomness(seed)
             rng = randomness.generator()
             _warn(_randomized_warning(silo, len(records.rows), model, randomness.mode))
@@ -239,8 +238,8 @@ def _columns(result: Any) -> list[str]:
 
 
 def _emit(result: Any, out_path: Path | None, as_json: bool, quiet: bool) -> None:
-    from contract.atomic import atomic_write_text
-    from contract.jsonout import echo_json, json_ready
+    from ldpfl.contract.atomic import atomic_write_text
+    from ldpfl.contract.jsonout import echo_json, json_ready
 
     rows = _rows(result)
     summary = dict(result.summary)

@@ -1,4 +1,4 @@
-"""Exact privacy of the discrete mechanisms of ``mechanisms.secure_noise``, as pure functions.
+"""Exact privacy of the discrete mechanisms of ``ldpfl.mechanisms.secure_noise``, as pure functions.
 
 Everything is in grid units: an integer query whose value moves by at most Δ (an integer) between two
 neighbouring inputs, plus integer noise. CKS = Canonne, Kamath and Steinke, "The Discrete Gaussian for

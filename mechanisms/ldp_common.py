@@ -94,7 +94,7 @@ def sample_dimensions(rows: int, d: int, k: int, rng: np.random.Generator) -> np
 
 
 def randomized_round(x: np.ndarray, grid: float, *, rng: np.random.Generator) -> np.ndarray:
-    """Unbiased stochastic rounding of x/grid to int64 (``mechanisms.secure_noise.randomized_round``)."""
+    """Unbiased stochastic rounding of x/grid to int64 (``ldpfl.mechanisms.secure_noise.randomized_round``)."""
     from .secure_noise import randomized_round as round_to_grid
 
     return round_to_grid(x, grid, rng=rng)

@@ -12,7 +12,7 @@ for input 0 it almost never does. Here the input only ever enters through an *in
    float64, which is exact (``lattice_values``). Every output is an exact multiple of ``grid``.
 
 So the release is a deterministic function of the integer k + Z, and its privacy is that of the integer
-mechanism k ↦ k + Z with the integer sensitivity of k (``mechanisms.discrete_privacy``). Casting the result to
+mechanism k ↦ k + Z with the integer sensitivity of k (``ldpfl.mechanisms.discrete_privacy``). Casting the result to
 float32 afterwards is post-processing of that integer and cannot leak anything more.
 
 Samplers (Canonne, Kamath and Steinke, "The Discrete Gaussian for Differential Privacy", NeurIPS 2020; CKS

@@ -44,7 +44,7 @@ class MechanismSpec:
     Parameters
     ----------
     name : str
-        A registered mechanism (``mechanisms.mechanism_names()``).
+        A registered mechanism (``ldpfl.mechanisms.mechanism_names()``).
     parameters : mapping
         The mechanism's own constructor parameters (all of them after construction).
     features : int, optional

@@ -1,7 +1,7 @@
 """``ldpfl export``: stage 1 of LDPFL as one command (Algorithm 1 lines 1-10).
 
 A thin click command: it parses and checks options, builds an ``ExportConfig`` and calls
-``stage1_features.export.run_export``. At import time it loads click and numpy-level modules only
+``ldpfl.stage1_features.export.run_export``. At import time it loads click and numpy-level modules only
 (the registries of datasets, partitions, extractors and mechanisms); TensorFlow loads when a CNN trains.
 """
 
@@ -13,13 +13,13 @@ from typing import Any
 
 import click
 
-from stage1_features import cnn
-from stage1_features.datasets import dataset_names
-from stage1_features.export_config import exportable_mechanisms
-from stage1_features.keras_backend import KERAS_BACKENDS
-from stage1_features.partition import PARTITION_KINDS
-from stage1_features.release_cli import check_from_models, release_options
-from stage1_features.silo_cli import explicit_parameters, own_data_options, silo_config
+from ldpfl.stage1_features import cnn
+from ldpfl.stage1_features.datasets import dataset_names
+from ldpfl.stage1_features.export_config import exportable_mechanisms
+from ldpfl.stage1_features.keras_backend import KERAS_BACKENDS
+from ldpfl.stage1_features.partition import PARTITION_KINDS
+from ldpfl.stage1_features.release_cli import check_from_models, release_options
+from ldpfl.stage1_features.silo_cli import explicit_parameters, own_data_options, silo_config
 
 MECHANISM_CHOICES = exportable_mechanisms()
 DEDICATED = {"epsilon": "--epsilon", "alpha": "--alpha", "integer_bits": "-m", "fraction_bits": "-n"}
@@ -53,7 +53,7 @@ def parse_param(text: str) -> tuple[str, Any]:
 def mechanism_parameters(epsilon: float | None, alpha: float | None, integer_bits: int | None,
                          fraction_bits: int | None, extra: tuple[str, ...]) -> dict[str, Any]:
     """IV-D defaults, overridden by the dedicated options, plus every ``--param``."""
-    from stage1_features.export_config import DEFAULT_MECHANISM_PARAMS
+    from ldpfl.stage1_features.export_config import DEFAULT_MECHANISM_PARAMS
 
     params = dict(DEFAULT_MECHANISM_PARAMS)
     for key, value in (("epsilon", epsilon), ("alpha", alpha), ("integer_bits", integer_bits),
@@ -73,7 +73,7 @@ def _format_accuracy(value: float | None) -> str:
 
 
 def _print_table(result: Any) -> None:
-    from stage1_features.export_plan import describe_privacy
+    from ldpfl.stage1_features.export_plan import describe_privacy
 
     click.echo(f"run directory  {result.run_dir}")
     width = (f"r·l = {result.feature_width} bits" if result.feature_format == "packed-bits"
@@ -186,8 +186,8 @@ def export_command(dataset: str, data_dir: str | None, clients: int, max_clients
       ldpfl export --plan plan.json --data scans.npz --client-index 0 --clients 3 --out export_a
       ldpfl export --plan plan.json --data records.csv --label-column diagnosis --client-index 2 --clients 3
     """
-    from stage1_features.export import run_export
-    from stage1_features.export_config import ExportConfig
+    from ldpfl.stage1_features.export import run_export
+    from ldpfl.stage1_features.export_config import ExportConfig
 
     for name, value in (("--epsilon", epsilon), ("--alpha", alpha)):
         if value is not None and not math.isfinite(value):
@@ -207,7 +207,7 @@ def export_command(dataset: str, data_dir: str | None, clients: int, max_clients
     for note in result.notes:
         click.echo(f"warning: {note}", err=True)
     if as_json:
-        from contract.jsonout import echo_json
+        from ldpfl.contract.jsonout import echo_json
 
         echo_json(result.to_dict())
     else:

@@ -38,7 +38,7 @@ Decisions where the paper's figures are missing from the text or ambiguous:
   0.9^k (< 3 % after 35 steps); at the paper's 50 epochs both settings give the same statistics.
 
 Keras and its backend (TensorFlow by default; torch or jax with ``--keras-backend``, see
-``stage1_features.keras_backend``) are imported only inside the functions that build, train, predict or save.
+``ldpfl.stage1_features.keras_backend``) are imported only inside the functions that build, train, predict or save.
 """
 
 from __future__ import annotations
@@ -52,9 +52,9 @@ from typing import Any
 
 import numpy as np
 
-from contract.atomic import atomic_path
-from mechanisms.base import ParameterError
-from stage1_features.keras_backend import import_keras
+from ldpfl.contract.atomic import atomic_path
+from ldpfl.mechanisms.base import ParameterError
+from ldpfl.stage1_features.keras_backend import import_keras
 
 MNIST_CNN = "mnist-cnn"
 CIFAR_CNN = "cifar-cnn"

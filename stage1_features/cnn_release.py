@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from stage1_features.cnn import BOTTLENECK_LAYER, import_keras
+from ldpfl.stage1_features.cnn import BOTTLENECK_LAYER, import_keras
 
 
 def noise_aware_model(model: Any, variance: tuple[float, float], seed: int) -> Any:

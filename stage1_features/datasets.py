@@ -9,7 +9,8 @@ Pixels stay ``uint8`` in ``Dataset.x`` (a float64 copy of SVHN-extra would need 
 ``Dataset.features(indices)`` converts only the rows asked for to float32 in [0, 1].
 
 Files are looked for in ``data_dir`` when given (that directory, then ``data_dir/<folder>``), else in
-``data/<folder>/`` next to the package (and, for Fashion-MNIST, the Debian package's directory). All
+``<default data directory>/<folder>/`` (:func:`default_data_dir`; and, for Fashion-MNIST, the Debian package's
+directory). All
 files of one dataset must sit in the same directory. A missing or corrupt file raises
 ``DatasetError``: one line naming the file(s), the directories searched and where the data comes from.
 
@@ -25,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from stage1_features.dataset_readers import (
+from ldpfl.stage1_features.dataset_readers import (
     IDX_IMAGES_MAGIC,
     IDX_LABELS_MAGIC,
     READ_ERRORS,
@@ -35,8 +36,23 @@ from stage1_features.dataset_readers import (
     read_idx,
 )
 
-REPO_DATA_DIR = Path(__file__).resolve().parent.parent / "data"
-"""``data/`` of the source tree (right for the editable install the README describes)."""
+SOURCE_DATA_DIR = Path(__file__).resolve().parent.parent / "data"
+"""``data/`` of the source tree: the folder beside ``stage1_features/`` in a checkout (editable install)."""
+
+DATA_DIR_ENV = "LDPFL_DATA_DIR"
+
+
+def default_data_dir() -> Path:
+    """Return where datasets are looked for without ``data_dir``.
+
+    ``$LDPFL_DATA_DIR`` when set; else the source tree's ``data/`` when ldpfl runs from a checkout (it holds
+    ``data/README.md``); else ``./data`` in the current directory (a wheel install has no source tree).
+    """
+    if os.environ.get(DATA_DIR_ENV):
+        return Path(os.environ[DATA_DIR_ENV])
+    if (SOURCE_DATA_DIR / "README.md").is_file():
+        return SOURCE_DATA_DIR
+    return Path.cwd() / "data"
 
 FASHION_MNIST_SYSTEM_DIR = Path("/usr/share/datasets/fashion-mnist")
 """Where the Debian/Ubuntu package ``dataset-fashion-mnist`` installs the IDX files."""
@@ -141,7 +157,7 @@ class DatasetSpec:
         if data_dir is not None:
             roots = [Path(data_dir), Path(data_dir) / self.folder]
         else:
-            roots = [REPO_DATA_DIR / self.folder, *self.system_dirs]
+            roots = [default_data_dir() / self.folder, *self.system_dirs]
         dirs = [d for root in roots for d in (root, *(root / sub for sub in self.inner))]
         return tuple(dict.fromkeys(dirs))  # drop repeats, keep order
 

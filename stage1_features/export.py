@@ -25,10 +25,10 @@ Decisions (documented here because the paper is silent):
   records spends their privacy budget a second time. Listed files must verify (sha256, structure);
   a client file present under its final name but missing from the manifest (a crash between the rename
   and the manifest write) is validated and adopted; one that fails validation is an error that asks for
-  ``--overwrite``. See ``stage1_features.export_run_dir``.
+  ``--overwrite``. See ``ldpfl.stage1_features.export_run_dir``.
 * **Parallel workers die with the export** (``--clients-parallel``): a killed export leaves no worker
   writing behind it, a rerun waits for any that linger, and no rename replaces a client file
-  (``stage1_features.worker_guard``).
+  (``ldpfl.stage1_features.worker_guard``).
 * **The partition is stored** (``partition.npz``: each client's row indices in the pooled dataset, no
   seed), because a resumed run without ``--seed`` could not redraw it: redoing client 2 on a fresh
   partition would give it records that client 0 already released.
@@ -57,23 +57,23 @@ from typing import Any
 
 import numpy as np
 
-from contract.digest import sha256_file
-from contract.layout import MANIFEST_NAME, PARTITION_FILE
-from contract.manifest import FileRecord, write_manifest
-from contract.plan import PLAN_FILE, write_plan
-from contract.version import package_version
-from stage1_features import cnn, from_models
-from stage1_features.export_config import (
+from ldpfl.contract.digest import sha256_file
+from ldpfl.contract.layout import MANIFEST_NAME, PARTITION_FILE
+from ldpfl.contract.manifest import FileRecord, write_manifest
+from ldpfl.contract.plan import PLAN_FILE, write_plan
+from ldpfl.contract.version import package_version
+from ldpfl.stage1_features import cnn, from_models
+from ldpfl.stage1_features.export_config import (
     DENSITY_WARNING,
     NOT_PRIVATE_WARNING,
     SAVED_MODEL_WARNING,
     ExportConfig,
     ExportError,
 )
-from stage1_features.export_manifest import kept_local_records, manifest_info
-from stage1_features.export_plan import ExportPlan, make_client_partition, make_plan
-from stage1_features.export_results import ClientSummary, ExportResult
-from stage1_features.export_run_dir import (
+from ldpfl.stage1_features.export_manifest import kept_local_records, manifest_info
+from ldpfl.stage1_features.export_plan import ExportPlan, make_client_partition, make_plan
+from ldpfl.stage1_features.export_results import ClientSummary, ExportResult
+from ldpfl.stage1_features.export_run_dir import (
     TOOL,
     clear_outputs,
     existing_clients,
@@ -83,7 +83,7 @@ from stage1_features.export_run_dir import (
     remove_stale,
     save_partition,
 )
-from stage1_features.export_worker import (
+from ldpfl.stage1_features.export_worker import (
     ClientOutcome,
     ClientTask,
     client_holdout,
@@ -91,8 +91,8 @@ from stage1_features.export_worker import (
     init_worker,
     progress_bar,
 )
-from stage1_features.keras_backend import select_keras_backend
-from stage1_features.release import noise_variance
+from ldpfl.stage1_features.keras_backend import select_keras_backend
+from ldpfl.stage1_features.release import noise_variance
 
 
 def run_export(config: ExportConfig, out_dir: str | os.PathLike[str], *, progress: bool = True) -> ExportResult:

@@ -1,6 +1,6 @@
 """What ``ldpfl export`` takes: :class:`ExportConfig`, its validation, and the IV-D defaults.
 
-The decisions behind the job are in the docstring of ``stage1_features.export``.
+The decisions behind the job are in the docstring of ``ldpfl.stage1_features.export``.
 """
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ from typing import Any
 
 import numpy as np
 
-import mechanisms
-from contract.plan import SharedPlan
-from mechanisms.base import ParameterError
-from stage1_features import cnn
-from stage1_features.keras_backend import KERAS_BACKENDS
+from ldpfl import mechanisms
+from ldpfl.contract.plan import SharedPlan
+from ldpfl.mechanisms.base import ParameterError
+from ldpfl.stage1_features import cnn
+from ldpfl.stage1_features.keras_backend import KERAS_BACKENDS
 
 DEFAULT_MECHANISM_PARAMS: dict[str, Any] = {"epsilon": 0.5, "alpha": 10.0, "integer_bits": 4, "fraction_bits": 5}
 """LDPFL IV-D: "we maintained m, n, α, and ε at 4, 5, 10, and 0.5"."""
@@ -29,7 +29,7 @@ COMPARED_FIELDS = ("dataset", "clients", "max_clients", "partition", "beta", "un
 
 EXPORT_DOMAINS = ("bits", "real", "any")
 """Mechanism domains the flatten-feature release takes: bits of the encoding, real features, or ``none``
-(the other releases: ``stage1_features.release.RELEASE_DOMAINS``)."""
+(the other releases: ``ldpfl.stage1_features.release.RELEASE_DOMAINS``)."""
 
 SAVED_MODEL_WARNING = ("saved models are trained on the raw client data: they are NOT covered by the LDP "
                        "guarantee and must stay with the client")
@@ -44,7 +44,7 @@ def exportable_mechanisms(release: str | None = None) -> list[str]:
 
     Without ``release``: every mechanism some release takes (``--mechanism``'s choices).
     """
-    from stage1_features import release as releases
+    from ldpfl.stage1_features import release as releases
 
     if release is None:
         return releases.exportable_mechanisms()
@@ -54,7 +54,7 @@ def exportable_mechanisms(release: str | None = None) -> list[str]:
 class ExportError(ParameterError):
     """A run that cannot start or resume as asked; the one-line message says what to do.
 
-    Parameters are marked in the message as ```overwrite``` (see ``mechanisms.base.ParameterError``).
+    Parameters are marked in the message as ```overwrite``` (see ``ldpfl.mechanisms.base.ParameterError``).
     """
 
 
@@ -65,10 +65,10 @@ class ExportConfig:
     ``mechanism_params`` holds ε, α, m, n and any other parameter of ``mechanism`` (IV-D defaults).
     ``limit`` caps the pooled records used (drawn at random), for quick runs.
 
-    Own data (issue 16, ``stage1_features.silo``): ``data`` is the user's file or image folder, read with
+    Own data (issue 16, ``ldpfl.stage1_features.silo``): ``data`` is the user's file or image folder, read with
     ``data_options`` (``silo.DATA_OPTIONS``); ``dataset`` is then the name the files record. With
     ``client_index`` (single-silo mode) the whole input is client ``client_index``'s of ``clients``: no
-    partitioning. ``plan`` is the shared plan the export must agree with (``contract.plan``).
+    partitioning. ``plan`` is the shared plan the export must agree with (``ldpfl.contract.plan``).
     """
 
     dataset: str = "mnist5k"
@@ -112,7 +112,7 @@ class ExportConfig:
             _int_at_least("limit", self.limit, 1)
         if not isinstance(self.test_fraction, int | float) or not 0.0 < self.test_fraction < 1.0:
             raise ValueError(f"test_fraction must lie in the open interval (0, 1), got {self.test_fraction!r}")
-        from stage1_features.partition import PARTITION_KINDS
+        from ldpfl.stage1_features.partition import PARTITION_KINDS
 
         if self.partition not in PARTITION_KINDS:
             raise ValueError(f"partition must be one of {', '.join(PARTITION_KINDS)}; got {self.partition!r}")
@@ -122,7 +122,7 @@ class ExportConfig:
             raise ValueError(f"unb must be a number in [0, 1], got {self.unb!r}")
         if self.extractor != cnn.AUTO:
             cnn.architecture(self.extractor)
-        from stage1_features import release as releases
+        from ldpfl.stage1_features import release as releases
 
         try:
             point = releases.parse_release(self.release)

@@ -1,6 +1,6 @@
 """What an export's manifest adds to the run information: the release history and the local-only files.
 
-* ``release_history`` (``contract.release_history``): for every finished client, each release of its
+* ``release_history`` (``ldpfl.contract.release_history``): for every finished client, each release of its
   records, oldest first: the source run's releases (``from_models``), then this run's file.
 * ``local_files`` (``keep_clean_test``): each client's ``client_NNN.local.h5``, with its rows but no
   sha256: those files hold unrandomized records and stay with the client, and a hash of them would let
@@ -13,10 +13,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from contract.layout import local_file_name
-from contract.manifest import FileRecord
-from contract.release_history import RELEASE_HISTORY_KEY, ReleaseEntry, history_json
-from contract.run_dir import check_client_file
+from ldpfl.contract.layout import local_file_name
+from ldpfl.contract.manifest import FileRecord
+from ldpfl.contract.release_history import RELEASE_HISTORY_KEY, ReleaseEntry, history_json
+from ldpfl.contract.run_dir import check_client_file
 
 LOCAL_FILES_KEY = "local_files"
 LOCAL_FILES_NOTE = ("client_NNN.local.h5: UNRANDOMIZED test records for evaluation on the client's own machine "
@@ -45,7 +45,7 @@ def manifest_info(run_info: Mapping[str, Any], plan: Any, records: Mapping[int, 
 
 def kept_local_records(run_dir: Path, kept: Mapping[int, Any]) -> dict[int, FileRecord]:
     """Return the local-only files of the clients a resumed run keeps (each must validate and be local-only)."""
-    from stage1_features.export_config import ExportError
+    from ldpfl.stage1_features.export_config import ExportError
 
     found = {}
     for index in kept:

@@ -14,13 +14,13 @@ from typing import Any
 
 import numpy as np
 
-import mechanisms
-from contract.file_checks import float32_overflow
-from mechanisms.base import ParameterError
-from mechanisms.report import format_epsilon
-from stage1_features import cnn
-from stage1_features.export_config import COMPARED_FIELDS, ExportConfig
-from stage1_features.release import (
+from ldpfl import mechanisms
+from ldpfl.contract.file_checks import float32_overflow
+from ldpfl.mechanisms.base import ParameterError
+from ldpfl.mechanisms.report import format_epsilon
+from ldpfl.stage1_features import cnn
+from ldpfl.stage1_features.export_config import COMPARED_FIELDS, ExportConfig
+from ldpfl.stage1_features.release import (
     ReleasePoint,
     StoredLayout,
     noise_variance,
@@ -89,14 +89,14 @@ class ExportPlan:
 
 def make_plan(config: ExportConfig) -> ExportPlan:
     """Validate ``config``, load the dataset, fix r and resolve the mechanism. Raises ``ValueError``."""
-    from stage1_features import silo
+    from ldpfl.stage1_features import silo
 
     randomness = mechanisms.make_randomness(config.seed)
     # Fail fast on mechanism parameters before the (possibly slow) dataset load; r is not known yet.
     config.mechanism_spec(2)
     source = None
     if config.from_models is not None:  # the records, models and settings of an earlier run (issue 15 item 2)
-        from stage1_features import from_models
+        from ldpfl.stage1_features import from_models
 
         source = from_models.read_source_run(config.from_models)
         config = from_models.adopt_source_settings(config, source)
@@ -141,12 +141,12 @@ def make_plan(config: ExportConfig) -> ExportPlan:
 
 def make_client_partition(plan: ExportPlan) -> tuple[list[np.ndarray], dict[str, Any]]:
     """IV-B: return the clients' rows in the pool (root stream) and the ``partition`` attribute describing them."""
-    from stage1_features.partition import make_partition
+    from ldpfl.stage1_features.partition import make_partition
 
     config, dataset = plan.config, plan.dataset
     rng = plan.randomness.generator()  # the root stream; the clients use its children
     if config.client_index is not None:  # single-silo mode: the whole input is this silo's (issue 16)
-        from stage1_features.silo import silo_partition
+        from ldpfl.stage1_features.silo import silo_partition
 
         clients, described = silo_partition(dataset.y, config.client_index, config.clients, rng, config.limit)
         return clients, described | {"test_fraction": config.test_fraction}

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import mechanisms
+from ldpfl import mechanisms
 
 
 @dataclass(frozen=True)

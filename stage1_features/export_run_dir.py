@@ -4,7 +4,7 @@
 records spends their privacy budget a second time. Listed files must verify (sha256, structure); a
 client file present under its final name but missing from the manifest (a crash between the rename and
 the manifest write) is validated, every chunk read, and adopted; one that fails is an error that asks
-for ``overwrite``. The files are examined by ``contract.run_dir.check_run_dir``, the validator
+for ``overwrite``. The files are examined by ``ldpfl.contract.run_dir.check_run_dir``, the validator
 that ``ldpfl federate`` and ``ldpfl inspect`` use too.
 """
 
@@ -19,9 +19,9 @@ from typing import Any
 
 import numpy as np
 
-from contract.atomic import TMP_MARK, atomic_path
-from contract.digest import sha256_file
-from contract.layout import (
+from ldpfl.contract.atomic import TMP_MARK, atomic_path
+from ldpfl.contract.digest import sha256_file
+from ldpfl.contract.layout import (
     CLIENT_FILE_SUFFIX,
     MANIFEST_NAME,
     PARTITION_FILE,
@@ -30,14 +30,14 @@ from contract.layout import (
     client_stem,
     is_local_file,
 )
-from contract.manifest import FileRecord, record_for
-from contract.plan import PLAN_FILE
-from contract.run_dir import FileCheck, check_run_dir
-from contract.schema import ClientMetadata
-from stage1_features.export_config import ExportError
-from stage1_features.export_plan import ExportPlan
-from stage1_features.export_results import ClientSummary
-from stage1_features.worker_guard import wait_for_stale_workers
+from ldpfl.contract.manifest import FileRecord, record_for
+from ldpfl.contract.plan import PLAN_FILE
+from ldpfl.contract.run_dir import FileCheck, check_run_dir
+from ldpfl.contract.schema import ClientMetadata
+from ldpfl.stage1_features.export_config import ExportError
+from ldpfl.stage1_features.export_plan import ExportPlan
+from ldpfl.stage1_features.export_results import ClientSummary
+from ldpfl.stage1_features.worker_guard import wait_for_stale_workers
 
 TOOL = "ldpfl export"
 LOCK_FILE = ".export.lock"

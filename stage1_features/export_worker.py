@@ -17,19 +17,19 @@ from typing import Any
 
 import numpy as np
 
-import mechanisms
-from contract.client_writer import ClientFileWriter
-from contract.layout import client_file_name, local_file_name
-from contract.manifest import FileRecord, record_for
-from contract.release_point import ReleasePoint, parse_release
-from contract.schema import ClientMetadata, label_histogram
-from contract.version import package_version
-from stage1_features import cnn, cnn_release
-from stage1_features.export_config import ExportError
-from stage1_features.export_run_dir import model_file_name
-from stage1_features.features import BATCH_ROWS, BitDensity, raw_feature_batches, write_split
-from stage1_features.release import clean_layout, release_values, stored_layout
-from stage1_features.worker_guard import die_with_parent, require_parent
+from ldpfl import mechanisms
+from ldpfl.contract.client_writer import ClientFileWriter
+from ldpfl.contract.layout import client_file_name, local_file_name
+from ldpfl.contract.manifest import FileRecord, record_for
+from ldpfl.contract.release_point import ReleasePoint, parse_release
+from ldpfl.contract.schema import ClientMetadata, label_histogram
+from ldpfl.contract.version import package_version
+from ldpfl.stage1_features import cnn, cnn_release
+from ldpfl.stage1_features.export_config import ExportError
+from ldpfl.stage1_features.export_run_dir import model_file_name
+from ldpfl.stage1_features.features import BATCH_ROWS, BitDensity, raw_feature_batches, write_split
+from ldpfl.stage1_features.release import clean_layout, release_values, stored_layout
+from ldpfl.stage1_features.worker_guard import die_with_parent, require_parent
 
 
 @dataclass(frozen=True)
@@ -101,7 +101,7 @@ def client_streams(stream: np.random.SeedSequence, release_number: int = 1) -> t
 def client_holdout(indices: np.ndarray, test_fraction: float, stream: np.random.SeedSequence
                    ) -> tuple[np.ndarray, np.ndarray]:
     """Return a client's (train, test) rows (IV-C: 90 % / 10 %), drawn from its hold-out stream."""
-    from stage1_features.partition import holdout_split
+    from ldpfl.stage1_features.partition import holdout_split
 
     return holdout_split(indices, test_fraction, client_streams(stream)[0])
 
@@ -111,7 +111,7 @@ _DATASETS: dict[str, Any] = {}
 
 def _cached_dataset(task: ClientTask) -> Any:
     """Workers load the dataset (a benchmark set or the user's own data) once per process."""
-    from stage1_features.silo import load_export_data
+    from ldpfl.stage1_features.silo import load_export_data
 
     key = repr((task.dataset, task.data_dir, task.data, sorted(task.data_options.items()), task.classes))
     if key not in _DATASETS:
@@ -128,7 +128,7 @@ def progress_bar(**kwargs: Any) -> Any:
 
 def export_client(task: ClientTask, dataset: Any = None) -> ClientOutcome:
     """Algorithm 1 lines 2-10 for one client; write ``client_XXX.h5`` atomically and return its record."""
-    from stage1_features.partition import holdout_split
+    from ldpfl.stage1_features.partition import holdout_split
 
     start = time.perf_counter()
     dataset = dataset if dataset is not None else _cached_dataset(task)
@@ -271,7 +271,7 @@ def init_worker(threads: int | None, uses_tensorflow: bool, parent_pid: int | No
     """Spawned worker start-up: die with the parent, then cap BLAS/TensorFlow threads so K workers share the cores.
 
     With ``parent_pid`` the worker is killed when that process dies and holds the workers' shared lock
-    on ``run_dir`` (``stage1_features.worker_guard``).
+    on ``run_dir`` (``ldpfl.stage1_features.worker_guard``).
     """
     if parent_pid is not None:
         die_with_parent(parent_pid, run_dir)

@@ -1,7 +1,7 @@
 """Streaming feature release: encode → randomize → pack → write, one row batch at a time.
 
 Algorithm 1 lines 7-10 (LDPFL III-B): each flatten-feature value becomes l = m + n + 1 bits (eq. 14,
-``mechanisms.FixedPointEncoding``), the r·l bits of a record are merged and randomized by the chosen
+``ldpfl.mechanisms.FixedPointEncoding``), the r·l bits of a record are merged and randomized by the chosen
 bit mechanism (UER: Theorem 2, eq. 17), and the result is packed 8 bits a byte. Real-valued mechanisms
 (PDPM, Gaussian, ...) randomize the float32 features directly.
 
@@ -17,9 +17,9 @@ from typing import Any
 
 import numpy as np
 
-import mechanisms
-from contract.client_writer import ClientFileWriter
-from mechanisms.base import FLOAT32, PACKED_BITS, ParameterError
+from ldpfl import mechanisms
+from ldpfl.contract.client_writer import ClientFileWriter
+from ldpfl.mechanisms.base import FLOAT32, PACKED_BITS, ParameterError
 
 BATCH_ROWS = 1024  # rows per CNN prediction batch
 RELEASE_ROWS = 256  # rows per encode / randomize / pack / write step: ~22 MiB of temporaries at r = 1,152

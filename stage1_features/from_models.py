@@ -12,7 +12,7 @@ with several mechanisms. With ``from_models`` the export reuses, from the source
 * the data settings (dataset, clients, partition, extractor, training) from its manifest.
 
 **A second release spends the records' privacy again.** The new run's manifest records every release of
-each client's records (``contract.release_history``: the source's history, then this release) and the
+each client's records (``ldpfl.contract.release_history``: the source's history, then this release) and the
 export warns with the total per-record ε (basic composition: the sum). The source directory is only read,
 so two re-releases made side by side from the same source do not see each other: release again from the
 newest run (``--from-models NEWEST``, whose CNNs are found through its own ``from_models``) so that each
@@ -32,13 +32,13 @@ from typing import Any
 
 import numpy as np
 
-from contract.client_reader import open_client_file
-from contract.layout import MANIFEST_NAME, PARTITION_FILE, client_file_name
-from contract.manifest import FileRecord, read_manifest
-from contract.release_history import ReleaseEntry, history_from_manifest, total_epsilon
-from contract.release_point import BOTTLENECK, FLATTEN, parse_release
-from contract.schema import FormatError
-from stage1_features.export_config import ExportConfig, ExportError
+from ldpfl.contract.client_reader import open_client_file
+from ldpfl.contract.layout import MANIFEST_NAME, PARTITION_FILE, client_file_name
+from ldpfl.contract.manifest import FileRecord, read_manifest
+from ldpfl.contract.release_history import ReleaseEntry, history_from_manifest, total_epsilon
+from ldpfl.contract.release_point import BOTTLENECK, FLATTEN, parse_release
+from ldpfl.contract.schema import FormatError
+from ldpfl.stage1_features.export_config import ExportConfig, ExportError
 
 SOURCE_SETTINGS = ("dataset", "clients", "max_clients", "partition", "beta", "unb", "shards_per_client",
                    "test_fraction", "extractor", "epochs", "batch_size", "augment", "limit")
@@ -66,7 +66,7 @@ class SourceRun:
 
     def model_path(self, index: int) -> Path:
         """Return client ``index``'s saved CNN."""
-        from stage1_features.export_run_dir import model_file_name
+        from ldpfl.stage1_features.export_run_dir import model_file_name
 
         return (self.models_dir or self.run_dir) / model_file_name(index)
 
@@ -212,8 +212,8 @@ def source_partition(source: SourceRun, plan: Any) -> tuple[list[np.ndarray], di
     client streams, which reproduce it only with the source's seed; either way each client's labels must
     equal, row by row, those of its file in the source run.
     """
-    from stage1_features.export_run_dir import load_holdouts, load_partition
-    from stage1_features.export_worker import client_holdout
+    from ldpfl.stage1_features.export_run_dir import load_holdouts, load_partition
+    from ldpfl.stage1_features.export_worker import client_holdout
 
     config = plan.config
     partition_file = source.info.get("partition_file")

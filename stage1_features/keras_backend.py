@@ -11,7 +11,7 @@ import os
 import sys
 from typing import Any
 
-from mechanisms.base import ParameterError
+from ldpfl.mechanisms.base import ParameterError
 
 KERAS_BACKENDS = ("tensorflow", "torch", "jax")  # Keras 3's backends; TensorFlow is the default
 

@@ -2,7 +2,7 @@
 
 ``load_own_data(path, ...)`` reads one silo's records (issue 16: a hospital exports its own images or
 table, never another silo's) with the ecosystem's readers and returns an :class:`OwnDataset`: the
-``stage1_features.datasets.Dataset`` of the benchmark sets plus the class names. Formats, chosen by
+``ldpfl.stage1_features.datasets.Dataset`` of the benchmark sets plus the class names. Formats, chosen by
 the path (or ``data_format``):
 
 * **image folder** (a directory): one subfolder per class holding PNG/JPEG (also BMP/GIF) files, as
@@ -58,9 +58,9 @@ from typing import Any
 
 import numpy as np
 
-from mechanisms.base import ParameterError
-from stage1_features.dataset_readers import DatasetError
-from stage1_features.datasets import Dataset
+from ldpfl.mechanisms.base import ParameterError
+from ldpfl.stage1_features.dataset_readers import DatasetError
+from ldpfl.stage1_features.datasets import Dataset
 
 IMAGE_FOLDER = "image-folder"
 NPZ = "npz"
@@ -148,7 +148,7 @@ def default_extractor(dataset: Dataset) -> str:
     image set but MNIST (FMNIST, CIFAR-10, SVHN), which takes any size from 8×8 and any channel count;
     smaller images, tables and other arrays get ``none`` (the flattened raw inputs, as ``covtype``).
     """
-    from stage1_features import cnn
+    from ldpfl.stage1_features import cnn
 
     shape = tuple(dataset.input_shape)
     if len(shape) == 3 and min(shape[:2]) >= 8:
@@ -217,10 +217,10 @@ def load_own_data(path: str | os.PathLike[str], *, data_format: str | None = Non
         An option that does not apply to the format or has a wrong value.
     """
     # The readers import DataError from this module, so they are imported here rather than at the top.
-    from stage1_features.own_data_arrays import read_hdf5, read_npz, sample_shape
-    from stage1_features.own_data_images import read_image_folder
-    from stage1_features.own_data_labels import encode_labels
-    from stage1_features.own_data_tables import read_table
+    from ldpfl.stage1_features.own_data_arrays import read_hdf5, read_npz, sample_shape
+    from ldpfl.stage1_features.own_data_images import read_image_folder
+    from ldpfl.stage1_features.own_data_labels import encode_labels
+    from ldpfl.stage1_features.own_data_tables import read_table
 
     path = Path(path)
     fmt = detect_format(path) if data_format is None else data_format

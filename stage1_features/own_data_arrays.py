@@ -1,4 +1,4 @@
-"""Readers of a user's arrays: NumPy ``.npz`` archives and HDF5 files (``stage1_features.own_data``).
+"""Readers of a user's arrays: NumPy ``.npz`` archives and HDF5 files (``ldpfl.stage1_features.own_data``).
 
 The inputs and the labels are found under ``x_key``/``y_key``, or else under the one name of ``X_KEYS`` /
 ``Y_KEYS`` the file holds. Object arrays are refused (no unpickling); h5py loads on first use.
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from stage1_features.own_data import DataError, listed
+from ldpfl.stage1_features.own_data import DataError, listed
 
 X_KEYS = ("x", "X", "images", "features")
 """Names looked for, in an ``.npz`` or HDF5 file, for the inputs when ``x_key`` is not given."""

@@ -1,4 +1,4 @@
-"""Reader of a user's image folder, one subfolder per class, decoded by Pillow (``stage1_features.own_data``).
+"""Reader of a user's image folder, one subfolder per class, decoded by Pillow (``ldpfl.stage1_features.own_data``).
 
 The layout Keras' ``image_dataset_from_directory`` reads: PNG/JPEG (also BMP/GIF) files in one subfolder
 per class, nested folders searched too, hidden entries and other files ignored. Pillow loads on first use.
@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from stage1_features.own_data import DataError, listed
+from ldpfl.stage1_features.own_data import DataError, listed
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif")
 """Image files an image folder may hold (Keras' ``ALLOWLIST_FORMATS``), compared case-insensitively."""

@@ -1,4 +1,4 @@
-"""Label values of a user's data to classes ``0 .. K-1`` (``stage1_features.own_data``'s class order).
+"""Label values of a user's data to classes ``0 .. K-1`` (``ldpfl.stage1_features.own_data``'s class order).
 
 Integer labels (and whole-number floats, and bools as 0/1) are sorted numerically, string labels by
 Unicode code point; a fixed class list (a shared plan's) sets the names and their order instead.
@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from stage1_features.own_data import DataError
+from ldpfl.stage1_features.own_data import DataError
 
 
 def encode_labels(labels: np.ndarray, path: str | os.PathLike[str],

@@ -1,4 +1,4 @@
-"""Reader of a user's table: CSV/TSV (pandas) or Parquet (pandas with pyarrow) (``stage1_features.own_data``).
+"""Reader of a user's table: CSV/TSV (pandas) or Parquet (pandas with pyarrow) (``ldpfl.stage1_features.own_data``).
 
 The labels are in ``label_column`` (default: the one column named as in ``LABEL_COLUMNS``); every other
 column is a feature and must be numeric (bool counts as 0/1). pandas loads on first use.
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from stage1_features.own_data import CSV, PARQUET, DataError, listed
+from ldpfl.stage1_features.own_data import CSV, PARQUET, DataError, listed
 
 LABEL_COLUMNS = ("label", "labels", "y", "target", "class")
 """Column names looked for the labels of a table when ``label_column`` is not given."""

@@ -25,10 +25,10 @@ from typing import Any
 
 import numpy as np
 
-import mechanisms
-from contract.release_point import BOTTLENECK, FLATTEN, LABEL, SCORES, ReleasePoint, parse_release
-from mechanisms.base import FLOAT32, ParameterError
-from stage1_features.features import ReleasePipeline
+from ldpfl import mechanisms
+from ldpfl.contract.release_point import BOTTLENECK, FLATTEN, LABEL, SCORES, ReleasePoint, parse_release
+from ldpfl.mechanisms.base import FLOAT32, ParameterError
+from ldpfl.stage1_features.features import ReleasePipeline
 
 __all__ = ["RELEASE_DOMAINS", "RELEASE_HELP", "ReleasePoint", "check_mechanism", "exportable_mechanisms",
            "parse_release", "release_mechanisms", "release_notes", "release_values", "stored_layout"]

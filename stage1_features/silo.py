@@ -1,12 +1,12 @@
 """One silo's export and the shared plan, on the stage-1 side (issue 16).
 
 * :func:`load_export_data` loads what an export reads: a registered benchmark set (``dataset``) or the
-  user's own files (``data``, ``stage1_features.own_data``), in the parent process and in workers alike.
+  user's own files (``data``, ``ldpfl.stage1_features.own_data``), in the parent process and in workers alike.
 * **Single-silo mode** (``client_index`` set): the whole input is this silo's data. Nothing is
   partitioned; :func:`silo_partition` gives client ``client_index`` every record (in an order drawn from
   the root stream; ``limit`` still draws a subset) and the other clients of the federation nothing. The
   silo then holds out its own test split (IV-C) like any client and writes ``client_{i:03d}.h5``.
-* **The shared plan** (``contract.plan.SharedPlan``): :func:`build_plan` makes one from an export
+* **The shared plan** (``ldpfl.contract.plan.SharedPlan``): :func:`build_plan` makes one from an export
   resolved over a sample silo (``ldpfl plan``); :func:`require_plan` refuses an export whose data or
   resolved settings contradict it (``PlanMismatch``, naming each setting).
 
@@ -26,9 +26,9 @@ from typing import Any
 
 import numpy as np
 
-import mechanisms
-from contract.plan import DEFAULT_RELEASE, SharedPlan
-from stage1_features import cnn
+from ldpfl import mechanisms
+from ldpfl.contract.plan import DEFAULT_RELEASE, SharedPlan
+from ldpfl.stage1_features import cnn
 
 DATA_OPTIONS = ("x_key", "y_key", "label_column", "image_size", "color_mode", "scale", "classes")
 """Keyword arguments of ``load_own_data`` that an export passes through (``ExportConfig.data_options``)."""
@@ -52,10 +52,10 @@ def load_export_data(dataset: str, data_dir: str | None, data: str | None, data_
         A shared plan's class list (own data only).
     """
     if data is None:
-        from stage1_features.datasets import load_dataset
+        from ldpfl.stage1_features.datasets import load_dataset
 
         return load_dataset(dataset, data_dir)
-    from stage1_features.own_data import load_own_data
+    from ldpfl.stage1_features.own_data import load_own_data
 
     unknown = sorted(set(data_options) - set(DATA_OPTIONS))
     if unknown:
@@ -69,7 +69,7 @@ def load_export_data(dataset: str, data_dir: str | None, data: str | None, data_
 def resolve_extractor(name: str, dataset: Any, own_data: bool) -> str:
     """Return the extractor ``name`` stands for (``auto``: the paper's per dataset, or by shape for own data)."""
     if name == cnn.AUTO and own_data:
-        from stage1_features.own_data import default_extractor
+        from ldpfl.stage1_features.own_data import default_extractor
 
         return default_extractor(dataset)
     return cnn.resolve_extractor(name, dataset.name)
@@ -124,7 +124,7 @@ def plan_mechanism_parameters(plan: SharedPlan) -> dict[str, Any]:
 
 def plan_settings(*, dataset: Any, extractor: str, features: int, spec: mechanisms.MechanismSpec,
                   release: str = DEFAULT_RELEASE) -> dict[str, Any]:
-    """Return an export's resolved settings as ``contract.plan.SETTINGS`` names them."""
+    """Return an export's resolved settings as ``ldpfl.contract.plan.SETTINGS`` names them."""
     return {
         "dataset": dataset.name, "classes": getattr(dataset, "class_names", None), "extractor": extractor,
         "input_shape": plan_input_shape(extractor, dataset.input_shape), "release": release, "features": features,

@@ -7,7 +7,7 @@ it; one given on the command line must agree with it, or the export stops before
 (exit code 2, one line naming each contradicting option).
 
 ``ldpfl plan`` resolves an export's settings over a sample silo's data, exactly as the silos' exports
-will (``export_plan.make_plan``), and writes the plan JSON (``contract.plan``).
+will (``export_plan.make_plan``), and writes the plan JSON (``ldpfl.contract.plan``).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any
 
 import click
 
-from stage1_features import cnn
+from ldpfl.stage1_features import cnn
 
 SILO_OPTIONS = ("data", "name", "label_column", "image_size", "color_mode", "x_key", "y_key", "scale",
                 "client_index", "plan_path")
@@ -27,8 +27,8 @@ _READER_OPTIONS = ("label_column", "image_size", "color_mode", "x_key", "y_key",
 
 
 def data_source_options(command: Callable[..., Any]) -> Callable[..., Any]:
-    """Add ``--data``, ``--name`` and the reader options (``stage1_features.own_data``) to a click command."""
-    from stage1_features.own_data import COLOR_MODES, SCALES
+    """Add ``--data``, ``--name`` and the reader options (``ldpfl.stage1_features.own_data``) to a click command."""
+    from ldpfl.stage1_features.own_data import COLOR_MODES, SCALES
 
     options = [
         click.option("--data", type=click.Path(exists=True, path_type=str), default=None,
@@ -77,7 +77,7 @@ def data_options(silo: dict[str, Any]) -> dict[str, Any]:
 def explicit_parameters(epsilon: float | None, alpha: float | None, integer_bits: int | None,
                         fraction_bits: int | None, params: tuple[str, ...]) -> dict[str, Any]:
     """Return the mechanism parameters given on the command line (not the IV-D defaults)."""
-    from stage1_features.cli import parse_param
+    from ldpfl.stage1_features.cli import parse_param
 
     given = {k: v for k, v in (("epsilon", epsilon), ("alpha", alpha), ("integer_bits", integer_bits),
                                ("fraction_bits", fraction_bits)) if v is not None}
@@ -112,9 +112,9 @@ def silo_config(ctx: click.Context, config: Any, silo: dict[str, Any], explicit:
     ValueError
         A plan that cannot be read, or settings that contradict it (``PlanMismatch``, naming each).
     """
-    from contract.plan import read_plan
-    from stage1_features.own_data import default_name
-    from stage1_features.silo import plan_mechanism_parameters
+    from ldpfl.contract.plan import read_plan
+    from ldpfl.stage1_features.own_data import default_name
+    from ldpfl.stage1_features.silo import plan_mechanism_parameters
 
     data = silo.get("data")
     if data is None:
@@ -156,7 +156,7 @@ def silo_config(ctx: click.Context, config: Any, silo: dict[str, Any], explicit:
 
 
 def _mechanism_choices() -> list[str]:
-    from stage1_features.export_config import exportable_mechanisms
+    from ldpfl.stage1_features.export_config import exportable_mechanisms
 
     return exportable_mechanisms()
 
@@ -199,13 +199,13 @@ def plan_command(data: str | None, name: str | None, label_column: str | None, i
       ldpfl plan --data records.csv --label-column diagnosis --extractor none --mechanism pdpm \\
                  --param safe_range_length=2
     """
-    from contract.jsonout import echo_json
-    from contract.plan import write_plan
-    from stage1_features.cli import mechanism_parameters
-    from stage1_features.export_config import ExportConfig
-    from stage1_features.export_plan import describe_privacy, make_plan
-    from stage1_features.own_data import default_name
-    from stage1_features.silo import build_plan
+    from ldpfl.contract.jsonout import echo_json
+    from ldpfl.contract.plan import write_plan
+    from ldpfl.stage1_features.cli import mechanism_parameters
+    from ldpfl.stage1_features.export_config import ExportConfig
+    from ldpfl.stage1_features.export_plan import describe_privacy, make_plan
+    from ldpfl.stage1_features.own_data import default_name
+    from ldpfl.stage1_features.silo import build_plan
 
     if data is None:
         raise click.BadParameter("a plan is made over a sample silo's data: pass --data PATH", param_hint="--data")

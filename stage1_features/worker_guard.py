@@ -12,7 +12,7 @@ is killed, its workers must not go on writing client files unsupervised next to 
   has exited (:func:`wait_for_stale_workers`), and then releases it again for its own workers;
 * before renaming a finished client file into place, a worker checks that its parent is still the one
   that started it (:func:`require_parent`), and the rename itself cannot replace a file that appeared
-  meanwhile (``contract.atomic.link_durably``).
+  meanwhile (``ldpfl.contract.atomic.link_durably``).
 """
 
 from __future__ import annotations

@@ -13,8 +13,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-import mechanisms as mech
-from mechanisms.base import require_generator
+from ldpfl import mechanisms as mech
+from ldpfl.mechanisms.base import require_generator
 
 
 def _as_weights(weights: Sequence[float] | np.ndarray, count: int) -> np.ndarray:

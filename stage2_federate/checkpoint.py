@@ -13,8 +13,8 @@ from typing import Any
 
 import torch
 
-from contract.atomic import atomic_write
-from mechanisms.base import ParameterError
+from ldpfl.contract.atomic import atomic_write
+from ldpfl.mechanisms.base import ParameterError
 
 from .config import FederationConfig
 from .data import FederatedData

@@ -214,7 +214,7 @@ def federate_command(run_dir: Path, presets: tuple[str, ...], out_dir: Path | No
         result = run_federation(run_dir, config, out_dir=out_dir, resume=resume, progress=not quiet and not as_json,
                                 overwrite=overwrite, keep_checkpoint=keep_checkpoint)
     if as_json:
-        from contract.jsonout import echo_json
+        from ldpfl.contract.jsonout import echo_json
 
         echo_json(result.to_dict())
         return

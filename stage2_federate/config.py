@@ -12,9 +12,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-import mechanisms as mech
-from mechanisms.base import ParameterError
-from mechanisms.validation import require_finite_positive, require_int_in_range
+from ldpfl import mechanisms as mech
+from ldpfl.mechanisms.base import ParameterError
+from ldpfl.mechanisms.validation import require_finite_positive, require_int_in_range
 
 from . import budgets
 from .perturbation import SIGN_MODES, SIGN_UPDATE, TARGETS, perturbation_names, perturbation_wiring

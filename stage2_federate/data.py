@@ -20,12 +20,12 @@ import h5py
 import numpy as np
 import torch
 
-from contract.client_reader import open_client_file, read_client_file, short_error
-from contract.layout import local_file_name
-from contract.manifest import Manifest
-from contract.run_dir import validate_run
-from contract.schema import SPLITS, ClientMetadata, FormatError
-from mechanisms.base import PACKED_BITS
+from ldpfl.contract.client_reader import open_client_file, read_client_file, short_error
+from ldpfl.contract.layout import local_file_name
+from ldpfl.contract.manifest import Manifest
+from ldpfl.contract.run_dir import validate_run
+from ldpfl.contract.schema import SPLITS, ClientMetadata, FormatError
+from ldpfl.mechanisms.base import PACKED_BITS
 
 from .streaming import ResidencyBudget, StreamedSplit, block_rows, shuffled_blocks
 
@@ -151,7 +151,7 @@ class FederatedData:
 
 
 def load_run(run_dir: str | Path, device: torch.device | str = "cpu") -> FederatedData:
-    """Validate the run (``contract.run_dir.validate_run``) and load every client's splits onto ``device``.
+    """Validate the run (``ldpfl.contract.run_dir.validate_run``) and load every client's splits onto ``device``.
 
     Packed bits stay packed.
     """

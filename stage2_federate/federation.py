@@ -39,9 +39,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from contract.jsonout import json_ready
-from contract.layout import FEDERATION_DIR
-from mechanisms.base import ParameterError
+from ldpfl.contract.jsonout import json_ready
+from ldpfl.contract.layout import FEDERATION_DIR
+from ldpfl.mechanisms.base import ParameterError
 
 from . import outdir
 from . import outputs as out
@@ -168,7 +168,7 @@ def run_federation(run_dir: str | Path, config: FederationConfig, *, out_dir: st
         ``None``: not printed.
 
     The run holds a lock on ``out_dir`` (a second run into it is refused) and removes the outputs'
-    temporary files there when it starts and when it completes (``stage2_federate.outdir``). The
+    temporary files there when it starts and when it completes (``ldpfl.stage2_federate.outdir``). The
     checkpoint records the sha256 of every client file; ``resume`` refuses one made on other files.
 
     Returns

@@ -36,10 +36,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from contract.atomic import atomic_write
-from contract.jsonout import json_ready
-from contract.schema import ClientMetadata, FormatError
-from contract.version import package_version
+from ldpfl.contract.atomic import atomic_write
+from ldpfl.contract.jsonout import json_ready
+from ldpfl.contract.schema import ClientMetadata, FormatError
+from ldpfl.contract.version import package_version
 
 MODEL_FORMAT = "ldpfl-global-model"
 MODEL_VERSION = 1
@@ -47,7 +47,7 @@ MODEL_VERSION = 1
 TRAINED_ON_ATTRIBUTES = ("dataset", "num_classes", "class_names", "plan_fingerprint", "extractor", "input_shape",
                          "release", "features", "integer_bits", "fraction_bits", "feature_format", "feature_width",
                          "mechanism")
-"""Client-file attributes that every client of a run shares (``contract.schema.RUN_CONSISTENT_ATTRIBUTES``,
+"""Client-file attributes that every client of a run shares (``ldpfl.contract.schema.RUN_CONSISTENT_ATTRIBUTES``,
 plus the derived width and the input shape) and that the model's inputs depend on."""
 
 RANDOMIZED_TEST = "randomized test splits"

@@ -3,7 +3,7 @@
 ``run_federation`` holds :func:`locked` on the output directory for the whole run (an advisory
 ``flock`` that the kernel drops when the process dies, like the export's lock on its run directory), so
 two runs never mix their outputs. Under the lock, any temporary file of an output (``.NAME.<pid>.<token>.tmp``,
-see ``contract.atomic``) belongs to a process that died mid-write: :func:`remove_temporaries` deletes
+see ``ldpfl.contract.atomic``) belongs to a process that died mid-write: :func:`remove_temporaries` deletes
 them when a run starts (fresh or resumed) and when it completes. A half-written ``.checkpoint.pt.*.tmp``
 holds generator states, which are seed-equivalent, so it must not outlive the run.
 """
@@ -15,8 +15,8 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from contract.atomic import TMP_MARK
-from mechanisms.base import ParameterError
+from ldpfl.contract.atomic import TMP_MARK
+from ldpfl.mechanisms.base import ParameterError
 
 from .outputs import OUTPUT_NAMES
 
@@ -24,7 +24,7 @@ LOCK_FILE = ".federate.lock"
 
 
 def temporary_patterns() -> tuple[str, ...]:
-    """Return the glob patterns of the temporary files of every output (``contract.atomic`` naming)."""
+    """Return the glob patterns of the temporary files of every output (``ldpfl.contract.atomic`` naming)."""
     return tuple(f".{name}.*{TMP_MARK}*" for name in OUTPUT_NAMES)
 
 

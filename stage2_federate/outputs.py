@@ -1,6 +1,6 @@
 """What a federation run writes: metrics (CSV, JSON), the configuration, the accuracy plot.
 
-Every file is written through ``contract.atomic`` (a temporary name in the same directory, fsync, rename,
+Every file is written through ``ldpfl.contract.atomic`` (a temporary name in the same directory, fsync, rename,
 fsync of the directory), so a reader never sees a half-written file. No seed is ever written: the
 configuration carries only the randomness mode. Imports numpy and matplotlib (the Agg canvas, never
 pyplot's global state); no torch.
@@ -17,9 +17,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from contract.atomic import atomic_write, atomic_write_text
-from contract.jsonout import json_ready, refuse_seed_keys
-from contract.layout import METRICS_JSON
+from ldpfl.contract.atomic import atomic_write, atomic_write_text
+from ldpfl.contract.jsonout import json_ready, refuse_seed_keys
+from ldpfl.contract.layout import METRICS_JSON
 
 METRICS_CSV = "metrics.csv"
 CONFIG_JSON = "config.json"

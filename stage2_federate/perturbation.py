@@ -4,7 +4,7 @@ Each selected client flattens its trained model into one vector of d = ``dim`` p
 ``mechanism.randomize(vector)`` drawn from its own child Generator. The vector is either the parameters
 themselves or the update (local − global).
 
-Every choice here is read from the mechanism's declared :class:`mechanisms.FederationWiring` (its
+Every choice here is read from the mechanism's declared :class:`ldpfl.mechanisms.FederationWiring` (its
 ``FEDERATION`` class attribute, next to its registration): which vector it perturbs by default, which
 federation options it takes and which constructor parameter each one reaches, whether ε_i and d reach it,
 where each client's safe range goes, whether its σ depends on the number of rounds, and whether its
@@ -24,8 +24,8 @@ from typing import Any
 
 import numpy as np
 
-import mechanisms as mech
-from mechanisms.base import PARAMETERS, UPDATE, FederationWiring, ParameterError, require_generator
+from ldpfl import mechanisms as mech
+from ldpfl.mechanisms.base import PARAMETERS, UPDATE, FederationWiring, ParameterError, require_generator
 
 from . import aggregation as agg
 

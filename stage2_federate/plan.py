@@ -15,10 +15,10 @@ from typing import Any
 
 import torch
 
-import mechanisms as mech
-from contract.file_checks import float32_overflow
-from mechanisms.base import ParameterError
-from mechanisms.randomness import RANDOMNESS_DESCRIPTIONS
+from ldpfl import mechanisms as mech
+from ldpfl.contract.file_checks import float32_overflow
+from ldpfl.mechanisms.base import ParameterError
+from ldpfl.mechanisms.randomness import RANDOMNESS_DESCRIPTIONS
 
 from . import budgets
 from .config import DEFAULT_LR, DEVICES, FederationConfig

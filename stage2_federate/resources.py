@@ -2,7 +2,7 @@
 
 A model is sized from its architecture alone (:func:`parameter_count_of`), so an impossible one
 (``hidden`` 10^8, or 10^7 input features under the default 2048-unit layer) is refused with the figures
-before torch allocates a byte of it. The memory available is ``contract.memory.available_memory``
+before torch allocates a byte of it. The memory available is ``ldpfl.contract.memory.available_memory``
 (``MemAvailable``, capped by a cgroup limit). Imports no torch.
 """
 
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from contract.memory import available_memory, format_bytes, memory_shortfall
-from mechanisms.base import ParameterError
+from ldpfl.contract.memory import available_memory, format_bytes, memory_shortfall
+from ldpfl.mechanisms.base import ParameterError
 
 __all__ = ["FLOAT32_BYTES", "MODEL_BUFFERS", "available_memory", "batch_memory", "check_model", "format_bytes",
            "model_memory", "parameter_count_of", "require_memory"]

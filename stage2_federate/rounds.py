@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from mechanisms.base import require_generator
+from ldpfl.mechanisms.base import require_generator
 
 from .data import ClientSplit
 from .model import FederatedMLP, get_vector, make_optimizer, set_vector, train_local

@@ -20,9 +20,9 @@ from typing import Any, ClassVar, TypeVar, cast
 
 import numpy as np
 
-import mechanisms as mech
-from mechanisms.base import ParameterError, require_generator
-from mechanisms.plugins import Registry
+from ldpfl import mechanisms as mech
+from ldpfl.mechanisms.base import ParameterError, require_generator
+from ldpfl.mechanisms.plugins import Registry
 
 from . import aggregation as agg
 

@@ -22,9 +22,9 @@ import h5py
 import numpy as np
 import torch
 
-from contract.client_reader import short_error
-from contract.memory import available_memory
-from contract.schema import FormatError
+from ldpfl.contract.client_reader import short_error
+from ldpfl.contract.memory import available_memory
+from ldpfl.contract.schema import FormatError
 
 BLOCK_BYTES = 64 * 2**20
 """Stored bytes of one block of rows (features); fixed, so that the shuffle does not depend on the machine."""

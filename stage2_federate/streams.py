@@ -1,6 +1,6 @@
 """Every random stream of a federation run, derived from one root seed sequence.
 
-The root (the user's seed or the OS CSPRNG, ``mechanisms.make_randomness``) gives independent streams:
+The root (the user's seed or the OS CSPRNG, ``ldpfl.mechanisms.make_randomness``) gives independent streams:
 the server's numpy Generator (selection, dropouts, ω), a torch Generator for the initialization, and per
 client a numpy Generator (its perturbation, the root's child i) and a torch Generator (its shuffles and
 dropout masks, that child's child 0). ``state``/``restore`` round-trip them exactly, so a resumed run
@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
-import mechanisms as mech
+from ldpfl import mechanisms as mech
 
 # Spawn keys of the server's streams, beyond any client index.
 SERVER_KEY = 2**31

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import mechanisms as mech
+from ldpfl import mechanisms as mech
 
 SMALL_FEATURES = 8  # bit mechanisms: r = 8 values, r·l = 80 bits per record
 

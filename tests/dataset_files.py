@@ -1,7 +1,7 @@
 """Write small dataset files in the real on-disk formats, for tests.
 
 Each ``write_*`` function draws its pixels and labels from the ``rng`` passed in, writes the files the
-loader of ``stage1_features.datasets`` expects into ``directory`` (created if needed) and returns a
+loader of ``ldpfl.stage1_features.datasets`` expects into ``directory`` (created if needed) and returns a
 ``GeneratedData`` whose ``x`` and ``y`` are what ``load_dataset`` must give back (train rows first,
 then test rows, labels already mapped to 0..C-1).
 

@@ -1,4 +1,4 @@
-"""Small synthetic export runs for the stage-2 tests, written through ``contract``.
+"""Small synthetic export runs for the stage-2 tests, written through ``ldpfl.contract``.
 
 Each client gets ``rows`` training and ``rows // 2`` test records of r = ``features`` values. The label
 is a function of the signs of the first two values (4 classes), so the packed sign bits carry it and a
@@ -11,11 +11,11 @@ from pathlib import Path
 
 import numpy as np
 
-import mechanisms as mech
-from contract.client_writer import write_client_file
-from contract.layout import client_file_name
-from contract.manifest import record_for, write_manifest
-from contract.schema import ClientMetadata, label_histogram
+from ldpfl import mechanisms as mech
+from ldpfl.contract.client_writer import write_client_file
+from ldpfl.contract.layout import client_file_name
+from ldpfl.contract.manifest import record_for, write_manifest
+from ldpfl.contract.schema import ClientMetadata, label_histogram
 
 INTEGER_BITS = 2
 FRACTION_BITS = 3  # l = 6 bits per value; r = 8 values → 48 bits = 6 bytes per record

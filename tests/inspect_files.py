@@ -1,6 +1,6 @@
 """Writers of small client files and run directories for the inspect tests.
 
-Files go through ``contract.client_writer.write_client_file`` and ``write_manifest``; their bits are
+Files go through ``ldpfl.contract.client_writer.write_client_file`` and ``write_manifest``; their bits are
 real fixed-point encodings of skewed synthetic activations, randomized by real mechanisms, so the
 densities that inspect reports are meaningful. The corrupters below make the bad files.
 """
@@ -15,12 +15,12 @@ from typing import Any
 import h5py
 import numpy as np
 
-import mechanisms as mech
-from contract.client_writer import write_client_file
-from contract.layout import client_file_name
-from contract.manifest import FileRecord, record_for, write_manifest
-from contract.schema import ClientMetadata, label_histogram
-from mechanisms import FLOAT32, PACKED_BITS
+from ldpfl import mechanisms as mech
+from ldpfl.contract.client_writer import write_client_file
+from ldpfl.contract.layout import client_file_name
+from ldpfl.contract.manifest import FileRecord, record_for, write_manifest
+from ldpfl.contract.schema import ClientMetadata, label_histogram
+from ldpfl.mechanisms import FLOAT32, PACKED_BITS
 
 NUM_CLASSES = 4
 FEATURES = 12  # r; with m = 4, n = 5 (l = 10) a record has 120 bits = 15 packed bytes

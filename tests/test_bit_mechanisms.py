@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-import mechanisms as mech
-from mechanisms.bitflip import THRESHOLD_SCALE
+from ldpfl import mechanisms as mech
+from ldpfl.mechanisms.bitflip import THRESHOLD_SCALE
 
 K_SE = 5.0  # tolerance in binomial standard errors
 BIT_MECHANISMS = ("uer", "moue", "oue", "rr")

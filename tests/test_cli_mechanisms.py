@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 from heavy_imports import heavy_modules_after
 
-import mechanisms as mech
+from ldpfl import mechanisms as mech
 from ldpfl.cli import cli
 
 ROOT = Path(__file__).resolve().parents[1]

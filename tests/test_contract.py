@@ -13,14 +13,14 @@ import numpy as np
 import pytest
 from federate_files import write_run
 
-from contract.atomic import atomic_path, atomic_write, atomic_write_text
-from contract.client_reader import open_client_file, read_client_file
-from contract.jsonout import json_ready, refuse_seed_keys
-from contract.layout import METRICS_PATH, client_file_name, client_files, client_index_from_name
-from contract.manifest import read_manifest, write_manifest
-from contract.run_dir import check_run_dir, validate_run
-from contract.schema import SCHEMA_VERSION, SUPPORTED_SCHEMA_VERSIONS, FormatError
-from contract.version import package_version
+from ldpfl.contract.atomic import atomic_path, atomic_write, atomic_write_text
+from ldpfl.contract.client_reader import open_client_file, read_client_file
+from ldpfl.contract.jsonout import json_ready, refuse_seed_keys
+from ldpfl.contract.layout import METRICS_PATH, client_file_name, client_files, client_index_from_name
+from ldpfl.contract.manifest import read_manifest, write_manifest
+from ldpfl.contract.run_dir import check_run_dir, validate_run
+from ldpfl.contract.schema import SCHEMA_VERSION, SUPPORTED_SCHEMA_VERSIONS, FormatError
+from ldpfl.contract.version import package_version
 
 H5DUMP = shutil.which("h5dump")
 

@@ -19,9 +19,9 @@ import pytest
 from cli_checks import assert_usage_error, ok, run
 from PIL import Image
 
-from contract.layout import client_file_name
-from contract.plan import PLAN_FILE, read_plan
-from contract.run_dir import validate_run
+from ldpfl.contract.layout import client_file_name
+from ldpfl.contract.plan import PLAN_FILE, read_plan
+from ldpfl.contract.run_dir import validate_run
 
 SIDE = 8
 CLASSES = ("0", "1", "2")

@@ -17,13 +17,13 @@ import torch
 from click.testing import CliRunner
 from federate_files import write_run
 
-import mechanisms as mech
+from ldpfl import mechanisms as mech
 from ldpfl.cli import cli
-from stage2_federate.data import load_client
-from stage2_federate.federation import FederationConfig, Streams, run_federation
-from stage2_federate.model import GeneratorDropout, build_model
-from stage2_federate.model_file import read_model
-from stage2_federate.streaming import ResidencyBudget
+from ldpfl.stage2_federate.data import load_client
+from ldpfl.stage2_federate.federation import FederationConfig, Streams, run_federation
+from ldpfl.stage2_federate.model import GeneratorDropout, build_model
+from ldpfl.stage2_federate.model_file import read_model
+from ldpfl.stage2_federate.streaming import ResidencyBudget
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(),
                                 reason="needs a CUDA device that torch can see (run on a GPU machine)")

@@ -19,8 +19,8 @@ from dataset_files import (
     write_svhn_mat,
 )
 
-from stage1_features import datasets
-from stage1_features.datasets import Dataset, DatasetError, dataset_names, load_dataset
+from ldpfl.stage1_features import datasets
+from ldpfl.stage1_features.datasets import Dataset, DatasetError, dataset_names, load_dataset
 
 
 @pytest.fixture
@@ -74,12 +74,22 @@ def test_idx_other_image_shape_and_folder_under_data_dir(tmp_path, rng):
 
 def test_default_search_uses_repo_data_folder(tmp_path, rng, monkeypatch):
     written = write_idx_dataset(tmp_path / "mnist", 6, 3, rng=rng)
-    monkeypatch.setattr(datasets, "REPO_DATA_DIR", tmp_path)
+    monkeypatch.setenv(datasets.DATA_DIR_ENV, str(tmp_path))
     _check_pooled(load_dataset("mnist"), written.x, written.y)
 
 
+def test_default_data_dir_in_a_checkout_and_in_a_wheel(tmp_path, monkeypatch):
+    monkeypatch.delenv(datasets.DATA_DIR_ENV, raising=False)
+    assert datasets.default_data_dir() == Path(__file__).resolve().parents[1] / "data"  # this checkout
+    monkeypatch.setattr(datasets, "SOURCE_DATA_DIR", tmp_path / "site-packages" / "ldpfl" / "data")  # a wheel
+    monkeypatch.chdir(tmp_path)
+    assert datasets.default_data_dir() == tmp_path / "data"
+    monkeypatch.setenv(datasets.DATA_DIR_ENV, str(tmp_path / "mine"))
+    assert datasets.default_data_dir() == tmp_path / "mine"
+
+
 def test_fashion_mnist_searches_the_debian_directory(tmp_path, monkeypatch):
-    monkeypatch.setattr(datasets, "REPO_DATA_DIR", tmp_path)
+    monkeypatch.setenv(datasets.DATA_DIR_ENV, str(tmp_path))
     dirs = datasets.dataset_spec("fashion-mnist").search_dirs(None)
     assert dirs == (tmp_path / "fashion-mnist", Path("/usr/share/datasets/fashion-mnist"))
     assert datasets.dataset_spec("mnist").search_dirs(None) == (tmp_path / "mnist",)
@@ -176,7 +186,7 @@ def test_digits_scale_is_one_sixteenth():
                     reason="Fashion-MNIST is not installed in /usr/share/datasets/fashion-mnist "
                            "(apt-get install dataset-fashion-mnist)")
 def test_fashion_mnist_from_the_debian_package(monkeypatch, tmp_path):
-    monkeypatch.setattr(datasets, "REPO_DATA_DIR", tmp_path)  # only the system directory can answer
+    monkeypatch.setenv(datasets.DATA_DIR_ENV, str(tmp_path))  # only the system directory can answer
     ds = load_dataset("fashion-mnist")
     assert ds.x.shape == (70000, 28, 28, 1) and ds.x.dtype == np.uint8
     np.testing.assert_array_equal(np.bincount(ds.y), np.full(10, 7000))

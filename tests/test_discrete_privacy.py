@@ -7,8 +7,8 @@ import math
 
 import pytest
 
-from mechanisms import discrete_privacy as dpriv
-from mechanisms.calibration import gaussian_delta_for_epsilon, gaussian_exact_epsilon
+from ldpfl.mechanisms import discrete_privacy as dpriv
+from ldpfl.mechanisms.calibration import gaussian_delta_for_epsilon, gaussian_exact_epsilon
 
 # δ(ε) of CKS Theorem 7, P[Y ≥ a] - e^ε P[Y ≥ a + Δ], summed term by term with mpmath at 40 digits
 # (normalizer over |k| ≤ 45σ + 20, or by Poisson summation for σ ≥ 50). Columns: σ, Δ, ε, δ.

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from mechanisms import FixedPointEncoding, default_rng, pack_bits, unpack_bits
+from ldpfl.mechanisms import FixedPointEncoding, default_rng, pack_bits, unpack_bits
 
 # (m, n) layouts: the paper's (4, 5), no integer part, no fraction part, and a wide one whose
 # 23 magnitude bits still decode exactly in float32.

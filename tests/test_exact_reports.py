@@ -14,8 +14,8 @@ import math
 import numpy as np
 import pytest
 
-import mechanisms as mech
-from mechanisms.calibration import UNIFORM_STEPS, counts_epsilon
+from ldpfl import mechanisms as mech
+from ldpfl.mechanisms.calibration import UNIFORM_STEPS, counts_epsilon
 
 U_MAX = 1.0 - 2.0**-53
 

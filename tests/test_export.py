@@ -18,16 +18,16 @@ from cli_checks import one_error_line
 from click.testing import CliRunner
 from heavy_imports import heavy_modules_after
 
-import mechanisms
-from contract.client_reader import read_client_file
-from contract.digest import sha256_file
-from contract.layout import PARTITION_FILE
-from contract.manifest import read_manifest, record_for, write_manifest
-from contract.run_dir import verify_file_record
+from ldpfl import mechanisms
 from ldpfl.cli import cli
-from mechanisms import FLOAT32, PACKED_BITS
-from stage1_features.export import run_export
-from stage1_features.export_config import DEFAULT_MECHANISM_PARAMS, ExportConfig, ExportError
+from ldpfl.contract.client_reader import read_client_file
+from ldpfl.contract.digest import sha256_file
+from ldpfl.contract.layout import PARTITION_FILE
+from ldpfl.contract.manifest import read_manifest, record_for, write_manifest
+from ldpfl.contract.run_dir import verify_file_record
+from ldpfl.mechanisms import FLOAT32, PACKED_BITS
+from ldpfl.stage1_features.export import run_export
+from ldpfl.stage1_features.export_config import DEFAULT_MECHANISM_PARAMS, ExportConfig, ExportError
 
 ROOT = Path(__file__).resolve().parents[1]
 SEED = 987_654_321  # distinctive, so that a leak into any output would be found

@@ -7,10 +7,10 @@ import math
 import numpy as np
 import pytest
 
-import mechanisms as mech
-from mechanisms.base import ParameterError
-from stage2_federate import aggregation as agg
-from stage2_federate.strategies import (
+from ldpfl import mechanisms as mech
+from ldpfl.mechanisms.base import ParameterError
+from ldpfl.stage2_federate import aggregation as agg
+from ldpfl.stage2_federate.strategies import (
     ClientProfile,
     SignAggregation,
     StrategyOptions,

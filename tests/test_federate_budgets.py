@@ -7,11 +7,11 @@ import math
 import numpy as np
 import pytest
 
-import mechanisms as mech
-from mechanisms.base import ParameterError
-from mechanisms.calibration import pdpm_output_values, pdpm_probabilities, pdpm_variance_bound
-from stage2_federate import budgets
-from stage2_federate.perturbation import (
+from ldpfl import mechanisms as mech
+from ldpfl.mechanisms.base import ParameterError
+from ldpfl.mechanisms.calibration import pdpm_output_values, pdpm_probabilities, pdpm_variance_bound
+from ldpfl.stage2_federate import budgets
+from ldpfl.stage2_federate.perturbation import (
     PARAMETERS,
     UPDATE,
     build_client_perturbations,

@@ -7,11 +7,11 @@ import pytest
 import torch
 from federate_files import write_run
 
-import mechanisms as mech
-from contract.client_reader import read_client_file
-from contract.run_dir import validate_run
-from contract.schema import FormatError
-from stage2_federate.data import ClientSplit, load_run, unpack_bits
+from ldpfl import mechanisms as mech
+from ldpfl.contract.client_reader import read_client_file
+from ldpfl.contract.run_dir import validate_run
+from ldpfl.contract.schema import FormatError
+from ldpfl.stage2_federate.data import ClientSplit, load_run, unpack_bits
 
 
 @pytest.mark.parametrize("width", [1, 7, 8, 13, 48, 80])

@@ -11,8 +11,8 @@ from click.testing import CliRunner
 from federate_files import write_run
 
 from ldpfl.cli import cli
-from stage2_federate import ledger as lg
-from stage2_federate.federation import FederationConfig, run_federation
+from ldpfl.stage2_federate import ledger as lg
+from ldpfl.stage2_federate.federation import FederationConfig, run_federation
 
 FAST = dict(hidden=(8,), local_epochs=1, batch_size=16, lr=0.01, threads=1, seed=3)
 

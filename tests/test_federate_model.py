@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from stage2_federate.data import ClientSplit
-from stage2_federate.model import (
+from ldpfl.stage2_federate.data import ClientSplit
+from ldpfl.stage2_federate.model import (
     FederatedMLP,
     GeneratorDropout,
     build_model,

@@ -18,17 +18,17 @@ import pytest
 import torch
 from federate_files import write_run
 
-import mechanisms as mech
-from mechanisms.base import UPDATE, FederationWiring, ParameterError, param, require_generator
-from mechanisms.real import RealMechanism, pure_report
-from mechanisms.registry import register, unregister
-from mechanisms.report import PrivacyReport
-from stage2_federate.config import FederationConfig
-from stage2_federate.federation import run_federation
-from stage2_federate.model import build_model
-from stage2_federate.model_file import read_model
-from stage2_federate.perturbation import perturbation_names
-from stage2_federate.streams import Streams
+from ldpfl import mechanisms as mech
+from ldpfl.mechanisms.base import UPDATE, FederationWiring, ParameterError, param, require_generator
+from ldpfl.mechanisms.real import RealMechanism, pure_report
+from ldpfl.mechanisms.registry import register, unregister
+from ldpfl.mechanisms.report import PrivacyReport
+from ldpfl.stage2_federate.config import FederationConfig
+from ldpfl.stage2_federate.federation import run_federation
+from ldpfl.stage2_federate.model import build_model
+from ldpfl.stage2_federate.model_file import read_model
+from ldpfl.stage2_federate.perturbation import perturbation_names
+from ldpfl.stage2_federate.streams import Streams
 
 FAST = dict(hidden=(16,), local_epochs=1, batch_size=16, lr=0.01, threads=1, seed=5, rounds=1)
 EPSILONS = (100.0, 200.0, 300.0, 400.0)

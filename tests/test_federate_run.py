@@ -11,11 +11,11 @@ import pytest
 import torch
 from federate_files import write_run
 
-import mechanisms as mech
-import stage2_federate.rounds as round_steps
-from stage2_federate.federation import FederationConfig, Streams, run_federation
-from stage2_federate.model import build_model
-from stage2_federate.model_file import read_model
+import ldpfl.stage2_federate.rounds as round_steps
+from ldpfl import mechanisms as mech
+from ldpfl.stage2_federate.federation import FederationConfig, Streams, run_federation
+from ldpfl.stage2_federate.model import build_model
+from ldpfl.stage2_federate.model_file import read_model
 
 FAST = dict(hidden=(16,), local_epochs=2, batch_size=16, lr=0.01, threads=1)
 

@@ -19,13 +19,13 @@ import pytest
 import torch
 from federate_files import write_run
 
-from stage2_federate.config import FederationConfig
-from stage2_federate.data import load_run
-from stage2_federate.federation import run_federation
-from stage2_federate.flower_engine import FlowerMissingError, require_flower
-from stage2_federate.flower_engine import client_side as cs
-from stage2_federate.flower_engine.processes import Daemon, alive, stop_all
-from stage2_federate.flower_engine.protocol import (
+from ldpfl.stage2_federate.config import FederationConfig
+from ldpfl.stage2_federate.data import load_run
+from ldpfl.stage2_federate.federation import run_federation
+from ldpfl.stage2_federate.flower_engine import FlowerMissingError, require_flower
+from ldpfl.stage2_federate.flower_engine import client_side as cs
+from ldpfl.stage2_federate.flower_engine.processes import Daemon, alive, stop_all
+from ldpfl.stage2_federate.flower_engine.protocol import (
     RUN_CONFIG_DEFAULTS,
     ClientSetup,
     ClientSummary,
@@ -34,8 +34,8 @@ from stage2_federate.flower_engine.protocol import (
     run_config,
     toml_table,
 )
-from stage2_federate.flower_engine.server_side import plan_from_summaries
-from stage2_federate.plan import plan_federation
+from ldpfl.stage2_federate.flower_engine.server_side import plan_from_summaries
+from ldpfl.stage2_federate.plan import plan_federation
 
 TOKEN_VARIABLE = "LDPFL_FLOWER_TEST_TOKEN"
 
@@ -99,8 +99,8 @@ def test_the_app_declares_every_run_config_key_and_ldpfl_components() -> None:
     project = tomllib.loads(app_pyproject("1.2.3"))
     app = project["tool"]["flwr"]["app"]
     assert set(app["config"]) == set(RUN_CONFIG_DEFAULTS)  # Flower refuses an override of an undeclared key
-    assert app["components"] == {"serverapp": "stage2_federate.flower_engine.server_app:app",
-                                 "clientapp": "stage2_federate.flower_engine.client_app:app"}
+    assert app["components"] == {"serverapp": "ldpfl.stage2_federate.flower_engine.server_app:app",
+                                 "clientapp": "ldpfl.stage2_federate.flower_engine.client_app:app"}
     assert project["project"]["version"] == "1.2.3" and app["publisher"]
 
 
@@ -138,9 +138,9 @@ def write_clean_tests(run_dir: Path, seed: int = 11) -> None:
     """Write each client's local-only clean test file (``export --keep-clean-test``'s): other records, no noise."""
     import dataclasses
 
-    from contract.client_reader import read_client_file
-    from contract.client_writer import write_client_file
-    from contract.layout import local_file_name
+    from ldpfl.contract.client_reader import read_client_file
+    from ldpfl.contract.client_writer import write_client_file
+    from ldpfl.contract.layout import local_file_name
 
     rng = np.random.default_rng(seed)
     for path in sorted(run_dir.glob("client_???.h5")):
@@ -166,8 +166,8 @@ def three_clients(tmp_path_factory) -> Path:
 
 
 def test_a_flower_client_evaluates_its_own_clean_file_like_the_local_engine(three_clients) -> None:
-    from stage2_federate.data import load_clean_tests
-    from stage2_federate.model import evaluate
+    from ldpfl.stage2_federate.data import load_clean_tests
+    from ldpfl.stage2_federate.model import evaluate
 
     config = FederationConfig(**{**CONFIG, "eval_clean": True})
     local = plan_federation(three_clients, config)
@@ -177,7 +177,7 @@ def test_a_flower_client_evaluates_its_own_clean_file_like_the_local_engine(thre
     for client in local.data.clients:  # each client: only its own files
         opened = cs.open_client(client.path, torch.device("cpu"))
         sums.append(cs.Trainer.build(config, plan.setups[client.index]).evaluate(config, opened, vector)["clean"])
-    from stage2_federate.flower_engine.server_side import union_evaluation
+    from ldpfl.stage2_federate.flower_engine.server_side import union_evaluation
 
     loss, accuracy = evaluate(local.model, load_clean_tests(local.data), config.eval_batch_size)
     assert union_evaluation(sums) == pytest.approx((loss, accuracy), rel=1e-6)
@@ -316,7 +316,12 @@ def test_simulation_equals_the_local_engine_and_resumes(flower, three_clients, t
 
 @pytest.mark.slow
 def test_two_supernodes_on_localhost_equal_the_local_engine(flower, tmp_path, marked) -> None:
-    from stage2_federate.flower_engine.launch import FlowerOptions, run_on_superlink, start_superlink, start_supernode
+    from ldpfl.stage2_federate.flower_engine.launch import (
+        FlowerOptions,
+        run_on_superlink,
+        start_superlink,
+        start_supernode,
+    )
 
     run_dir = write_run(tmp_path / "run", clients=2, rows=64, features=8)
     changes = dict(rounds=2, clients_per_round=None, drop_per_round=0, client_epsilons=(4.0, 8.0))
@@ -350,7 +355,7 @@ def test_a_failing_client_ends_the_run_and_a_dead_supernode_is_lost(flower, tmp_
     import shutil
     import threading
 
-    from stage2_federate.flower_engine.launch import (
+    from ldpfl.stage2_federate.flower_engine.launch import (
         FlowerOptions,
         FlowerRunError,
         run_on_superlink,
@@ -407,9 +412,9 @@ def test_a_failing_client_ends_the_run_and_a_dead_supernode_is_lost(flower, tmp_
     assert leftovers(marked) == []
 
 def test_each_engine_refuses_the_others_checkpoint(three_clients, tmp_path) -> None:
-    from mechanisms.base import ParameterError
-    from stage2_federate.checkpoint import load_checkpoint
-    from stage2_federate.flower_engine.server_side import load_server_checkpoint
+    from ldpfl.mechanisms.base import ParameterError
+    from ldpfl.stage2_federate.checkpoint import load_checkpoint
+    from ldpfl.stage2_federate.flower_engine.server_side import load_server_checkpoint
 
     config = FederationConfig(**{**CONFIG, "rounds": 1})
     result = run_federation(three_clients, config, out_dir=tmp_path / "local", progress=False, keep_checkpoint=True,

@@ -15,12 +15,12 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-import mechanisms
-from contract.client_reader import read_client_file
-from contract.digest import sha256_file
-from contract.layout import MANIFEST_NAME, PARTITION_FILE, client_file_name, local_file_name
-from contract.manifest import read_manifest
+from ldpfl import mechanisms
 from ldpfl.cli import cli
+from ldpfl.contract.client_reader import read_client_file
+from ldpfl.contract.digest import sha256_file
+from ldpfl.contract.layout import MANIFEST_NAME, PARTITION_FILE, client_file_name, local_file_name
+from ldpfl.contract.manifest import read_manifest
 
 pytestmark = pytest.mark.slow
 

@@ -20,11 +20,11 @@ import h5py
 import numpy as np
 import pytest
 
-import mechanisms as mech
-from contract.client_reader import read_client_file
-from contract.client_writer import write_client_file
-from contract.run_dir import check_client_file
-from contract.schema import ClientMetadata, FormatError, label_histogram
+from ldpfl import mechanisms as mech
+from ldpfl.contract.client_reader import read_client_file
+from ldpfl.contract.client_writer import write_client_file
+from ldpfl.contract.run_dir import check_client_file
+from ldpfl.contract.schema import ClientMetadata, FormatError, label_histogram
 
 SEED = 20240613
 FILES = 300
@@ -195,7 +195,7 @@ def read_bounded(path: Path) -> str:
     """Read ``path`` both ways; return the validator's 'ok' or 'error'; fail on any other exception or bound.
 
     The validator (``check_client_file``) also refuses contradictions a plain read does not look for
-    (``contract.file_checks``), so it may say 'error' where the reader reads; never the other way round.
+    (``ldpfl.contract.file_checks``), so it may say 'error' where the reader reads; never the other way round.
     """
     outcomes = []
     for reader in (read_client_file, lambda p: check_client_file(p, read_data=True)):

@@ -1,4 +1,4 @@
-"""``contract.gather``: the silos' single-file run directories gathered into one run that federate reads."""
+"""``ldpfl.contract.gather``: the silos' single-file run directories gathered into one run that federate reads."""
 
 from __future__ import annotations
 
@@ -10,15 +10,15 @@ import h5py
 import pytest
 from federate_files import write_run
 
-from contract.client_reader import open_client_file
-from contract.digest import sha256_file
-from contract.gather import GatherError, gather_runs
-from contract.layout import MANIFEST_NAME, client_file_name
-from contract.manifest import read_manifest, record_for, write_manifest
-from contract.plan import PLAN_FILE, SharedPlan, write_plan
-from contract.run_dir import validate_run
-from contract.schema import FormatError
-from mechanisms import MechanismSpec
+from ldpfl.contract.client_reader import open_client_file
+from ldpfl.contract.digest import sha256_file
+from ldpfl.contract.gather import GatherError, gather_runs
+from ldpfl.contract.layout import MANIFEST_NAME, client_file_name
+from ldpfl.contract.manifest import read_manifest, record_for, write_manifest
+from ldpfl.contract.plan import PLAN_FILE, SharedPlan, write_plan
+from ldpfl.contract.run_dir import validate_run
+from ldpfl.contract.schema import FormatError
+from ldpfl.mechanisms import MechanismSpec
 
 
 def split_into_silos(run_dir: Path, root: Path, plan: SharedPlan | list | None = None) -> list[Path]:

@@ -13,8 +13,8 @@ import pytest
 from cli_checks import stderr_error_line as one_line
 from click.testing import CliRunner
 
-from contract.client_reader import read_client_file
 from ldpfl.cli import cli
+from ldpfl.contract.client_reader import read_client_file
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -19,15 +19,15 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from contract.client_writer import ClientFileExists, ClientFileWriter
-from contract.digest import sha256_file
-from contract.manifest import read_manifest
-from contract.run_dir import validate_run
-from contract.schema import ClientMetadata
 from ldpfl.cli import cli
-from stage1_features import worker_guard
-from stage1_features.export import run_export
-from stage1_features.export_config import ExportConfig, ExportError
+from ldpfl.contract.client_writer import ClientFileExists, ClientFileWriter
+from ldpfl.contract.digest import sha256_file
+from ldpfl.contract.manifest import read_manifest
+from ldpfl.contract.run_dir import validate_run
+from ldpfl.contract.schema import ClientMetadata
+from ldpfl.stage1_features import worker_guard
+from ldpfl.stage1_features.export import run_export
+from ldpfl.stage1_features.export_config import ExportConfig, ExportError
 
 REPO = Path(__file__).resolve().parents[1]
 ARGS = ["export", "--extractor", "none", "--clients", "4", "--limit", "400", "--seed", "5", "--quiet"]
@@ -35,7 +35,7 @@ ARGS = ["export", "--extractor", "none", "--clients", "4", "--limit", "400", "--
 SLOW_SITE = textwrap.dedent("""
     import os, time
     if os.environ.get("LDPFL_TEST_SLOW_RELEASE"):
-        import stage1_features.export_worker as worker
+        import ldpfl.stage1_features.export_worker as worker
         _write_split = worker.write_split
 
         def slow_write_split(*args, **kwargs):
@@ -142,8 +142,7 @@ def test_rerun_waits_for_a_stale_worker_then_proceeds(tmp_path, monkeypatch) -> 
 
 
 def _metadata() -> ClientMetadata:
-    import mechanisms as mech
-
+    from ldpfl import mechanisms as mech
     spec = mech.MechanismSpec.resolve("none", {"integer_bits": 2, "fraction_bits": 3}, features=4)
     return ClientMetadata(
         dataset="mnist5k", num_classes=2, client_index=0, client_count=1, partition={}, extractor="none",

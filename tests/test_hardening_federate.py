@@ -19,9 +19,9 @@ from click.testing import CliRunner
 from federate_files import write_run
 
 from ldpfl.cli import cli
-from stage2_federate import outdir, resources
-from stage2_federate.federation import FederationConfig, run_federation
-from stage2_federate.model_file import read_model
+from ldpfl.stage2_federate import outdir, resources
+from ldpfl.stage2_federate.federation import FederationConfig, run_federation
+from ldpfl.stage2_federate.model_file import read_model
 
 REPO = Path(__file__).resolve().parents[1]
 FAST = ["--hidden", "8", "--local-epochs", "1", "--batch-size", "16", "--threads", "1", "--seed", "3"]
@@ -91,8 +91,7 @@ def test_refused_run_leaves_no_directory_behind(tmp_path) -> None:
 
 KILL_ON_SECOND_CHECKPOINT = textwrap.dedent("""
     import os, signal, sys
-    import stage2_federate.checkpoint as checkpoint
-
+    import ldpfl.stage2_federate.checkpoint as checkpoint
     real_write, calls = checkpoint.atomic_write, []
 
     def dying_write(path, write):

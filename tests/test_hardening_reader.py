@@ -17,14 +17,14 @@ from cli_checks import stderr_error_line as error_line
 from click.testing import CliRunner
 from federate_files import write_run
 
-import mechanisms as mech
-from contract.client_reader import open_client_file, read_client_file
-from contract.digest import sha256_file
-from contract.layout import client_file_name
-from contract.manifest import read_manifest, record_for, write_manifest
-from contract.run_dir import check_client_file, validate_run
-from contract.schema import ClientMetadata, FormatError, label_histogram
+from ldpfl import mechanisms as mech
 from ldpfl.cli import cli
+from ldpfl.contract.client_reader import open_client_file, read_client_file
+from ldpfl.contract.digest import sha256_file
+from ldpfl.contract.layout import client_file_name
+from ldpfl.contract.manifest import read_manifest, record_for, write_manifest
+from ldpfl.contract.run_dir import check_client_file, validate_run
+from ldpfl.contract.schema import ClientMetadata, FormatError, label_histogram
 
 FAST = ["--hidden", "8", "--local-epochs", "1", "--batch-size", "16", "--threads", "1", "--seed", "3", "-q"]
 
@@ -174,8 +174,7 @@ def test_crafted_file_declaring_58_gib_is_a_quick_error_in_federate_and_inspect(
 
 def test_whole_split_read_is_refused_beyond_available_memory(tmp_path, monkeypatch) -> None:
     run = write_run(tmp_path / "run", clients=1, rows=64)
-    import contract.memory as memory
-
+    import ldpfl.contract.memory as memory
     monkeypatch.setattr(memory, "available_memory", lambda: (1000, "test"))
     with pytest.raises(FormatError, match=r"reading splits \['train', 'test'\] whole needs at least .* only 1000 B"):
         read_client_file(run / client_file_name(0))

@@ -11,13 +11,13 @@ import pytest
 import torch
 from federate_files import write_run
 
-import stage2_federate.data as data_module
-from contract.layout import client_file_name
-from stage2_federate import streaming
-from stage2_federate.data import ClientSplit, load_client, load_run
-from stage2_federate.federation import FederationConfig, run_federation
-from stage2_federate.model_file import read_model
-from stage2_federate.streaming import ResidencyBudget, StreamedSplit, shuffled_blocks
+import ldpfl.stage2_federate.data as data_module
+from ldpfl.contract.layout import client_file_name
+from ldpfl.stage2_federate import streaming
+from ldpfl.stage2_federate.data import ClientSplit, load_client, load_run
+from ldpfl.stage2_federate.federation import FederationConfig, run_federation
+from ldpfl.stage2_federate.model_file import read_model
+from ldpfl.stage2_federate.streaming import ResidencyBudget, StreamedSplit, shuffled_blocks
 
 FAST = dict(hidden=(8,), local_epochs=2, batch_size=4, threads=1, seed=5, rounds=2)
 

@@ -29,9 +29,9 @@ from inspect_files import (
     write_run,
 )
 
-import mechanisms as mech
-from contract.layout import client_file_name
+from ldpfl import mechanisms as mech
 from ldpfl.cli import cli
+from ldpfl.contract.layout import client_file_name
 from ldpfl.inspect import inspect_path
 from ldpfl.inspect_bits import binomial_se
 from ldpfl.inspect_file import ERROR, FLAGGED, OK

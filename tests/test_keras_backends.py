@@ -17,13 +17,13 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from contract.client_reader import read_client_file
-from contract.layout import client_file_name
-from contract.manifest import read_manifest
 from ldpfl.cli import cli
-from mechanisms.base import ParameterError
-from stage1_features import cnn, keras_backend
-from stage1_features.export_config import ExportConfig
+from ldpfl.contract.client_reader import read_client_file
+from ldpfl.contract.layout import client_file_name
+from ldpfl.contract.manifest import read_manifest
+from ldpfl.mechanisms.base import ParameterError
+from ldpfl.stage1_features import cnn, keras_backend
+from ldpfl.stage1_features.export_config import ExportConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["--dataset", "mnist5k", "--limit", "120", "--clients", "2", "--epochs", "1", "--batch-size", "32",

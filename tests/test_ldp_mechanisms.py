@@ -17,10 +17,10 @@ import pytest
 from click.testing import CliRunner
 from ldp_stats import LDP_NAMES
 
-import mechanisms as mech
+from ldpfl import mechanisms as mech
 from ldpfl.cli import cli
-from mechanisms import calibration_ldp as cal
-from mechanisms.calibration_ldp import THRESHOLD_SCALE
+from ldpfl.mechanisms import calibration_ldp as cal
+from ldpfl.mechanisms.calibration_ldp import THRESHOLD_SCALE
 
 # --------------------------------------------------------------------------------------------------
 # Calibration by hand.

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 from ldp_stats import DRAWS, K_SE, assert_unbiased, assert_variance, binomial_se, log_ratio_with_se
 
-import mechanisms as mech
-from mechanisms import calibration_ldp as cal
+from ldpfl import mechanisms as mech
+from ldpfl.mechanisms import calibration_ldp as cal
 
 # --------------------------------------------------------------------------------------------------
 # duchi.
@@ -101,7 +101,7 @@ def test_k_of_d_sampling_is_unbiased(name: str, eps: float, k: int) -> None:
 
 @pytest.mark.parametrize(("d", "k"), [(10, 3), (200, 100)])  # Floyd's algorithm; a shuffle per row
 def test_sample_dimensions_draws_distinct_uniform_dimensions(d: int, k: int) -> None:
-    from mechanisms.ldp_common import sample_dimensions
+    from ldpfl.mechanisms.ldp_common import sample_dimensions
 
     rows = 20_000 if k < 50 else 2_000
     index = sample_dimensions(rows, d, k, mech.default_rng(74))

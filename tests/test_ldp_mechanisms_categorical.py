@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 from ldp_stats import DRAWS, K_SE, binomial_se, log_ratio_with_se
 
-import mechanisms as mech
+from ldpfl import mechanisms as mech
 
 # --------------------------------------------------------------------------------------------------
 # krr.

@@ -7,8 +7,8 @@ import math
 
 import pytest
 
-import mechanisms as mech
-from stage2_federate import ledger as lg
+from ldpfl import mechanisms as mech
+from ldpfl.stage2_federate import ledger as lg
 
 
 def direct_rdp_epsilon(noise_multiplier: float, rounds: int, delta: float) -> float:

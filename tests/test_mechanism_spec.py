@@ -9,8 +9,8 @@ import pickle
 import numpy as np
 import pytest
 
-import mechanisms as mech
-from mechanisms.plugins import Registry
+from ldpfl import mechanisms as mech
+from ldpfl.mechanisms.plugins import Registry
 
 IV_D = {"epsilon": 0.5, "alpha": 10.0, "integer_bits": 4, "fraction_bits": 5}
 NAMES = mech.mechanism_names()
@@ -37,7 +37,7 @@ def test_registry_refuses_duplicates_and_lists_valid_names() -> None:
 
 
 def test_mechanism_registry_uses_it() -> None:
-    from mechanisms.registry import MECHANISMS, register
+    from ldpfl.mechanisms.registry import MECHANISMS, register
 
     assert sorted(MECHANISMS.names()) == NAMES
     with pytest.raises(ValueError, match="mechanism name 'uer' is already registered by UER"):

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-import mechanisms
+from ldpfl import mechanisms
 from ldpfl.cli import cli
-from stage1_features.release import noise_variance
+from ldpfl.stage1_features.release import noise_variance
 
 
 @pytest.mark.parametrize(("name", "params"), [("duchi", {}), ("piecewise", {}), ("hybrid", {}), ("laplace", {}),
@@ -39,7 +39,7 @@ def test_noise_aware_with_none_exits_2(tmp_path) -> None:
 
 @pytest.mark.slow
 def test_training_model_adds_the_variance_and_shares_the_weights() -> None:
-    from stage1_features import cnn, cnn_release
+    from ldpfl.stage1_features import cnn, cnn_release
 
     keras = cnn.import_keras()
     keras.utils.set_random_seed(1)
@@ -64,8 +64,8 @@ def test_training_model_adds_the_variance_and_shares_the_weights() -> None:
 
 @pytest.mark.slow
 def test_noise_aware_export_saves_a_model_without_the_noise(tmp_path) -> None:
-    from contract.manifest import read_manifest
-    from stage1_features import cnn_release
+    from ldpfl.contract.manifest import read_manifest
+    from ldpfl.stage1_features import cnn_release
 
     out = tmp_path / "run"
     result = CliRunner().invoke(cli, ["export", "--dataset", "mnist5k", "--limit", "120", "--clients", "1",

@@ -1,4 +1,4 @@
-"""``stage1_features.own_data``: a silo's own files (image folder, .npz, HDF5, CSV, Parquet) into a Dataset.
+"""``ldpfl.stage1_features.own_data``: a silo's own files (image folder, .npz, HDF5, CSV, Parquet) into a Dataset.
 
 Every test writes small files in the real formats with the ecosystem's writers (Pillow, numpy, h5py,
 pandas) and checks what ``load_own_data`` gives back: shapes, class order, scaling, and the one-line
@@ -15,8 +15,8 @@ import pandas as pd
 import pytest
 from PIL import Image
 
-from stage1_features.datasets import Dataset
-from stage1_features.own_data import (
+from ldpfl.stage1_features.datasets import Dataset
+from ldpfl.stage1_features.own_data import (
     CSV,
     HDF5,
     IMAGE_FOLDER,
@@ -28,7 +28,7 @@ from stage1_features.own_data import (
     detect_format,
     load_own_data,
 )
-from stage1_features.own_data_labels import encode_labels
+from ldpfl.stage1_features.own_data_labels import encode_labels
 
 
 def write_image_folder(root: Path, classes: dict[str, int], *, size=(6, 5), mode="L", rng, suffix=".png") -> dict:

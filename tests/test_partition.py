@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from stage1_features.partition import (
+from ldpfl.stage1_features.partition import (
     PARTITION_KINDS,
     holdout_split,
     make_partition,

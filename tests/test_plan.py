@@ -1,4 +1,4 @@
-"""``contract.plan``: the shared federation plan (``ldpfl-plan``): round trip, fingerprint, strict reading, checks."""
+"""``ldpfl.contract.plan``: the shared federation plan: round trip, fingerprint, strict reading, checks."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from contract.plan import (
+from ldpfl.contract.plan import (
     PLAN_SCHEMA,
     PlanError,
     PlanMismatch,
@@ -16,8 +16,8 @@ from contract.plan import (
     read_plan,
     write_plan,
 )
-from contract.schema import SCHEMA_VERSION
-from mechanisms import MechanismSpec
+from ldpfl.contract.schema import SCHEMA_VERSION
+from ldpfl.mechanisms import MechanismSpec
 
 UER = {"epsilon": 0.5, "alpha": 10.0, "integer_bits": 4, "fraction_bits": 5}
 

@@ -28,11 +28,11 @@ import pytest
 import torch
 from cli_checks import assert_usage_error, ok, run
 
-from contract.layout import client_file_name, local_file_name
-from contract.plan import PLAN_FILE, read_plan
 from ldpfl import predict as pr
-from stage2_federate.model import FederatedMLP
-from stage2_federate.model_file import CLEAN_TEST, RANDOMIZED_TEST, read_model, save_model
+from ldpfl.contract.layout import client_file_name, local_file_name
+from ldpfl.contract.plan import PLAN_FILE, read_plan
+from ldpfl.stage2_federate.model import FederatedMLP
+from ldpfl.stage2_federate.model_file import CLEAN_TEST, RANDOMIZED_TEST, read_model, save_model
 
 CLIENTS = 3
 
@@ -290,10 +290,10 @@ def test_the_cnn_pipeline_reproduces_the_clean_test_accuracy(tmp_path: Path) -> 
 
 
 def test_the_flower_server_records_what_its_summaries_say(digits_run: Path, tmp_path: Path) -> None:
-    from stage2_federate.config import FederationConfig
-    from stage2_federate.data import load_run
-    from stage2_federate.flower_engine import client_side as cs
-    from stage2_federate.flower_engine.server_side import finish_outputs, output_paths, plan_from_summaries
+    from ldpfl.stage2_federate.config import FederationConfig
+    from ldpfl.stage2_federate.data import load_run
+    from ldpfl.stage2_federate.flower_engine import client_side as cs
+    from ldpfl.stage2_federate.flower_engine.server_side import finish_outputs, output_paths, plan_from_summaries
 
     config = FederationConfig(rounds=1, hidden=(64,), seed=1)
     plan = plan_from_summaries(config, [cs.summarize(c) for c in load_run(digits_run).clients])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import mechanisms as mech
+from ldpfl import mechanisms as mech
 
 RANDOMIZED = [name for name in mech.mechanism_names() if name != "none"]
 

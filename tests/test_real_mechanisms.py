@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from scipy import special
 
-import mechanisms as mech
-from mechanisms.calibration import gaussian_delta_for_epsilon
+from ldpfl import mechanisms as mech
+from ldpfl.mechanisms.calibration import gaussian_delta_for_epsilon
 
 K_SE = 5.0  # tolerance in standard errors
 DRAWS = 200_000
@@ -100,7 +100,7 @@ def test_classic_sigma_is_conservative_below_one(epsilon: float, delta: float) -
 
 def test_gaussian_report_per_record_uses_l2_sensitivity() -> None:
     """The report is the discrete Gaussian's: CKS Theorem 7 per coordinate (2c/g grid steps), zCDP per record."""
-    from mechanisms import discrete_privacy as dpriv
+    from ldpfl.mechanisms import discrete_privacy as dpriv
 
     m = mech.create_mechanism("gaussian", epsilon=0.5, delta=1e-5, clip=4.0, dim=16)
     report = m.report()
@@ -178,7 +178,7 @@ def test_fedaw_clips_the_l2_norm_to_half_the_sensitivity() -> None:
     report = m.report()
     assert report.sensitivity == 2.0
     # One coordinate can take the whole S_f: the tight 1-D curve; the record: the zCDP bound of S_f/g steps.
-    from mechanisms import discrete_privacy as dpriv
+    from ldpfl.mechanisms import discrete_privacy as dpriv
 
     assert report.exact_epsilon_per_record == pytest.approx(
         dpriv.discrete_gaussian_record_epsilon(m.sigma / m.grid, 2.0 / m.grid, 1e-5), rel=1e-12)

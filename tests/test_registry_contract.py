@@ -10,8 +10,8 @@ import re
 import numpy as np
 import pytest
 
-import mechanisms as mech
-from mechanisms.registry import register
+from ldpfl import mechanisms as mech
+from ldpfl.mechanisms.registry import register
 
 NAMES = mech.mechanism_names()
 WITH_EPSILON = [

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-import mechanisms as mech
-from mechanisms import secure_noise as sn
+from ldpfl import mechanisms as mech
+from ldpfl.mechanisms import secure_noise as sn
 
 P_REJECT = 1e-6  # chi-square tests reject at this p-value (fixed seeds; OpenDP's side is unseeded)
 

@@ -25,10 +25,10 @@ from typing import Any
 import numpy as np
 import torch
 
-import mechanisms as mech
-from contract.atomic import atomic_write_text
-from contract.digest import sha256_file
-from contract.layout import client_stem, local_file_name
+from ldpfl import mechanisms as mech
+from ldpfl.contract.atomic import atomic_write_text
+from ldpfl.contract.digest import sha256_file
+from ldpfl.contract.layout import client_stem, local_file_name
 
 from ..config import FederationConfig
 from ..data import ClientDataset, ClientSplit, load_clean_test, load_client

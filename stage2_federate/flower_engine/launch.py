@@ -28,11 +28,11 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from contract.jsonout import json_ready
-from contract.layout import FEDERATION_DIR
-from contract.run_dir import validate_run
-from contract.version import package_version
-from mechanisms.base import ParameterError
+from ldpfl.contract.jsonout import json_ready
+from ldpfl.contract.layout import FEDERATION_DIR
+from ldpfl.contract.run_dir import validate_run
+from ldpfl.contract.version import package_version
+from ldpfl.mechanisms.base import ParameterError
 
 from .. import outputs as out
 from ..config import FederationConfig

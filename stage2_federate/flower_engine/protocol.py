@@ -31,8 +31,8 @@ from ..config import FederationConfig
 
 APP_NAME = "ldpfl-flower"
 PUBLISHER = "ldpfl"
-SERVER_APP = "stage2_federate.flower_engine.server_app:app"
-CLIENT_APP = "stage2_federate.flower_engine.client_app:app"
+SERVER_APP = "ldpfl.stage2_federate.flower_engine.server_app:app"
+CLIENT_APP = "ldpfl.stage2_federate.flower_engine.client_app:app"
 FLOWER_REQUIREMENT = "flwr[simulation]==1.41.0"
 INSTALL_HINT = "pip install -e '.[flower]'"
 

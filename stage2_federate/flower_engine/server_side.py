@@ -22,9 +22,9 @@ from typing import Any
 import numpy as np
 import torch
 
-import mechanisms as mech
-from contract.atomic import atomic_write, atomic_write_text
-from contract.version import package_version
+from ldpfl import mechanisms as mech
+from ldpfl.contract.atomic import atomic_write, atomic_write_text
+from ldpfl.contract.version import package_version
 
 from .. import outputs as out
 from ..checkpoint import CHECKPOINT_FORMAT, CHECKPOINT_VERSION, check_inputs, load_checkpoint
@@ -214,7 +214,7 @@ def restore(plan: ServerPlan, payload: Mapping[str, Any]) -> list[dict[str, Any]
     plan.model.load_state_dict(payload["model"])
     plan.streams.restore(payload["rng"])
     plan.record["randomness"] = payload["randomness"]
-    from mechanisms.randomness import RANDOMNESS_DESCRIPTIONS
+    from ldpfl.mechanisms.randomness import RANDOMNESS_DESCRIPTIONS
 
     for report in plan.privacy:
         report["randomness"] = payload["randomness"]
