@@ -35,11 +35,12 @@ from ldpfl.mechanisms.report import PrivacyReport
 from ldpfl.mechanisms.spec import ENCODING_KEYS, MechanismSpec
 
 SCHEMA = "ldpfl-features"
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """Written by this code. Version 2 stores the derived boolean ``private`` as int8 0/1 (version 1: numpy bool);
 version 3 adds the attributes ``release`` and ``local_only`` (and the optional ``class_names``,
-``plan_fingerprint``)."""
-SUPPORTED_SCHEMA_VERSIONS = (1, 2, 3)
+``plan_fingerprint``); version 4 adds ``label_release``, ``extractor_training`` and ``release_guarantee``
+(issue 22: one per-record guarantee over everything the file releases)."""
+SUPPORTED_SCHEMA_VERSIONS = (1, 2, 3, 4)
 """Read by this code (client files and manifests)."""
 SPLITS = ("train", "test")
 
@@ -50,10 +51,21 @@ MAX_CLASSES = 100_000
 MAX_ENCODING_BITS = 31
 
 JSON_ATTRIBUTES = ("partition", "mechanism_parameters", "privacy_report", "label_histograms")
+OPTIONAL_JSON_ATTRIBUTES = ("label_release", "extractor_training", "release_guarantee")
+"""JSON objects of version 4 (``None`` when a file of an older version does not record them):
+
+* ``label_release``: how the labels were released: ``{"mechanism": "clear"}`` (the true labels) or
+  ``{"mechanism": "krr", "epsilon": exact ε, ...}`` (k-ary randomized response of each true label);
+* ``extractor_training``: how the function that computed the released values was trained:
+  ``{"training": "none"}`` (no trained extractor), ``{"training": "non-private", "records": n}`` or
+  ``{"training": "dp-sgd", "epsilon": ε, "delta": δ, "noise_multiplier": σ, "sampling_probability": q,
+  "steps": T, "records": n, ...}``;
+* ``release_guarantee``: the per-record (ε, δ) over everything the file releases, with its parts
+  (``ldpfl.contract.release_guarantee``)."""
 INT_ATTRIBUTES = ("num_classes", "client_index", "client_count", "integer_bits", "fraction_bits", "features",
                   "schema_version")
 
-OPTIONAL_ATTRIBUTES = ("class_names", "plan_fingerprint")
+OPTIONAL_ATTRIBUTES = ("class_names", "plan_fingerprint", *OPTIONAL_JSON_ATTRIBUTES)
 """Attributes a file may lack (older files, benchmark exports): read as ``None``, not written when ``None``.
 ``class_names`` is a JSON list of the class names (class k is ``class_names[k]``, own data: issue 16);
 ``plan_fingerprint`` is the fingerprint of the shared plan the file was exported with (``ldpfl.contract.plan``)."""
@@ -124,6 +136,9 @@ class ClientMetadata:
     plan_fingerprint: str | None = None
     release: str = FLATTEN
     local_only: bool = False
+    label_release: Mapping[str, Any] | None = None
+    extractor_training: Mapping[str, Any] | None = None
+    release_guarantee: Mapping[str, Any] | None = None
 
     @property
     def bits_per_value(self) -> int:
@@ -170,7 +185,7 @@ class ClientMetadata:
                 continue
             if f.name == "class_names":
                 value = json.dumps(list(value), ensure_ascii=False)
-            elif f.name in JSON_ATTRIBUTES:
+            elif f.name in JSON_ATTRIBUTES or f.name in OPTIONAL_JSON_ATTRIBUTES:
                 value = json.dumps(value, sort_keys=True, default=json_default)
             elif f.name == "input_shape":
                 value = np.asarray(value, dtype=np.int64)
@@ -229,7 +244,7 @@ class ClientMetadata:
                     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
                         raise ValueError("not a JSON list of strings")
                     value = tuple(value)
-                elif f.name in JSON_ATTRIBUTES:
+                elif f.name in JSON_ATTRIBUTES or f.name in OPTIONAL_JSON_ATTRIBUTES:
                     value = json.loads(_text(value))
                 elif f.name == "input_shape":
                     value = tuple(int(v) for v in np.asarray(value).ravel())
@@ -255,6 +270,8 @@ class ClientMetadata:
         """Range-check the attribute values; raise ``FormatError`` naming every problem."""
         problems = [f"attribute {name!r} is not a JSON object" for name in JSON_ATTRIBUTES
                     if not isinstance(getattr(self, name), Mapping)]
+        problems += [f"attribute {name!r} is not a JSON object" for name in OPTIONAL_JSON_ATTRIBUTES
+                     if getattr(self, name) is not None and not isinstance(getattr(self, name), Mapping)]
         if isinstance(self.privacy_report, Mapping):
             try:
                 self.privacy()

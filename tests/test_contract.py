@@ -85,7 +85,7 @@ def test_booleans_are_int8_and_version_1_files_still_read(run: Path, tmp_path: P
     path = tmp_path / "client_000.h5"
     shutil.copyfile(run / client_file_name(0), path)
     with h5py.File(path, "r") as handle:
-        assert handle.attrs["private"].dtype == np.int8 and handle.attrs["schema_version"] == SCHEMA_VERSION == 3
+        assert handle.attrs["private"].dtype == np.int8 and handle.attrs["schema_version"] == SCHEMA_VERSION == 4
         assert handle.attrs["release"] == "flatten" and handle.attrs["local_only"] == 0
     with h5py.File(path, "r+") as handle:  # what version 1 wrote: a numpy-bool enum, no release/local_only
         handle.attrs["private"] = np.bool_(False)
@@ -99,8 +99,8 @@ def test_booleans_are_int8_and_version_1_files_still_read(run: Path, tmp_path: P
     with pytest.raises(FormatError, match="missing attribute 'release'"):
         read_client_file(path)
     with h5py.File(path, "r+") as handle:
-        handle.attrs["schema_version"] = 4
-    with pytest.raises(FormatError, match="'schema_version' is 4, this reader supports 1, 2, 3"):
+        handle.attrs["schema_version"] = 5
+    with pytest.raises(FormatError, match="'schema_version' is 5, this reader supports 1, 2, 3, 4"):
         read_client_file(path)
 
 
