@@ -43,13 +43,17 @@ class ReleaseEntry:
     release: str
     exact_epsilon_per_record: float | None  # None: not recorded; inf: not private
     randomness: str | None = None
+    label_release: Mapping[str, Any] | None = None  # the file's label_release; None: not recorded (clear labels)
 
     def to_dict(self) -> dict[str, Any]:
         """Return the JSON form (an infinite ε as ``"inf"``)."""
         eps = self.exact_epsilon_per_record
-        return {"run": self.run, "file": self.file, "sha256": self.sha256, "mechanism": self.mechanism,
-                "release": self.release, "randomness": self.randomness,
-                "exact_epsilon_per_record": json_number(eps)}
+        out = {"run": self.run, "file": self.file, "sha256": self.sha256, "mechanism": self.mechanism,
+               "release": self.release, "randomness": self.randomness,
+               "exact_epsilon_per_record": json_number(eps)}
+        if self.label_release is not None:
+            out["label_release"] = dict(self.label_release)
+        return out
 
     @classmethod
     def from_dict(cls, data: Any) -> ReleaseEntry:
@@ -60,9 +64,13 @@ class ReleaseEntry:
             if not isinstance(data.get(key), str):
                 raise ValueError(f"release entry key {key!r} must be a string, got {data.get(key)!r}")
         sha = data.get("sha256")
+        label = data.get("label_release")
+        if label is not None and not isinstance(label, Mapping):
+            raise ValueError(f"release entry key 'label_release' must be a JSON object, got {label!r}")
         return cls(str(data.get("run", "")), data["file"], None if sha is None else str(sha), data["mechanism"],
                    str(data.get("release", FLATTEN)), _epsilon(data.get("exact_epsilon_per_record")),
-                   None if data.get("randomness") is None else str(data["randomness"]))
+                   None if data.get("randomness") is None else str(data["randomness"]),
+                   None if label is None else dict(label))
 
 
 def total_epsilon(entries: Iterable[ReleaseEntry]) -> float | None:

@@ -20,11 +20,13 @@ import h5py
 import numpy as np
 
 from ldpfl import mechanisms as mech
+from ldpfl.contract import inventory
 from ldpfl.contract.client_reader import iter_feature_chunks, open_client_file, short_error
 from ldpfl.contract.file_checks import checksum_problems, unprotected_datasets
 from ldpfl.contract.jsonout import json_ready
 from ldpfl.contract.layout import MANIFEST_NAME
 from ldpfl.contract.manifest import read_manifest
+from ldpfl.contract.release_guarantee import ReleaseGuarantee, file_guarantee, stored_or_computed
 from ldpfl.contract.run_dir import FileCheck, check_client_file, listed_index_problem, name_index_problem
 from ldpfl.contract.schema import SPLITS, ClientMetadata, FormatError
 from ldpfl.inspect_bits import BitStatistics, bit_statistics, count_ones_per_position
@@ -62,6 +64,7 @@ class FileReport:
     label_histograms: dict[str, list[int]] = field(default_factory=dict)
     checksums: str = "not read"
     privacy: PrivacySummary | None = None
+    guarantee: ReleaseGuarantee | None = None  # everything the file releases about one record (issue 22)
     bits: BitStatistics | None = None
     floats: FloatStatistics | None = None
     flags: list[str] = field(default_factory=list)
@@ -93,6 +96,7 @@ class FileReport:
             "manifest": dataclasses.asdict(self.manifest), "checksums": self.checksums, "metadata": meta,
             "rows": dict(self.rows), "label_histograms": dict(self.label_histograms),
             "privacy": None if self.privacy is None else self.privacy.to_dict(),
+            "release_guarantee": None if self.guarantee is None else self.guarantee.to_dict(),
             "bit_statistics": None if self.bits is None else self.bits.to_dict(),
             "float_statistics": None if self.floats is None else self.floats.to_dict(),
         })
@@ -266,6 +270,8 @@ def inspect_file(path: str | os.PathLike, *, manifest: ManifestCheck | None = No
             report.flags.extend(problems)
             report.privacy, problems = privacy_summary(metadata, mechanism)
             report.flags.extend(problems)
+            report.guarantee, problems = guarantee_summary(handle, metadata, rows)
+            report.flags.extend(problems)
             _read_data(path, handle, metadata, mechanism, report, block_rows)
             if report.manifest.rows is not None and dict(report.manifest.rows) != report.rows:
                 report.flags.append(f"rows {report.rows} differ from the manifest's {dict(report.manifest.rows)}")
@@ -275,6 +281,31 @@ def inspect_file(path: str | os.PathLike, *, manifest: ManifestCheck | None = No
         problem = f"unexpected {type(error).__name__} while reading ({short_error(error)})"
         report.error, report.error_problem = f"{path}: {problem}", problem
     return report
+
+
+def guarantee_summary(handle: h5py.File, metadata: ClientMetadata, rows: Mapping[str, int]
+                      ) -> tuple[ReleaseGuarantee | None, list[str]]:
+    """Return the file's release guarantee (stored, or computed for older files) and what contradicts it.
+
+    A stored guarantee may not claim less than the file's own parts give (the earlier releases of the same
+    records, which only the manifest knows, can only add); every dataset and attribute of a shareable file must
+    be in the inventory (``ldpfl.contract.inventory``).
+    """
+    problems = []
+    if not metadata.local_only:
+        problems += [f"{item} is not in the inventory of what a client file may release"
+                     for item in inventory.unclassified(handle)]
+    try:
+        records = sum(rows.values())
+        guarantee = stored_or_computed(metadata, records=records)
+        diagnostic = "stats" in handle and "input_bit_density" in handle["stats"]
+        own = file_guarantee(metadata, records=records, diagnostic=diagnostic)
+    except (KeyError, TypeError, ValueError) as error:
+        return None, [f"attribute 'release_guarantee' or its inputs are malformed ({short_error(error)})"]
+    if own.epsilon > guarantee.epsilon * (1 + 1e-9) + 1e-9:
+        problems.append(f"release_guarantee states epsilon {guarantee.epsilon:.6g}, below the {own.epsilon:.6g} of "
+                        "the file's own parts")
+    return guarantee, problems
 
 
 def manifest_check(file: FileCheck, *, has_manifest: bool = True) -> ManifestCheck:

@@ -48,6 +48,9 @@ def file_lines(report: FileReport) -> list[str]:
     lines = [f"{report.name}  ({report.path}, {size})"]
     if report.error:
         return [*lines, f"  status      ERROR: {report.error_problem}"]
+    if report.guarantee is not None:  # text output leads with what the file releases about one record
+        lines += report.guarantee.lines()
+        lines.append(f"  scope       {report.guarantee.scope}; neighbours: {report.guarantee.neighbours}")
     meta = report.metadata
     assert meta is not None
     lines.append(f"  status      {report.status}" + ("" if report.status == OK else f" ({len(report.flags)} flags)"))
@@ -72,7 +75,7 @@ def file_lines(report: FileReport) -> list[str]:
         f"  features    {meta.feature_format} ({unit})",
         f"  mechanism   {meta.mechanism} ({params})",
         f"  randomness  {meta.randomness}: {RANDOMNESS_DESCRIPTIONS.get(meta.randomness, 'unspecified')}",
-        f"  local acc   {_fmt(meta.local_accuracy)}",
+        f"  local acc   {_fmt(meta.local_accuracy)}" + ("" if meta.local_only else " (local-only: not shared)"),
         f"  written     {meta.created_utc} by ldpfl {meta.package_version}, schema v{meta.schema_version}",
     ]
     p = report.privacy
@@ -163,6 +166,10 @@ def run_lines(result: Inspection) -> list[str]:
     """Return the lines of a run's summary: one row per client, then the run's problems and notes."""
     n_bad = sum(f.status != OK for f in result.files)
     lines = [f"run {result.path}  ({len(result.files)} client files, {n_bad} not ok)"]
+    guarantees = [f.guarantee for f in result.files if f.guarantee is not None]
+    if guarantees:  # the run's text leads with its weakest client's guarantee
+        worst = max(guarantees, key=lambda g: (g.epsilon, g.delta))
+        lines.append(f"  {worst.headline()} (the weakest of {len(guarantees)} clients)")
     if result.manifest is not None:
         lines.append(f"  manifest  {result.manifest.get('files_listed')} files listed, updated "
                      f"{result.manifest.get('updated_utc', '?')}")
@@ -180,9 +187,9 @@ def run_lines(result: Inspection) -> list[str]:
             "-" if m is None else m.release, "-" if m is None else m.mechanism,
             _fmt(None if p is None else p.nominal_epsilon),
             _fmt(None if p is None else p.exact_epsilon_per_record, 6),
-            _fmt(None if m is None else m.local_accuracy, 3), sha, status])
+            _fmt(None if f.guarantee is None else f.guarantee.epsilon, 6), sha, status])
     lines += _table(["client", "file", "train", "test", "train labels", "release", "mechanism", "nominal eps",
-                     "exact eps/record", "local acc", "sha", "status"], rows)
+                     "features eps/record", "total eps/record", "sha", "status"], rows)
     flagged = [(f.name, flag) for f in result.files if not f.error for flag in f.flags[1:]]
     if flagged:
         lines.append("more flags")

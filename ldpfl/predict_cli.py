@@ -201,12 +201,15 @@ def _warn(message: str) -> None:
 
 
 def _randomized_warning(silo: Any, rows: int, model: Any, mode: str) -> str:
+    from ldpfl.contract.release_guarantee import stored_or_computed
+
     report = silo.metadata.privacy_report
     epsilon = report.get("exact_epsilon_per_record")
     evaluated = ", ".join((model.trained_on or {}).get("evaluated_on") or ["(not recorded)"])
     seeded = ", seeded: NO privacy against anyone who knows the seed" if mode == "seeded" else ""
+    guarantee = stored_or_computed(silo.metadata, records=rows)
     return (f"--randomized releases these {rows} records again through mechanism {silo.metadata.mechanism!r} "
-            f"(exact ε = {epsilon} per record{seeded}): "
+            f"(exact ε = {epsilon} per record for the values alone{seeded}; the file's {guarantee.headline()}): "
             "keep the predictions on the silo, or count this release in the records' privacy budget. The global "
             f"model was trained on randomized releases and evaluated on: {evaluated}.")
 

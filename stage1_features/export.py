@@ -175,7 +175,8 @@ def run_export(config: ExportConfig, out_dir: str | os.PathLike[str], *, progres
         local_records = kept_local_records(run_dir, kept) if config.keep_clean_test else {}
 
         def manifest() -> None:
-            write_manifest(run_dir, list(records.values()), manifest_info(run_info, plan, records, local_records))
+            info = manifest_info(run_info, plan, records, local_records, run_dir)
+            write_manifest(run_dir, list(records.values()), info)
 
         manifest()  # lists adopted files at once
         pending = [i for i in config.exported_clients() if i not in kept]
@@ -226,7 +227,8 @@ def _task(plan: ExportPlan, run_dir: Path, index: int, indices: np.ndarray, part
         release=str(plan.release), holdout=holdout, keep_clean_test=config.keep_clean_test,
         noise_variance=noise_variance(plan.spec) if config.noise_aware else None,
         model_path=None if plan.source is None else str(plan.source.model_path(index)),
-        release_number=1 if plan.source is None else len(plan.source.history.get(index, ())) + 1)
+        release_number=1 if plan.source is None else len(plan.source.history.get(index, ())) + 1,
+        prior_releases=() if plan.source is None else tuple(e.to_dict() for e in plan.source.history.get(index, ())))
 
 
 def fresh_holdouts_of(plan: ExportPlan, clients: list[np.ndarray]) -> list[tuple[np.ndarray, np.ndarray]]:

@@ -13,11 +13,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ldpfl.contract.layout import local_file_name
+from ldpfl.contract.client_reader import open_client_file
+from ldpfl.contract.layout import client_stem, local_file_name
 from ldpfl.contract.manifest import FileRecord
+from ldpfl.contract.release_guarantee import stored_or_computed
 from ldpfl.contract.release_history import RELEASE_HISTORY_KEY, ReleaseEntry, history_json
 from ldpfl.contract.run_dir import check_client_file
 
+RELEASE_GUARANTEE_KEY = "release_guarantee"
 LOCAL_FILES_KEY = "local_files"
 LOCAL_FILES_NOTE = ("client_NNN.local.h5: UNRANDOMIZED test records for evaluation on the client's own machine "
                     "(ldpfl federate --eval-clean); never share them; not hashed here")
@@ -30,13 +33,23 @@ def own_entry(plan: Any, record: FileRecord) -> ReleaseEntry:
                         report.exact_epsilon_per_record, plan.randomness.mode)
 
 
+def guarantees_of(run_dir: Path, records: Mapping[int, FileRecord]) -> dict[str, Any]:
+    """Return each finished client's ``release_guarantee`` as its file states it (``{"client_000": {...}}``)."""
+    out = {}
+    for index, record in sorted(records.items()):
+        with open_client_file(run_dir / record.path) as (_, meta, rows):
+            out[client_stem(index)] = stored_or_computed(meta, records=sum(rows.values())).to_dict()
+    return out
+
+
 def manifest_info(run_info: Mapping[str, Any], plan: Any, records: Mapping[int, FileRecord],
-                  local_records: Mapping[int, FileRecord]) -> dict[str, Any]:
-    """Return ``run_info`` with the release history of the finished clients and the local-only files."""
+                  local_records: Mapping[int, FileRecord], run_dir: Path) -> dict[str, Any]:
+    """Return ``run_info`` with the release history and guarantee of the finished clients and the local-only files."""
     source = plan.source
     history = {i: [*(source.history.get(i, []) if source is not None else []), own_entry(plan, record)]
                for i, record in records.items()}
-    info = dict(run_info) | {RELEASE_HISTORY_KEY: history_json(history)}
+    info = dict(run_info) | {RELEASE_HISTORY_KEY: history_json(history),
+                             RELEASE_GUARANTEE_KEY: guarantees_of(run_dir, records)}
     if plan.config.keep_clean_test:
         info[LOCAL_FILES_KEY] = {"note": LOCAL_FILES_NOTE, "files": [
             {"client_index": i, "path": r.path, "rows": dict(r.rows)} for i, r in sorted(local_records.items())]}

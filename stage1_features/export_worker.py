@@ -21,6 +21,7 @@ from ldpfl import mechanisms
 from ldpfl.contract.client_writer import ClientFileWriter
 from ldpfl.contract.layout import client_file_name, local_file_name
 from ldpfl.contract.manifest import FileRecord, record_for
+from ldpfl.contract.release_guarantee import file_guarantee
 from ldpfl.contract.release_point import ReleasePoint, parse_release
 from ldpfl.contract.schema import ClientMetadata, label_histogram
 from ldpfl.contract.version import package_version
@@ -64,6 +65,7 @@ class ClientTask:
     release_number: int = 1  # the how-many-th release of this client's records (from_models: > 1)
     keep_clean_test: bool = False  # also write the local-only client_NNN.local.h5
     noise_variance: tuple[float, float] | None = None  # noise_aware: (a, b) of the variance a + b·x² to train with
+    prior_releases: tuple[Mapping[str, Any], ...] = ()  # from_models: earlier releases of these records (JSON)
 
     def spec(self) -> mechanisms.MechanismSpec:
         """Return the plan's mechanism spec, as it crossed the process boundary."""
@@ -214,14 +216,18 @@ def export_client(task: ClientTask, dataset: Any = None) -> ClientOutcome:
         mechanism=spec.name, mechanism_parameters=layout.mechanism_parameters,
         privacy_report=task.privacy.to_dict(), randomness=task.randomness,
         label_histograms={s: label_histogram(labels[s], dataset.num_classes) for s in splits},
-        local_accuracy=accuracy, package_version=package_version(),
+        local_accuracy=None, package_version=package_version(),  # accuracy on clear records: local-only
         class_names=getattr(dataset, "class_names", None), plan_fingerprint=task.plan_fingerprint,
         release=str(point),
     )
     rows = {s: len(idx) for s, idx in splits.items()}
+    guarantee = file_guarantee(metadata, records=sum(rows.values()), history=task.prior_releases,
+                               diagnostic=task.store_input_density)
+    metadata = dataclasses.replace(metadata, release_guarantee=guarantee.to_dict())
     local_record = None
     if task.keep_clean_test:  # written first: a kept client file always has its local file (resume)
-        local_record = write_clean_test(task, metadata, spec, point, batches("test"), len(test_idx))
+        local_record = write_clean_test(task, dataclasses.replace(metadata, local_accuracy=accuracy), spec, point,
+                                        batches("test"), len(test_idx))
     path = run_dir / client_file_name(task.index)
     pipeline = layout.pipeline
     density = BitDensity(metadata.feature_width) if task.store_input_density else None

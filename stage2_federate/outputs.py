@@ -64,12 +64,18 @@ def write_metrics_json(path: str | os.PathLike, *, config: Mapping[str, Any], pr
     """``{"config": …, "privacy": [per-client reports], "rounds": [per-round records], "privacy_ledger": …, …extra}``.
 
     ``privacy_ledger`` is each client's total over the rounds so far (``ledger.ledger_section``), computed
-    here so that every engine writes it.
+    here so that every engine writes it; ``release_guarantee`` is the per-record figure over everything the
+    clients released (``ldpfl.contract.release_guarantee.federation_guarantee``).
     """
+    from ldpfl.contract.release_guarantee import federation_guarantee
+
     from .ledger import ledger_section
 
-    payload = {"config": config, "privacy": list(privacy), "rounds": list(rounds),
-               "privacy_ledger": ledger_section(rounds, privacy)}
+    ledger = ledger_section(rounds, privacy)
+    payload = {"config": config, "privacy": list(privacy), "rounds": list(rounds), "privacy_ledger": ledger}
+    if all("release_guarantee" in p for p in privacy) and privacy:  # issue 22: everything released, one figure
+        clean = any(key.startswith("clean_test_") for r in rounds for key in r)
+        payload["release_guarantee"] = federation_guarantee(privacy, ledger, clean_metrics=clean)
     return write_json(path, payload | dict(extra or {}))
 
 

@@ -17,6 +17,7 @@ import torch
 
 from ldpfl import mechanisms as mech
 from ldpfl.contract.file_checks import float32_overflow
+from ldpfl.contract.release_guarantee import stored_or_computed
 from ldpfl.mechanisms.base import ParameterError
 from ldpfl.mechanisms.randomness import RANDOMNESS_DESCRIPTIONS
 
@@ -221,7 +222,8 @@ def plan_federation(run_dir: Path, config: FederationConfig) -> FederationPlan:
     for c in clients:
         report = perturbations[c.index].report(randomness.mode)
         report.update(file=c.path.name, feature_privacy=dict(c.metadata.privacy_report),
-                      feature_mechanism=c.metadata.mechanism)
+                      feature_mechanism=c.metadata.mechanism,
+                      release_guarantee=stored_or_computed(c.metadata, records=len(c.train) + len(c.test)).to_dict())
         privacy.append(report)
     budgeted = perturbation_wiring(config.perturbation).budget
     record = {

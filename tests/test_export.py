@@ -318,7 +318,8 @@ def test_fmnist_shaped_export_with_the_fig4_net_and_saved_model(tmp_path) -> Non
     assert (result.extractor, result.features, result.feature_width) == ("cifar-cnn", 1152, 11_520)
     data = read_client_file(tmp_path / "run" / summary.file)
     assert data.features["train"].shape == (72, 1440) and data.features["test"].shape == (8, 1440)
-    assert data.metadata.local_accuracy is not None and 0.0 <= data.metadata.local_accuracy <= 1.0
+    assert summary.local_accuracy is not None and 0.0 <= summary.local_accuracy <= 1.0  # reported on the silo
+    assert data.metadata.local_accuracy is None  # a statistic of clear records: never in a shareable file
     assert summary.model_file == "client_000.keras" and (tmp_path / "run" / "client_000.keras").is_file()
     assert any("NOT covered" in note for note in result.notes)
 

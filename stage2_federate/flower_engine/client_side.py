@@ -29,6 +29,7 @@ from ldpfl import mechanisms as mech
 from ldpfl.contract.atomic import atomic_write_text
 from ldpfl.contract.digest import sha256_file
 from ldpfl.contract.layout import client_stem, local_file_name
+from ldpfl.contract.release_guarantee import stored_or_computed
 
 from ..config import FederationConfig
 from ..data import ClientDataset, ClientSplit, load_clean_test, load_client
@@ -89,7 +90,8 @@ def summarize(client: ClientDataset) -> ClientSummary:
         index=client.index, file=client.path.name, train_rows=len(client.train), test_rows=len(client.test),
         label_histogram=client.label_histogram, dataset=meta.dataset, num_classes=meta.num_classes,
         feature_format=meta.feature_format, feature_width=meta.feature_width, feature_mechanism=meta.mechanism,
-        feature_privacy=dict(meta.privacy_report), sha256=sha256_file(client.path))
+        feature_privacy=dict(meta.privacy_report), sha256=sha256_file(client.path),
+        release_guarantee=stored_or_computed(meta, records=len(client.train) + len(client.test)).to_dict())
 
 
 def client_perturbation(config: FederationConfig, setup: ClientSetup, client: ClientDataset) -> ClientPerturbation:

@@ -160,6 +160,7 @@ class ClientSummary:
     feature_mechanism: str
     feature_privacy: dict[str, Any]
     sha256: str  # of the file: the checkpoint records it, and resume refuses other files
+    release_guarantee: dict[str, Any] | None = None  # the file's (issue 22); None from an older client
 
     def to_json(self) -> str:
         """Return the summary as JSON text."""

@@ -126,6 +126,8 @@ def plan_from_summaries(config: FederationConfig, summaries: Sequence[ClientSumm
     for s in ordered:
         report = perturbations[s.index].report(randomness.mode)
         report.update(file=s.file, feature_privacy=dict(s.feature_privacy), feature_mechanism=s.feature_mechanism)
+        if s.release_guarantee is not None:
+            report.update(release_guarantee=dict(s.release_guarantee))
         privacy.append(report)
     record = {
         **config.to_dict(),

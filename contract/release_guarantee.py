@@ -1,0 +1,356 @@
+"""One per-record guarantee over everything a silo releases (issue 22 item 4).
+
+A client file releases, for every record of the client: the values computed by its extractor and randomized by
+the file's mechanism (features, bottleneck, scores or a predicted class), the record's label (in clear or
+randomized by k-RR), and, through the extractor, something of every *other* record it was trained on. The
+guarantee composes all of it for one record, under the neighbouring relation of local DP: **replace one record**
+(its image and its label) by any other; the number of records n is the same in both, so row counts and shapes
+are public under it. Parts:
+
+* ``features``: the file's mechanism on the record's own values, ε_f per record (its exact report; pure ε-DP);
+* ``labels``: the true label in clear (ε = ∞) or k-RR at exact ε_l (pure ε-DP);
+* ``extractor``: how the released function depends on the record through training:
+
+  - trained with DP-SGD (noise multiplier σ, Poisson rate q, T steps): the CNN is (ε, δ)-DP in the record, and
+    every other record's release is post-processing of the CNN and of that record's own data;
+  - trained without DP: one record changes the CNN and so the release of each of the other n − 1 records; each
+    of those is ε_f-LDP whatever its input, so the only bound is group privacy, (n − 1)·ε_f (Dwork and Roth
+    2014, Theorem 2.2), which with the record's own ε_f gives n·ε_f;
+  - not trained (raw features): no part.
+* ``re-release``: each earlier release of the same records (``--from-models``: the same extractor, counted once).
+
+Composition (Dwork and Roth 2014, Theorem 3.16; adaptive composition holds for all of them): pure parts add. When
+a DP-SGD part is present, everything is also composed with dp-accounting's PLD accountant under REPLACE_ONE:
+the DP-SGD event as it ran (``PoissonSampledDpEvent`` of a ``GaussianDpEvent``, T times), each k-RR part as the
+``RandomizedResponseDpEvent`` it is, and each other pure ε part as binary randomized response at ε, which
+dominates every ε-DP mechanism (Kairouz, Oh, Viswanath 2015, Theorem 4). The guarantee is the smaller of the two
+valid figures, and ``method`` says which one it is.
+
+This module imports numpy-level code only; dp-accounting loads when a DP-SGD part is composed.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ldpfl.mechanisms.report import format_epsilon, json_number, number_from_json
+
+NEIGHBOURS = "replace one record (its values and its label); n is public"
+
+FEATURES = "features"
+LABELS = "labels"
+EXTRACTOR = "extractor"
+RE_RELEASE = "re-release"
+UPDATES = "updates"
+DIAGNOSTIC = "diagnostic"
+
+METHOD_BASIC = "basic composition"
+METHOD_PLD = "dp-accounting PLD (REPLACE_ONE)"
+
+PLD_MAX_PURE_EPSILON = 30.0
+"""Pure parts above this ε are not given to the PLD accountant (randomized response at ε > 30 keeps the truth with
+probability 1 − 1e-13: nothing to gain, and the discretization loses it); basic composition covers them."""
+
+DP_SGD_KEYS = ("noise_multiplier", "sampling_probability", "steps")
+
+
+@dataclass(frozen=True)
+class GuaranteePart:
+    """One value (or set of values) released about a record, with its own per-record (ε, δ).
+
+    ``kind`` is one of ``features``, ``labels``, ``extractor``, ``re-release``, ``updates``; ``covers`` says
+    what it covers in words; ``event`` holds what the accountant needs: ``{"pure_epsilon": ε}``, ``{"krr":
+    ε, "num_classes": k}`` or the DP-SGD parameters (``noise_multiplier``, ``sampling_probability``, ``steps``).
+    """
+
+    kind: str
+    covers: str
+    mechanism: str
+    epsilon: float
+    delta: float = 0.0
+    event: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the JSON form (an infinite ε as ``"inf"``)."""
+        return {"kind": self.kind, "covers": self.covers, "mechanism": self.mechanism,
+                "epsilon": json_number(self.epsilon), "delta": self.delta, "event": dict(self.event)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> GuaranteePart:
+        """Read a part (``ValueError`` naming the key when it is malformed)."""
+        epsilon = number_from_json(data.get("epsilon"), name="epsilon", optional=False)
+        assert epsilon is not None
+        delta = float(data.get("delta", 0.0))
+        if not 0.0 <= delta < 1.0:
+            raise ValueError(f"part delta must be in [0, 1), got {delta!r}")
+        event = data.get("event", {})
+        if not isinstance(event, Mapping):
+            raise ValueError("part key 'event' must be a JSON object")
+        return cls(str(data["kind"]), str(data["covers"]), str(data["mechanism"]), epsilon, delta, dict(event))
+
+
+@dataclass(frozen=True)
+class ReleaseGuarantee:
+    """The per-record (ε, δ) over every part, how it was composed, and a one-sentence scope."""
+
+    epsilon: float
+    delta: float
+    parts: tuple[GuaranteePart, ...]
+    scope: str
+    method: str = METHOD_BASIC
+    neighbours: str = NEIGHBOURS
+
+    @property
+    def private(self) -> bool:
+        """True where the guarantee is finite."""
+        return math.isfinite(self.epsilon)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the JSON form written to files, manifests, ``metrics.json`` and ``inspect --json``."""
+        return {"epsilon": json_number(self.epsilon), "delta": self.delta, "private": self.private,
+                "method": self.method, "neighbours": self.neighbours, "scope": self.scope,
+                "parts": [part.to_dict() for part in self.parts]}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ReleaseGuarantee:
+        """Read a guarantee (``ValueError`` when it is malformed)."""
+        if not isinstance(data, Mapping) or not isinstance(data.get("parts"), list):
+            raise ValueError("release_guarantee must be a JSON object with a list 'parts'")
+        epsilon = number_from_json(data.get("epsilon"), name="epsilon", optional=False)
+        assert epsilon is not None
+        return cls(epsilon, float(data.get("delta", 0.0)), tuple(GuaranteePart.from_dict(p) for p in data["parts"]),
+                   str(data.get("scope", "")), str(data.get("method", METHOD_BASIC)),
+                   str(data.get("neighbours", NEIGHBOURS)))
+
+    def headline(self) -> str:
+        """Return the one line that text output leads with."""
+        if not self.private:
+            open_parts = ", ".join(p.kind for p in self.parts if not math.isfinite(p.epsilon))
+            return f"release guarantee: epsilon = inf per record (not private: {open_parts})"
+        delta = f", delta = {self.delta:.3g}" if self.delta else ""
+        return f"release guarantee: epsilon = {format_epsilon(self.epsilon)}{delta} per record ({self.method})"
+
+    def lines(self) -> list[str]:
+        """Return the headline, then one line per part."""
+        out = [self.headline()]
+        for part in self.parts:
+            delta = f", delta {part.delta:.3g}" if part.delta else ""
+            out.append(f"  {part.kind:<10} {format_epsilon(part.epsilon):>18}{delta}  {part.mechanism}: {part.covers}")
+        return out
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Parts
+
+
+def features_part(mechanism: str, release: str, epsilon: float | None, delta: float = 0.0) -> GuaranteePart:
+    """Return the part of the record's own released values: the file's exact per-record ε (None: unknown, ∞)."""
+    eps = math.inf if epsilon is None else float(epsilon)
+    return GuaranteePart(FEATURES, f"the record's {release} values, randomized", mechanism, eps, float(delta),
+                         {"pure_epsilon": json_number(eps)} if not delta else {})
+
+
+def labels_part(label_release: Mapping[str, Any] | None) -> GuaranteePart:
+    """Return the label part: in clear (ε = ∞; also when the file does not record it) or k-RR at its exact ε."""
+    release = dict(label_release or {"mechanism": "clear"})
+    if release.get("mechanism") == "krr":
+        eps = number_from_json(release.get("epsilon"), name="label_release epsilon", optional=False)
+        assert eps is not None
+        k = int(release["num_classes"])
+        return GuaranteePart(LABELS, f"the record's label, k-ary randomized response over k = {k} classes", "krr",
+                             eps, 0.0, {"krr": eps, "num_classes": k})
+    return GuaranteePart(LABELS, "the record's true label, in clear", "clear", math.inf)
+
+
+def extractor_part(extractor_training: Mapping[str, Any] | None, *, trained: bool, records: int,
+                   features_epsilon: float) -> GuaranteePart | None:
+    """How the released function depends on the record through training (see the module docstring).
+
+    ``extractor_training`` is the file's attribute (``None``: not recorded, the non-private training of
+    earlier versions when ``trained``); ``records`` is n, the client's released records.
+    """
+    training = dict(extractor_training or {"training": "non-private" if trained else "none"})
+    kind = training.get("training")
+    if kind == "none":
+        return None
+    if kind == "dp-sgd":
+        event = {key: training[key] for key in DP_SGD_KEYS}
+        delta = float(training["delta"])
+        return GuaranteePart(EXTRACTOR, f"the CNN trained on the client's {training.get('records', 'n')} records "
+                             "with record-level DP-SGD; the other records' releases are post-processing of it",
+                             "dp-sgd", dp_sgd_epsilon(event, delta), delta, event)
+    n = int(training.get("records", records))
+    group = math.inf if not math.isfinite(features_epsilon) else max(n - 1, 0) * features_epsilon
+    return GuaranteePart(EXTRACTOR, f"the CNN trained on the client's records without DP: one record changes the "
+                         f"release of each of the other {max(n - 1, 0)} records (group privacy, (n - 1) x "
+                         f"{format_epsilon(features_epsilon)})", "non-private training", group)
+
+
+def re_release_parts(entries: Iterable[Mapping[str, Any]]) -> list[GuaranteePart]:
+    """Earlier releases of the same records (``release_history`` entries): their features and labels again."""
+    parts = []
+    for entry in entries:
+        eps = number_from_json(entry.get("exact_epsilon_per_record"), name="exact_epsilon_per_record",
+                               optional=True)
+        label = entry.get("label_release")
+        label_eps = labels_part(label if isinstance(label, Mapping) else None).epsilon
+        total = math.inf if eps is None else eps + label_eps
+        parts.append(GuaranteePart(RE_RELEASE, f"the earlier release {entry.get('file', '?')} of "
+                                   f"{entry.get('run', '?')} (its values and its labels)",
+                                   str(entry.get("mechanism", "?")), total, 0.0,
+                                   {"pure_epsilon": json_number(total)}))
+    return parts
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Composition
+
+
+def dp_sgd_epsilon(event: Mapping[str, Any], delta: float) -> float:
+    """ε at δ of DP-SGD as it ran, under REPLACE_ONE (dp-accounting PLD)."""
+    accountant = _pld_accountant()
+    accountant.compose(_dp_sgd_event(event))
+    return float(accountant.get_epsilon(delta))
+
+
+def compose(parts: Sequence[GuaranteePart], *, scope: str) -> ReleaseGuarantee:
+    """Return the per-record guarantee of all ``parts`` (see the module docstring for the method)."""
+    parts = tuple(parts)
+    if any(not math.isfinite(p.epsilon) for p in parts):
+        return ReleaseGuarantee(math.inf, 0.0, parts, scope, METHOD_BASIC)
+    basic = ReleaseGuarantee(math.fsum(p.epsilon for p in parts), math.fsum(p.delta for p in parts), parts, scope,
+                             METHOD_BASIC)
+    sgd = [p for p in parts if p.kind == EXTRACTOR and p.mechanism == "dp-sgd"]
+    pure = [p for p in parts if p not in sgd]
+    if len(sgd) != 1 or any(p.delta for p in pure) or any(p.epsilon > PLD_MAX_PURE_EPSILON for p in pure):
+        return basic
+    accountant = _pld_accountant()
+    accountant.compose(_dp_sgd_event(sgd[0].event))
+    for part in pure:
+        accountant.compose(_pure_event(part))
+    pld = float(accountant.get_epsilon(sgd[0].delta))
+    if pld < basic.epsilon:
+        return ReleaseGuarantee(pld, sgd[0].delta, parts, scope, METHOD_PLD)
+    return basic
+
+
+def _pld_accountant() -> Any:
+    import dp_accounting
+    from dp_accounting import pld
+
+    return pld.PLDAccountant(dp_accounting.NeighboringRelation.REPLACE_ONE)
+
+
+def _dp_sgd_event(event: Mapping[str, Any]) -> Any:
+    import dp_accounting
+
+    step = dp_accounting.PoissonSampledDpEvent(float(event["sampling_probability"]),
+                                               dp_accounting.GaussianDpEvent(float(event["noise_multiplier"])))
+    return dp_accounting.SelfComposedDpEvent(step, int(event["steps"]))
+
+
+def _pure_event(part: GuaranteePart) -> Any:
+    """k-RR as itself; any other pure ε-DP part as binary randomized response at ε (which dominates it)."""
+    import dp_accounting
+
+    if "krr" in part.event:  # keep the truth w.p. e^ε/(e^ε + k − 1) = (1 − p) + p/k: p = k/(e^ε + k − 1)
+        k = int(part.event["num_classes"])
+        return dp_accounting.RandomizedResponseDpEvent(k / (math.exp(part.epsilon) + k - 1), k)
+    return dp_accounting.RandomizedResponseDpEvent(2 / (math.exp(part.epsilon) + 1), 2)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# A client file's guarantee
+
+UNTRAINED_EXTRACTORS = ("none",)
+"""Extractor names that are not trained (raw inputs): no extractor part when a file does not record its training."""
+
+FILE_SCOPE = ("everything this client file releases about one record: its randomized values, its label, the "
+              "extractor's dependence on it, and the earlier releases of the same records")
+
+
+def file_parts(meta: Any, *, records: int, history: Iterable[Mapping[str, Any]] = (),
+               diagnostic: bool = False) -> list[GuaranteePart]:
+    """Return the parts of a client file's guarantee (``meta``: its ``ClientMetadata``).
+
+    ``records`` is the client's released rows (train + test); ``history`` the earlier releases of the same
+    records (``release_history`` entries, oldest first, without this file's own); ``diagnostic``: the file
+    carries ``/stats/input_bit_density`` (an aggregate of the clear encoding: a part with ε = ∞).
+    """
+    report = meta.privacy_report
+    features_eps = number_from_json(report.get("exact_epsilon_per_record"), name="exact_epsilon_per_record",
+                                    optional=True)
+    feature = features_part(meta.mechanism, meta.release, features_eps, float(report.get("exact_delta") or 0.0))
+    history = list(history)
+    parts = [feature, labels_part(meta.label_release)]
+    # group privacy covers every release that went through the same extractor: this one and the earlier ones
+    earlier = [number_from_json(e.get("exact_epsilon_per_record"), name="exact_epsilon_per_record", optional=True)
+               for e in history]
+    through_extractor = math.inf if None in earlier else feature.epsilon + math.fsum(e for e in earlier if e)
+    extractor = extractor_part(meta.extractor_training, trained=meta.extractor not in UNTRAINED_EXTRACTORS,
+                               records=records, features_epsilon=through_extractor)
+    if extractor is not None:
+        parts.append(extractor)
+    parts += re_release_parts(history)
+    if diagnostic:
+        parts.append(GuaranteePart(DIAGNOSTIC, "/stats/input_bit_density: the density of 1s of the clear encoding, "
+                                   "an aggregate of the records written on request (store_input_density)",
+                                   "none", math.inf))
+    return parts
+
+
+def file_guarantee(meta: Any, *, records: int, history: Iterable[Mapping[str, Any]] = (),
+                   diagnostic: bool = False) -> ReleaseGuarantee:
+    """Return the per-record guarantee of a client file (see :func:`file_parts`)."""
+    return compose(file_parts(meta, records=records, history=history, diagnostic=diagnostic), scope=FILE_SCOPE)
+
+
+def stored_or_computed(meta: Any, *, records: int) -> ReleaseGuarantee:
+    """Return the file's stored ``release_guarantee``; files that predate it get one computed from their attributes.
+
+    A file of schema version < 4 recorded neither its label release nor its extractor's training: its labels
+    are in clear and a trained extractor was trained without DP, so its guarantee is ε = ∞.
+    """
+    if meta.release_guarantee is not None:
+        return ReleaseGuarantee.from_dict(meta.release_guarantee)
+    return file_guarantee(meta, records=records)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# A federation's guarantee (metrics.json)
+
+FEDERATION_SCOPE = ("what a federation over these client files releases about one record: the model, its updates "
+                    "and its metrics are computed from the files' released values (post-processing, no further "
+                    "loss), so each client's figure is its file's; the run's is the weakest client's")
+CLEAN_METRICS_NOTE = ("clean_test_* metrics are computed from local-only clear records (--eval-clean); they are not "
+                      "covered by this guarantee and must stay on the silo")
+
+
+def federation_guarantee(privacy: Sequence[Mapping[str, Any]], ledger: Mapping[str, Any] | None, *,
+                         clean_metrics: bool = False) -> dict[str, Any]:
+    """Return ``metrics.json``'s ``release_guarantee``: each client's, and the run's (the weakest client's).
+
+    ``privacy`` holds one entry per client with ``client`` and ``release_guarantee`` (its file's); ``ledger`` is the
+    ``privacy_ledger`` section. Where only updates leave (a Flower deployment), an update perturbed under local DP
+    over the whole client vector is also bounded by the ledger's (ε, δ): ``updates_only`` gives the smaller bound.
+    """
+    ledger_by_client = {c.get("client"): c for c in (ledger or {}).get("clients", [])}
+    clients = []
+    for entry in privacy:
+        guarantee = ReleaseGuarantee.from_dict(entry["release_guarantee"])
+        row: dict[str, Any] = {"client": entry["client"], "epsilon": json_number(guarantee.epsilon),
+                               "delta": guarantee.delta}
+        accounted = ledger_by_client.get(entry["client"], {})
+        eps = number_from_json(accounted.get("epsilon"), name="ledger epsilon", optional=True)
+        if eps is not None and eps < guarantee.epsilon:
+            row["updates_only"] = {"epsilon": json_number(eps), "delta": float(accounted.get("delta") or 0.0),
+                                   "method": "the privacy ledger (local DP over the client's whole vector)"}
+        clients.append(row)
+    worst = max((ReleaseGuarantee.from_dict(e["release_guarantee"]) for e in privacy),
+                key=lambda g: (g.epsilon, g.delta))
+    return {"epsilon": json_number(worst.epsilon), "delta": worst.delta, "private": worst.private,
+            "scope": FEDERATION_SCOPE, "notes": [CLEAN_METRICS_NOTE] if clean_metrics else [], "clients": clients,
+            "parts": [p.to_dict() for p in worst.parts]}
