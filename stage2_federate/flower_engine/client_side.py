@@ -32,6 +32,7 @@ from ldpfl.contract.layout import client_stem, local_file_name
 
 from ..config import FederationConfig
 from ..data import ClientDataset, ClientSplit, load_clean_test, load_client
+from ..label_noise import LabelNoise
 from ..model import FederatedMLP, build_model, evaluate, set_vector
 from ..perturbation import ClientPerturbation, build_client_perturbations, resolve_target
 from ..plan import resolve_device
@@ -89,7 +90,8 @@ def summarize(client: ClientDataset) -> ClientSummary:
         index=client.index, file=client.path.name, train_rows=len(client.train), test_rows=len(client.test),
         label_histogram=client.label_histogram, dataset=meta.dataset, num_classes=meta.num_classes,
         feature_format=meta.feature_format, feature_width=meta.feature_width, feature_mechanism=meta.mechanism,
-        feature_privacy=dict(meta.privacy_report), sha256=sha256_file(client.path))
+        feature_privacy=dict(meta.privacy_report), sha256=sha256_file(client.path),
+        label_release=None if meta.label_release is None else dict(meta.label_release))
 
 
 def client_perturbation(config: FederationConfig, setup: ClientSetup, client: ClientDataset) -> ClientPerturbation:
@@ -193,7 +195,8 @@ class Trainer:
     def train(self, config: FederationConfig, setup: ClientSetup, client: ClientDataset, vector: np.ndarray, *,
               generator: torch.Generator, rng: np.random.Generator) -> ClientResult:
         """LDPFL Algorithm 1 lines 19-20 on this client: ``rounds.client_step`` (train, then perturb here)."""
-        training = LocalTraining(setup.optimizer, setup.lr, config.local_epochs, config.batch_size)
+        training = LocalTraining(setup.optimizer, setup.lr, config.local_epochs, config.batch_size,
+                                 LabelNoise.from_dict(setup.label_noise))
         return client_step(self.model, self.broadcast(vector), client.train, client_perturbation(config, setup, client),
                            training, generator=generator, rng=rng)
 
