@@ -186,3 +186,142 @@ def test_plan_carries_label_epsilon_and_keeps_old_fingerprints(tmp_path):
     assert clear.contradictions({"label_epsilon": 2.0})
     with pytest.raises(ValueError, match="label_epsilon"):
         make_plan(label_epsilon=-1.0)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Stage 2: the corrections of Patrini et al. 2017
+
+
+def noisy_draws(krr, true_label, n, seed):
+    return krr.randomize_labels(np.full(n, true_label, dtype=np.int64), rng=np.random.default_rng(seed))
+
+
+def noise_of(correction, epsilon=1.0, k=K):
+    from ldpfl.stage2_federate.label_noise import resolve_label_noise
+
+    return resolve_label_noise(correction, [("f", krr_label_release(label_mechanism(epsilon, k)))])
+
+
+def test_backward_correction_is_unbiased_for_the_clean_loss():
+    """E over the k-RR noise of (T⁻¹ ℓ(z))_ỹ = ℓ_y(z), the clean cross-entropy (Patrini Thm 1): mean within Z_TOL SE."""
+    import torch
+
+    from ldpfl.stage2_federate.label_noise import label_loss
+
+    noise = noise_of("backward", epsilon=1.0)
+    krr = label_mechanism(1.0, K)
+    logits = torch.tensor(np.random.default_rng(3).normal(0.0, 2.0, size=(1, K)))
+    n = 200_000
+    for y in (0, 7):
+        noisy = torch.from_numpy(noisy_draws(krr, y, n, seed=y))
+        corrected = label_loss(logits.expand(n, K), noisy, noise, reduction="none").numpy()
+        clean = float(torch.nn.functional.cross_entropy(logits, torch.tensor([y])))
+        se = corrected.std(ddof=1) / math.sqrt(n)
+        assert abs(corrected.mean() - clean) < Z_TOL * se, (corrected.mean(), clean, se)
+    # the exact expectation, Σ_j T[y, j] ℓ←_j, is the clean loss for every y (no sampling)
+    every = label_loss(logits.expand(K, K), torch.arange(K), noise, reduction="none").numpy()
+    clean_all = -torch.log_softmax(logits, dim=1).numpy()[0]
+    assert np.allclose(noise.matrix() @ every, clean_all, atol=1e-9)
+
+
+def test_forward_correction_is_minimized_by_the_clean_posterior_but_biased():
+    """At z = ln η (the clean posterior) the forward loss's gradient has mean 0 over noisy draws; elsewhere not.
+
+    y ~ η, ỹ = k-RR(y): the per-sample gradients of CE(Tᵀ softmax(z), ỹ) average to 0 within Z_TOL SE in
+    every coordinate at the clean posterior (a proper composite loss), and are many SE away at another
+    posterior. Its mean is not the clean loss: forward correction is consistent, not unbiased.
+    """
+    import torch
+
+    from ldpfl.stage2_federate.label_noise import label_loss
+
+    noise = noise_of("forward", epsilon=1.0)
+    krr = label_mechanism(1.0, K)
+    rng = np.random.default_rng(5)
+    eta = rng.dirichlet(np.ones(K))
+    n = 100_000
+    clean = rng.choice(K, size=n, p=eta)
+    noisy = torch.from_numpy(krr.randomize_labels(clean, rng=rng))
+
+    def gradient_z(posterior):
+        z = torch.tensor(np.log(posterior)).expand(n, K).clone().requires_grad_(True)
+        label_loss(z, noisy, noise, reduction="sum").backward()
+        return z.grad.numpy(), label_loss(z.detach(), noisy, noise, reduction="none").numpy()
+
+    grads, losses = gradient_z(eta)
+    se = grads.std(axis=0, ddof=1) / math.sqrt(n)
+    assert np.all(np.abs(grads.mean(axis=0)) < Z_TOL * se), (grads.mean(axis=0), se)
+    wrong, _ = gradient_z(np.roll(eta, 1))
+    wrong_se = wrong.std(axis=0, ddof=1) / math.sqrt(n)
+    assert np.max(np.abs(wrong.mean(axis=0)) / wrong_se) > 3 * Z_TOL  # the test has power: 26 SE here
+    clean_losses = -np.log(eta[clean])
+    se_diff = (losses - clean_losses).std(ddof=1) / math.sqrt(n)
+    assert abs(losses.mean() - clean_losses.mean()) > 10 * Z_TOL * se_diff  # biased for the clean loss
+
+
+def test_resolution_of_the_correction_from_the_files():
+    from ldpfl.stage2_federate.label_noise import resolve_label_noise
+
+    krr = krr_label_release(label_mechanism(1.0, K))
+    auto = resolve_label_noise("auto", [("a", krr), ("b", dict(krr))])
+    assert auto.correction == "forward" and np.array_equal(auto.matrix(), transition_matrix(krr))
+    assert resolve_label_noise("backward", [("a", krr)]).correction == "backward"
+    assert resolve_label_noise("none", [("a", krr)]) is None
+    assert resolve_label_noise("auto", [("a", CLEAR_LABELS), ("b", None)]) is None
+    other = krr_label_release(label_mechanism(2.0, K))
+    with pytest.raises(ValueError, match="do not share one label release"):
+        resolve_label_noise("auto", [("a", krr), ("b", other)])
+    with pytest.raises(ValueError, match="do not share one label release"):
+        resolve_label_noise("auto", [("a", krr), ("b", CLEAR_LABELS)])
+    with pytest.raises(ParameterError, match="label_noise_correction"):
+        resolve_label_noise("forward", [("a", CLEAR_LABELS)])
+
+
+def test_the_flower_client_step_receives_and_uses_t(runs):
+    """The server resolves T from the clients' summaries and sends it in each ClientSetup; the client trains with it."""
+    import torch
+
+    from ldpfl.stage2_federate.config import FederationConfig
+    from ldpfl.stage2_federate.flower_engine import client_side, server_side
+    from ldpfl.stage2_federate.flower_engine.protocol import ClientSetup, ClientSummary
+
+    _, out = runs
+    clients = [client_side.open_client(out / f"client_00{i}.h5", torch.device("cpu")) for i in range(2)]
+    summaries = [ClientSummary.from_json(client_side.summarize(c).to_json()) for c in clients]
+    config = FederationConfig(rounds=1, local_epochs=1, hidden=(8,), seed=4, device="cpu")
+    plan = server_side.plan_from_summaries(config, summaries)
+    setup = ClientSetup.from_json(plan.setups[0].to_json())
+    assert setup.label_noise["correction"] == "forward"
+    assert np.array_equal(np.asarray(setup.label_noise["transition"]),
+                          transition_matrix(clients[0].metadata.label_release))
+    assert plan.training.label_noise.to_dict() == setup.label_noise
+    results = {}
+    for correction in ("forward", "none"):
+        trainer = client_side.Trainer.build(config, setup)
+        chosen = setup if correction == "forward" else dataclasses.replace(setup, label_noise=None)
+        generator = torch.Generator().manual_seed(1)
+        results[correction] = trainer.train(config, chosen, clients[0], plan.vector, generator=generator,
+                                            rng=np.random.default_rng(1))
+    assert results["forward"].loss != pytest.approx(results["none"].loss)  # the same draws, another loss
+
+
+@pytest.mark.slow
+def test_the_local_engine_trains_with_t_from_the_files(runs, tmp_path):
+    from ldpfl.stage2_federate.config import FederationConfig
+    from ldpfl.stage2_federate.federation import run_federation
+
+    _, out = runs
+    finals = {}
+    for correction in ("auto", "backward", "none"):
+        config = FederationConfig(rounds=2, local_epochs=1, hidden=(16,), seed=2, device="cpu", threads=1,
+                                  label_noise_correction=correction)
+        result = run_federation(out, config, out_dir=tmp_path / correction, progress=False)
+        resolved = json.loads((tmp_path / correction / "config.json").read_text())["resolved"]["label_noise"]
+        if correction == "none":
+            assert resolved is None
+        else:
+            assert resolved["correction"] == ("forward" if correction == "auto" else "backward")
+            labels = read_client_file(out / "client_000.h5").metadata.label_release
+            assert np.allclose(resolved["transition"], transition_matrix(labels), rtol=0, atol=0)
+        finals[correction] = result.history[-1]["train_loss"]
+    assert len({round(v, 9) for v in finals.values()}) == 3  # the three losses differ
