@@ -49,8 +49,9 @@ def label_mechanism(epsilon: float, num_classes: int) -> KRR:
 
 def krr_label_release(mechanism: KRR) -> dict[str, Any]:
     """Return the attribute of labels released by ``mechanism``: its exact ε and sampled probabilities."""
-    report = mechanism.report()
-    return {"mechanism": KRR_LABELS, "epsilon": float(report.exact_epsilon_per_record),
+    exact = mechanism.report().exact_epsilon_per_record
+    assert exact is not None  # k-RR always has an exact ε per record
+    return {"mechanism": KRR_LABELS, "epsilon": float(exact),
             "nominal_epsilon": float(mechanism.epsilon), "num_classes": int(mechanism.categories),
             "p_keep": float(mechanism.p_keep), "p_other_each": float(mechanism.p_other)}
 

@@ -325,3 +325,25 @@ def test_the_local_engine_trains_with_t_from_the_files(runs, tmp_path):
             assert np.allclose(resolved["transition"], transition_matrix(labels), rtol=0, atol=0)
         finals[correction] = result.history[-1]["train_loss"]
     assert len({round(v, 9) for v in finals.values()}) == 3  # the three losses differ
+
+
+def test_a_plan_fixes_the_label_epsilon_of_every_silo(tmp_path):
+    """``ldpfl plan --label-epsilon`` writes it; a silo exporting with the plan takes it, another value is refused."""
+    from cli_checks import ok
+    from test_cross_silo import write_silos
+
+    from ldpfl.contract.plan import read_plan
+
+    silos = write_silos(tmp_path, np.random.default_rng(2), n=20)
+    plan_path = tmp_path / "plan.json"
+    ok(run("plan", "--data", silos["b"], "--extractor", "none", "--mechanism", "pdpm", "--epsilon", "2",
+           "--param", "safe_range_length=2", "--label-epsilon", "1.5", "--out", plan_path))
+    assert read_plan(plan_path).label_epsilon == 1.5
+    ok(run("export", "--plan", plan_path, "--data", silos["b"], "--client-index", 0, "--clients", 2, "--seed", 3,
+           "--quiet", "--out", tmp_path / "b"))
+    release = read_client_file(tmp_path / "b" / "client_000.h5").metadata.label_release
+    assert release["mechanism"] == "krr" and release["nominal_epsilon"] == 1.5
+    out = tmp_path / "other"
+    line = one_error_line(run("export", "--plan", plan_path, "--data", silos["b"], "--client-index", 0,
+                              "--clients", 2, "--label-epsilon", "3", "--quiet", "--out", out))
+    assert "--label-epsilon" in line and not out.exists()
