@@ -19,6 +19,7 @@ The file::
       "encoding": {"integer_bits": 4, "fraction_bits": 5}, # null for float32 mechanisms
       "feature_format": "packed-bits", "feature_width": 10240,
       "feature_schema_version": 2,
+      "label_epsilon": 2.0,                     # optional: every silo releases its labels by k-RR at this ε
       "fingerprint": "sha256:...",              # of everything above (optional on reading)
       "package_version": "0.1.0"                # who wrote it (optional, not fingerprinted)
     }
@@ -27,7 +28,9 @@ The file::
 are written for readers and checked on reading. The **fingerprint** is the sha256 of the canonical
 JSON (sorted keys, no spaces, UTF-8) of every key but ``fingerprint`` and ``package_version``, so it
 does not depend on formatting, key order or the writer's version, and two silos agree on it exactly
-when they agree on the content. Reading is strict: a missing, unknown or mistyped key is an error that
+when they agree on the content. ``label_epsilon`` (issue 22) is written only when set, so plans with clear
+labels keep their fingerprints; a silo must export with exactly the plan's value (or its absence).
+Reading is strict: a missing, unknown or mistyped key is an error that
 names the key (:class:`PlanError`, one line).
 
 Imports mechanisms and contract only (no TensorFlow, no torch).
@@ -62,12 +65,12 @@ MAX_PLAN_BYTES = 1 << 20
 
 _REQUIRED_KEYS = ("schema", "schema_version", "dataset", "classes", "extractor", "input_shape", "release",
                   "features", "mechanism", "encoding", "feature_format", "feature_width", "feature_schema_version")
-_OPTIONAL_KEYS = ("fingerprint", "package_version")
-_UNFINGERPRINTED = frozenset(_OPTIONAL_KEYS)
+_OPTIONAL_KEYS = ("fingerprint", "package_version", "label_epsilon")
+_UNFINGERPRINTED = frozenset(("fingerprint", "package_version"))
 
 SETTINGS = ("dataset", "classes", "num_classes", "extractor", "input_shape", "release", "features", "mechanism",
             "mechanism_parameters", "integer_bits", "fraction_bits", "feature_format", "feature_width",
-            "feature_schema_version", "plan_fingerprint")
+            "feature_schema_version", "plan_fingerprint", "label_epsilon")
 """The settings :func:`check_against_plan` compares. ``classes`` are the classes a silo holds (they must
 all be among the plan's); ``mechanism_parameters`` is compared key by key (each key given must agree)."""
 
@@ -116,6 +119,8 @@ class SharedPlan:
         The release point (``flatten``; issue 17 adds ``bottleneck:K``, ``scores``, ``label``).
     feature_schema_version : int
         The ``ldpfl-features`` schema version of the client files.
+    label_epsilon : float, optional
+        The nominal ε of every silo's k-RR of its labels (``ldpfl export --label-epsilon``); ``None``: clear.
 
     Raises
     ------
@@ -131,6 +136,7 @@ class SharedPlan:
     mechanism: MechanismSpec
     release: str = DEFAULT_RELEASE
     feature_schema_version: int = SCHEMA_VERSION
+    label_epsilon: float | None = None
 
     def __post_init__(self) -> None:
         """Validate every field, naming the one that is wrong."""
@@ -156,6 +162,11 @@ class SharedPlan:
         if self.mechanism.features is not None and self.mechanism.features != self.features:
             raise ValueError(f"plan mechanism {self.mechanism.name!r} is resolved for {self.mechanism.features} "
                              f"features, but features (r) = {self.features}")
+        if self.label_epsilon is not None:
+            if isinstance(self.label_epsilon, bool) or not isinstance(self.label_epsilon, int | float) \
+                    or not math.isfinite(self.label_epsilon) or self.label_epsilon <= 0:
+                raise ValueError(f"plan label_epsilon must be a finite number > 0, got {self.label_epsilon!r}")
+            object.__setattr__(self, "label_epsilon", float(self.label_epsilon))
         if not _positive_int(self.feature_schema_version):
             raise ValueError(f"plan feature_schema_version must be an integer >= 1, got "
                              f"{self.feature_schema_version!r}")
@@ -213,7 +224,7 @@ class SharedPlan:
             "feature_format": self.feature_format,
             "feature_width": self.feature_width,
             "feature_schema_version": self.feature_schema_version,
-        }
+        } | ({} if self.label_epsilon is None else {"label_epsilon": self.label_epsilon})
 
     def to_dict(self) -> dict[str, Any]:
         """Return the JSON object written to ``plan.json``: the content, its fingerprint and the writer's version."""
@@ -274,7 +285,8 @@ class SharedPlan:
         try:
             plan = cls(dataset=data["dataset"], classes=tuple(data["classes"]), extractor=data["extractor"],
                        input_shape=tuple(data["input_shape"]), features=data["features"], mechanism=spec,
-                       release=data["release"], feature_schema_version=data["feature_schema_version"])
+                       release=data["release"], feature_schema_version=data["feature_schema_version"],
+                       label_epsilon=data.get("label_epsilon"))
         except ValueError as error:
             raise PlanError(source, str(error)) from None
         content = plan.content()
@@ -321,7 +333,7 @@ class SharedPlan:
             "mechanism": self.mechanism.name, "integer_bits": self.integer_bits,
             "fraction_bits": self.fraction_bits, "feature_format": self.feature_format,
             "feature_width": self.feature_width, "feature_schema_version": self.feature_schema_version,
-            "plan_fingerprint": self.fingerprint,
+            "plan_fingerprint": self.fingerprint, "label_epsilon": self.label_epsilon,
         }
         found = []
         for key, value in settings.items():

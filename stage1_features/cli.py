@@ -85,6 +85,12 @@ def _print_table(result: Any) -> None:
         click.echo(f"{c.index:>6}  {c.rows.get('train', 0):>7}  {c.rows.get('test', 0):>6}  "
                    f"{_format_accuracy(c.local_accuracy):>9}  {c.file:<16} {c.status}")
     click.echo(f"privacy: {describe_privacy(result.privacy)}")
+    labels = result.label_release or {"mechanism": "clear"}
+    if labels["mechanism"] == "krr":
+        click.echo(f"labels: k-RR, exact ε = {labels['epsilon']:.6g} per record (p_keep {labels['p_keep']:.4g}); "
+                   "it adds to the features' ε")
+    else:
+        click.echo("labels: in clear (label ε = inf; --label-epsilon randomizes them)")
     click.echo(f"randomness: {result.randomness}; {len(result.clients)} clients ({result.new} new) in "
                f"{result.seconds:.1f} s; manifest {result.manifest.name}")
 
@@ -124,6 +130,10 @@ def _print_table(result: Any) -> None:
 @click.option("--param", "params", multiple=True, metavar="KEY=VALUE",
               help="Another mechanism parameter, e.g. sensitivity_rule=reference-code or safe_range_length=2 "
                    "(repeatable; see 'ldpfl mechanisms').")
+@click.option("--label-epsilon", type=float, default=None,
+              help="Release each record's label (train and test) by k-ary randomized response at this ε instead "
+                   "of in clear; stage 2 corrects for the known noise. Its ε adds to the features' per record  "
+                   "[default: clear labels, label ε = inf]")
 @click.option("--limit", type=int, default=None, help="Use only this many pooled records (random), for quick runs.")
 @click.option("--save-models", is_flag=True,
               help="Also save each client's CNN as client_XXX.keras. WARNING: trained on raw data, NOT covered by "
@@ -157,7 +167,8 @@ def export_command(dataset: str, data_dir: str | None, clients: int, max_clients
                    beta: float, unb: float, shards_per_client: int, test_fraction: float, extractor: str,
                    epochs: int, batch_size: int, no_augment: bool, mechanism: str, epsilon: float | None,
                    alpha: float | None, integer_bits: int | None, fraction_bits: int | None, params: tuple[str, ...],
-                   limit: int | None, save_models: bool, store_input_density: bool, clients_parallel: int,
+                   label_epsilon: float | None, limit: int | None, save_models: bool, store_input_density: bool,
+                   clients_parallel: int,
                    keras_backend: str, overwrite: bool, seed: int | None, out: Path | None, as_json: bool, quiet: bool,
                    release: str, from_models: str | None, keep_clean_test: bool, noise_aware: bool,
                    **silo: Any) -> None:
@@ -199,7 +210,7 @@ def export_command(dataset: str, data_dir: str | None, clients: int, max_clients
         mechanism_params=mechanism_parameters(epsilon, alpha, integer_bits, fraction_bits, params), limit=limit,
         save_models=save_models, store_input_density=store_input_density, clients_parallel=clients_parallel,
         keras_backend=keras_backend, overwrite=overwrite, seed=seed, release=release, from_models=from_models,
-        keep_clean_test=keep_clean_test, noise_aware=noise_aware)
+        keep_clean_test=keep_clean_test, noise_aware=noise_aware, label_epsilon=label_epsilon)
     check_from_models(click.get_current_context(), from_models, out)
     config = silo_config(click.get_current_context(), config, silo,  # --data, --client-index, --plan (issue 16)
                          explicit_parameters(epsilon, alpha, integer_bits, fraction_bits, params))

@@ -101,6 +101,7 @@ class ExportConfig:
     data_options: Mapping[str, Any] = field(default_factory=dict)
     client_index: int | None = None
     plan: SharedPlan | None = None
+    label_epsilon: float | None = None
 
     def __post_init__(self) -> None:
         _int_at_least("clients", self.clients, 1)
@@ -150,6 +151,9 @@ class ExportConfig:
                                      f"{self.clients}), got {self.client_index}")
         if self.plan is not None and self.data is None:
             raise ParameterError("a shared `plan` applies to the user's own `data`")
+        if self.label_epsilon is not None:
+            _check_label_epsilon(self.label_epsilon)
+            object.__setattr__(self, "label_epsilon", float(self.label_epsilon))
 
     def exported_clients(self) -> list[int]:
         """Return the client indices this export writes: all N, or the silo's own in single-silo mode."""
@@ -176,6 +180,18 @@ class ExportConfig:
         out["data_options"] = {k: list(v) if isinstance(v, tuple) else v for k, v in self.data_options.items()}
         out["plan"] = None if self.plan is None else self.plan.fingerprint
         return out
+
+
+def _check_label_epsilon(value: Any) -> None:
+    """Refuse a label budget that k-RR does not take (finite, > 0, at most ``MAX_EPSILON``), naming the field."""
+    from ldpfl.contract.label_release import label_mechanism
+
+    if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
+        raise ParameterError(f"`label_epsilon` must be a number, got {value!r}")
+    try:
+        label_mechanism(float(value), 2)
+    except ValueError as error:
+        raise ParameterError(f"`label_epsilon` (k-RR of the labels): {error}") from None
 
 
 def _int_at_least(name: str, value: Any, low: int) -> int:

@@ -16,6 +16,7 @@ import numpy as np
 
 from ldpfl import mechanisms
 from ldpfl.contract.file_checks import float32_overflow
+from ldpfl.contract.label_release import CLEAR_LABELS, composed_epsilon, krr_label_release, label_mechanism
 from ldpfl.mechanisms.base import ParameterError
 from ldpfl.mechanisms.report import format_epsilon
 from ldpfl.stage1_features import cnn
@@ -29,7 +30,8 @@ from ldpfl.stage1_features.release import (
     stored_layout,
 )
 
-OPTIONAL_COMPARED = {"release": "flatten", "from_models": None, "keep_clean_test": False, "noise_aware": False}
+OPTIONAL_COMPARED = {"release": "flatten", "from_models": None, "keep_clean_test": False, "noise_aware": False,
+                     "label_epsilon": None}
 """Config fields compared on resume only when they differ from these defaults (runs exported before they
 existed have fingerprints without them, and keep resuming)."""
 
@@ -40,6 +42,7 @@ class ExportPlan:
 
     ``layout`` says how the files store the release; ``source`` is the earlier run of ``from_models``.
     ``features`` is the values per record of the release: r (flatten), K (bottleneck:K) or k (scores, label).
+    ``label_release`` is the files' ``label_release`` attribute (``ldpfl.contract.label_release``).
     """
 
     config: ExportConfig
@@ -52,6 +55,7 @@ class ExportPlan:
     release: ReleasePoint = ReleasePoint("flatten")
     layout: StoredLayout | None = None
     source: Any = None  # stage1_features.from_models.SourceRun with ``from_models``
+    label_release: dict[str, Any] = dataclasses.field(default_factory=lambda: dict(CLEAR_LABELS))
 
     def __post_init__(self) -> None:
         """Fill in the stored layout of the release (flatten: as the mechanism says)."""
@@ -132,11 +136,28 @@ def make_plan(config: ExportConfig) -> ExportPlan:
     if config.plan is not None:  # the shared plan of separate silos (issue 16): refuse what contradicts it
         silo.require_plan(config.plan, "the plan", dataset=dataset, extractor=extractor, features=width, spec=spec,
                           release=config.release)
+    planned_labels = None if config.plan is None else config.plan.label_epsilon
+    if config.plan is not None and config.label_epsilon != planned_labels:
+        raise ParameterError(f"`label_epsilon` = {config.label_epsilon} contradicts the plan ({planned_labels})")
     privacy = spec.report().with_randomness(randomness.mode)
     notes = release_notes(point, dataset.num_classes)
+    labels = dict(CLEAR_LABELS)
+    if config.label_epsilon is not None:  # issue 22 item 2: k-RR of each label, its own stream
+        labels = krr_label_release(label_mechanism(config.label_epsilon, dataset.num_classes))
+        notes = (*notes, label_note(privacy.exact_epsilon_per_record, labels, point))
     if notes:
         privacy = dataclasses.replace(privacy, notes=(*privacy.notes, *notes))
-    return ExportPlan(config, dataset, extractor, width, spec, randomness, privacy, point, source=source)
+    return ExportPlan(config, dataset, extractor, width, spec, randomness, privacy, point, source=source,
+                      label_release=labels)
+
+
+def label_note(feature_epsilon: float | None, labels: dict[str, Any], point: ReleasePoint) -> str:
+    """Return the note of a report whose labels are randomized: the label's ε and the per-record sum."""
+    what = "the predicted class (k-RR) and the label" if point.kind == "label" else "the features and the label"
+    total = composed_epsilon(float("inf") if feature_epsilon is None else feature_epsilon, labels)["epsilon"]
+    return (f"labels: k-RR over {labels['num_classes']} classes, exact epsilon {labels['epsilon']:.6g} per record "
+            f"(p_keep {labels['p_keep']:.6g}); each record releases {what}: their epsilons add, "
+            f"{total:.6g} per record")
 
 
 def make_client_partition(plan: ExportPlan) -> tuple[list[np.ndarray], dict[str, Any]]:

@@ -48,6 +48,7 @@ class ExportResult:
     seconds: float
     notes: tuple[str, ...] = ()
     release: str = "flatten"
+    label_release: dict[str, Any] | None = None  # the files' label_release attribute (None: clear)
 
     @property
     def new(self) -> int:
@@ -69,4 +70,5 @@ class ExportResult:
             "randomness": self.randomness, "seconds": round(self.seconds, 3),
             "clients": [c.to_dict() for c in self.clients],
             "new": self.new, "reused": len(self.clients) - self.new, "notes": list(self.notes),
+            "label_release": self.label_release or {"mechanism": "clear"},
         }

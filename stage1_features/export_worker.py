@@ -2,7 +2,9 @@
 
 The client's stream is split with ``Generator.spawn`` into three independent streams: hold-out split,
 CNN training, randomization. So its output does not depend on which process runs it or in which order,
-and the randomization draws do not depend on how much randomness the training consumed.
+and the randomization draws do not depend on how much randomness the training consumed. Private labels
+(``label_release`` krr, issue 22) draw from a child of the randomization stream, so the features' draws
+are the same with clear or randomized labels.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import numpy as np
 
 from ldpfl import mechanisms
 from ldpfl.contract.client_writer import ClientFileWriter
+from ldpfl.contract.label_release import CLEAR_LABELS, KRR_LABELS, label_mechanism
 from ldpfl.contract.layout import client_file_name, local_file_name
 from ldpfl.contract.manifest import FileRecord, record_for
 from ldpfl.contract.release_guarantee import file_guarantee
@@ -66,6 +69,7 @@ class ClientTask:
     keep_clean_test: bool = False  # also write the local-only client_NNN.local.h5
     noise_variance: tuple[float, float] | None = None  # noise_aware: (a, b) of the variance a + b·x² to train with
     prior_releases: tuple[Mapping[str, Any], ...] = ()  # from_models: earlier releases of these records (JSON)
+    label_release: Mapping[str, Any] = field(default_factory=lambda: dict(CLEAR_LABELS))  # the files' attribute
 
     def spec(self) -> mechanisms.MechanismSpec:
         """Return the plan's mechanism spec, as it crossed the process boundary."""
@@ -140,7 +144,8 @@ def export_client(task: ClientTask, dataset: Any = None) -> ClientOutcome:
     else:
         train_idx, test_idx = holdout_split(task.indices, task.test_fraction, holdout_rng)  # IV-C: 90 % / 10 %
     splits = {"train": train_idx, "test": test_idx}
-    labels = {s: dataset.y[idx] for s, idx in splits.items()}
+    labels = {s: dataset.y[idx] for s, idx in splits.items()}  # the true labels: CNN training, local file
+    released = release_labels(task.label_release, labels, int(dataset.num_classes), release_rng)
     input_shape = tuple(dataset.input_shape)
     run_dir = Path(task.run_dir)
     name = f"client {task.index}"
@@ -189,19 +194,19 @@ def export_client(task: ClientTask, dataset: Any = None) -> ClientOutcome:
         if task.save_model:
             model_file = cnn.save_model(model, run_dir / model_file_name(task.index)).name
 
-        def cnn_batches(split: str) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        def cnn_batches(split: str, labels_of: Mapping[str, np.ndarray]) -> Iterator[tuple[np.ndarray, np.ndarray]]:
             idx = splits[split]
             for batch, start_row in enumerate(range(0, len(idx), BATCH_ROWS)):  # Algorithm 1 line 6
                 if split == "test" and test_features:
                     values = test_features[batch]
                 else:
                     values = release_values(point, *extractor.predict(images(idx[start_row:start_row + BATCH_ROWS])))
-                yield values, labels[split][start_row:start_row + BATCH_ROWS]
+                yield values, labels_of[split][start_row:start_row + BATCH_ROWS]
 
         batches = cnn_batches
     else:
-        def raw_batches(split: str) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-            return iter(raw_feature_batches(dataset, splits[split], labels[split], BATCH_ROWS))
+        def raw_batches(split: str, labels_of: Mapping[str, np.ndarray]) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+            return iter(raw_feature_batches(dataset, splits[split], labels_of[split], BATCH_ROWS))
 
         batches = raw_batches
 
@@ -215,10 +220,10 @@ def export_client(task: ClientTask, dataset: Any = None) -> ClientOutcome:
         features=spec.features, feature_format=layout.feature_format,
         mechanism=spec.name, mechanism_parameters=layout.mechanism_parameters,
         privacy_report=task.privacy.to_dict(), randomness=task.randomness,
-        label_histograms={s: label_histogram(labels[s], dataset.num_classes) for s in splits},
+        label_histograms={s: label_histogram(released[s], dataset.num_classes) for s in splits},  # released only
         local_accuracy=None, package_version=package_version(),  # accuracy on clear records: local-only
         class_names=getattr(dataset, "class_names", None), plan_fingerprint=task.plan_fingerprint,
-        release=str(point),
+        release=str(point), label_release=dict(task.label_release),
     )
     rows = {s: len(idx) for s, idx in splits.items()}
     guarantee = file_guarantee(metadata, records=sum(rows.values()), history=task.prior_releases,
@@ -226,8 +231,9 @@ def export_client(task: ClientTask, dataset: Any = None) -> ClientOutcome:
     metadata = dataclasses.replace(metadata, release_guarantee=guarantee.to_dict())
     local_record = None
     if task.keep_clean_test:  # written first: a kept client file always has its local file (resume)
-        local_record = write_clean_test(task, dataclasses.replace(metadata, local_accuracy=accuracy), spec, point,
-                                        batches("test"), len(test_idx))
+        local = dataclasses.replace(metadata, local_accuracy=accuracy, release_guarantee=None)  # never shared
+        local_record = write_clean_test(task, local, spec, point, batches("test", labels),
+                                        label_histogram(labels["test"], dataset.num_classes))
     path = run_dir / client_file_name(task.index)
     pipeline = layout.pipeline
     density = BitDensity(metadata.feature_width) if task.store_input_density else None
@@ -235,7 +241,7 @@ def export_client(task: ClientTask, dataset: Any = None) -> ClientOutcome:
                        position=task.position, disable=not task.progress)
     with bar, ClientFileWriter(path, metadata, rows) as writer:
         for split in ("train", "test"):  # one stream, train rows first, in row order
-            write_split(writer, split, batches(split), pipeline, release_rng,
+            write_split(writer, split, batches(split, released), pipeline, release_rng,
                         density=density if split == "train" else None, progress=bar)
         if density is not None:
             writer.write_input_bit_density(density.density())
@@ -245,15 +251,32 @@ def export_client(task: ClientTask, dataset: Any = None) -> ClientOutcome:
                          time.perf_counter() - start, rate, local_record)
 
 
+def release_labels(label_release: Mapping[str, Any], labels: Mapping[str, np.ndarray], num_classes: int,
+                   release_rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """Return the labels a client file holds: the true ones, or k-RR of each (train, then test).
+
+    With ``label_release`` krr the draws come from the release stream's own child (``Generator.spawn``),
+    which leaves the release stream's draws, and so the features, unchanged.
+    """
+    if label_release.get("mechanism") != KRR_LABELS:
+        return dict(labels)
+    if int(label_release["num_classes"]) != num_classes:
+        raise ValueError(f"label_release is for {label_release['num_classes']} classes, the data has {num_classes}")
+    krr = label_mechanism(label_release["nominal_epsilon"], num_classes)
+    (label_rng,) = release_rng.spawn(1)
+    return {s: krr.randomize_labels(labels[s], rng=label_rng) for s in ("train", "test")}
+
+
 def write_clean_test(task: ClientTask, metadata: ClientMetadata, spec: mechanisms.MechanismSpec,
                      point: ReleasePoint, batches: Iterable[tuple[np.ndarray, np.ndarray]],
-                     rows: int) -> FileRecord:
+                     test_histogram: list[int]) -> FileRecord:
     """Write ``client_NNN.local.h5``: the client's test split of the release, UNRANDOMIZED (``keep_clean_test``).
 
     The same schema as the client file (mechanism ``none``, the same width and format, so the federated
     model reads it), with ``local_only`` set and no training rows. Issue 17 item 4: a silo predicting on
     its own records releases nothing, so the global model can be evaluated on clean features too. This file
-    is never shared: its privacy report says it is not private.
+    is never shared: its privacy report says it is not private. It holds the TRUE test labels (clear
+    ``label_release`` and histogram), even when the client file's labels are randomized.
     """
     layout = clean_layout(point, spec)
     identity = mechanisms.create_mechanism("none")
@@ -262,10 +285,10 @@ def write_clean_test(task: ClientTask, metadata: ClientMetadata, spec: mechanism
         feature_format=layout.feature_format, mechanism=identity.NAME,
         mechanism_parameters=layout.mechanism_parameters,
         privacy_report=identity.report().with_randomness(task.randomness).to_dict(),
-        label_histograms={"train": [0] * metadata.num_classes, "test": list(metadata.label_histograms["test"])},
-        local_only=True)
+        label_histograms={"train": [0] * metadata.num_classes, "test": list(test_histogram)},
+        label_release=dict(CLEAR_LABELS), local_only=True)
     path = Path(task.run_dir) / local_file_name(task.index)
-    split_rows = {"train": 0, "test": rows}
+    split_rows = {"train": 0, "test": int(sum(test_histogram))}
     with ClientFileWriter(path, clean, split_rows, overwrite=True) as writer:
         write_split(writer, "test", batches, layout.pipeline, np.random.default_rng(0))  # none draws nothing
         digest = writer.commit()

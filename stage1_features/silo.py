@@ -163,7 +163,8 @@ def build_plan(export: Any, classes: Sequence[str] | None = None) -> SharedPlan:
         names = tuple(str(k) for k in range(dataset.num_classes))
     return SharedPlan(dataset=dataset.name, classes=tuple(names), extractor=export.extractor,
                       input_shape=plan_input_shape(export.extractor, dataset.input_shape), features=export.features,
-                      mechanism=export.spec, release=str(getattr(export.config, "release", DEFAULT_RELEASE)))
+                      mechanism=export.spec, release=str(getattr(export.config, "release", DEFAULT_RELEASE)),
+                      label_epsilon=getattr(export.config, "label_epsilon", None))
 
 
 __all__ = ["DATA_OPTIONS", "build_plan", "load_export_data", "plan_input_shape",

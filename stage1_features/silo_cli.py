@@ -143,11 +143,15 @@ def silo_config(ctx: click.Context, config: Any, silo: dict[str, Any], explicit:
         given["release"] = config.release
     if explicit:
         given["mechanism_parameters"] = explicit
+    if _given(ctx, "label_epsilon"):
+        given["label_epsilon"] = config.label_epsilon
     plan.require_agreement(given, plan_path)
     changes.update(dataset=plan.dataset, extractor=plan.extractor, mechanism=plan.mechanism.name,
                    mechanism_params=plan_mechanism_parameters(plan), plan=plan)
     if hasattr(config, "release"):
         changes["release"] = plan.release
+    if hasattr(config, "label_epsilon"):
+        changes["label_epsilon"] = plan.label_epsilon
     return dataclasses.replace(config, **changes)
 
 
@@ -177,6 +181,8 @@ def _mechanism_choices() -> list[str]:
 @click.option("-m", "--integer-bits", type=int, default=None, help="m, integer bits  [default: 4, IV-D]")
 @click.option("-n", "--fraction-bits", type=int, default=None, help="n, fraction bits  [default: 5, IV-D]")
 @click.option("--param", "params", multiple=True, metavar="KEY=VALUE", help="Another mechanism parameter.")
+@click.option("--label-epsilon", type=float, default=None,
+              help="Every silo releases its labels by k-ary randomized response at this ε  [default: clear labels]")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=Path("plan.json"),
               show_default=True, help="Where to write the plan.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing plan file.")
@@ -184,7 +190,8 @@ def _mechanism_choices() -> list[str]:
 def plan_command(data: str | None, name: str | None, label_column: str | None, image_size: tuple[int, int] | None,
                  color_mode: str | None, x_key: str | None, y_key: str | None, scale: str, classes: str | None,
                  extractor: str, release: str, mechanism: str, epsilon: float | None, alpha: float | None,
-                 integer_bits: int | None, fraction_bits: int | None, params: tuple[str, ...], out: Path,
+                 integer_bits: int | None, fraction_bits: int | None, params: tuple[str, ...],
+                 label_epsilon: float | None, out: Path,
                  overwrite: bool, as_json: bool) -> None:
     """Write the shared plan that every silo of a cross-silo federation exports with.
 
@@ -224,6 +231,8 @@ def plan_command(data: str | None, name: str | None, label_column: str | None, i
         "mechanism": mechanism,
         "mechanism_params": mechanism_parameters(epsilon, alpha, integer_bits, fraction_bits, params),
     }
+    if label_epsilon is not None:
+        config_kwargs["label_epsilon"] = label_epsilon
     if "release" in fields:
         config_kwargs["release"] = release
     elif release != "flatten":

@@ -167,6 +167,12 @@ Examples:
               help="Also evaluate the global model each round on each client's UNRANDOMIZED local test file "
                    "(client_NNN.local.h5 of 'ldpfl export --keep-clean-test'): clean_test_accuracy in the metrics. "
                    "A silo predicting on its own records releases nothing; see docs/privacy.md.")
+@click.option("--label-noise-correction", type=click.Choice(["auto", "forward", "backward", "none"]), default="auto",
+              show_default=True,
+              help="Loss correction for labels released by k-RR (ldpfl export --label-epsilon), with T read from the "
+                   "files (Patrini et al. 2017): forward CE(T^T softmax(z), y~) (consistent), backward T^-1 applied "
+                   "to the per-class losses (unbiased, higher variance), none. auto: forward when the files' "
+                   "labels are randomized, none when clear.")
 @click.option("--engine", type=click.Choice(["local", "flower"]), default="local", show_default=True,
               help="local: every client in this process. flower: Flower's simulation engine on this machine (a "
                    "private SuperLink, one ClientApp per client file, each opening only its own file; needs "

@@ -30,6 +30,8 @@ SGD = "sgd"
 AUTO = "auto"
 OPTIMIZERS = (AUTO, ADAM, SGD)
 DEFAULT_LR = 1e-3  # LDPFL IV-E: SGD with learning rate 0.001; Adam's lr is not given, PyTorch's default 1e-3
+LABEL_NOISE_CORRECTIONS = ("auto", "forward", "backward", "none")
+"""How training corrects for k-RR labels (``label_noise``): auto is forward for randomized labels, none for clear."""
 
 
 @dataclass(frozen=True)
@@ -70,6 +72,7 @@ class FederationConfig:
     threads: int | None = None
     eval_batch_size: int = 1024
     eval_clean: bool = False  # also evaluate on the clients' local-only clean test files (export --keep-clean-test)
+    label_noise_correction: str = "auto"  # loss correction for k-RR labels (stage2_federate.label_noise)
     seed: int | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
@@ -113,6 +116,9 @@ class FederationConfig:
             raise ValueError(f"range centre must be a finite number, got {self.range_centre!r}")
         if self.fraction is not None and not (isinstance(self.fraction, int | float) and 0 < self.fraction <= 1):
             raise ValueError(f"fraction γ must lie in (0, 1], got {self.fraction!r}")
+        if self.label_noise_correction not in LABEL_NOISE_CORRECTIONS:
+            raise ParameterError(f"`label_noise_correction` must be one of {', '.join(LABEL_NOISE_CORRECTIONS)}, "
+                                 f"got {self.label_noise_correction!r}")
         if self.device not in DEVICES:
             raise ValueError(f"device must be one of {', '.join(DEVICES)}, got {self.device!r}")
         if self.threads is not None:

@@ -17,6 +17,7 @@ from torch.nn import functional as F
 
 from .config import ADAM, AUTO, DEFAULT_DROPOUT, DEFAULT_HIDDEN, DEFAULT_LR, OPTIMIZERS, SGD
 from .data import ClientSplit
+from .label_noise import LabelNoise, label_loss
 from .streaming import StreamedSplit
 
 __all__ = [
@@ -193,8 +194,12 @@ class TrainStats:
 
 
 def train_local(model: FederatedMLP, split: ClientSplit | StreamedSplit, *, epochs: int, batch_size: int,
-                optimizer: torch.optim.Optimizer, generator: torch.Generator) -> TrainStats:
-    """LDPFL Algorithm 1 line 19: train for ``epochs`` (el) epochs over shuffled batches of the split."""
+                optimizer: torch.optim.Optimizer, generator: torch.Generator,
+                label_noise: LabelNoise | None = None) -> TrainStats:
+    """LDPFL Algorithm 1 line 19: train for ``epochs`` (el) epochs over shuffled batches of the split.
+
+    With ``label_noise`` (k-RR labels) the loss is Patrini et al.'s corrected cross-entropy (``label_noise``).
+    """
     if epochs < 1 or batch_size < 1:
         raise ValueError(f"epochs and batch size must be >= 1, got {epochs}, {batch_size}")
     model.train()
@@ -207,7 +212,7 @@ def train_local(model: FederatedMLP, split: ClientSplit | StreamedSplit, *, epoc
         correct.zero_()
         for inputs, labels in split.batches(batch_size, generator=generator):
             logits = model(inputs)
-            loss = F.cross_entropy(logits, labels)
+            loss = label_loss(logits, labels, label_noise)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()

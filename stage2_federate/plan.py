@@ -24,6 +24,7 @@ from ldpfl.mechanisms.randomness import RANDOMNESS_DESCRIPTIONS
 from . import budgets
 from .config import DEFAULT_LR, DEVICES, FederationConfig
 from .data import ClientDataset, FederatedData, load_run
+from .label_noise import resolve_label_noise
 from .model import FederatedMLP, build_model, evaluation_rows, parameter_count, resolve_optimizer
 from .perturbation import (
     ClientPerturbation,
@@ -192,7 +193,7 @@ def resolved_settings(*, device: torch.device, training: LocalTraining, dim: int
         "client_centres": None if plan.centres is None else list(plan.centres),
         "noise_scales": [perturbations[i].noise_scale for i in plan.ids],
         "clients_per_round": strategy.clients_per_round, "strategy": strategy.describe(),
-        "threads": threads,
+        "threads": threads, "label_noise": None if training.label_noise is None else training.label_noise.to_dict(),
     }
 
 
@@ -215,9 +216,11 @@ def plan_federation(run_dir: Path, config: FederationConfig) -> FederationPlan:
     check_noise_scales(config, perturbations)
     strategy = plan_strategy(config, clients, perturbations)
     rule = ServerRule.for_perturbation(config.perturbation, target, config.server_lr)
+    label_noise = resolve_label_noise(config.label_noise_correction,  # issue 22: T from the files
+                                      [(c.path.name, c.metadata.label_release) for c in clients])
     training = LocalTraining(resolve_optimizer(config.optimizer, data.dataset),
                              DEFAULT_LR if config.lr is None else float(config.lr), config.local_epochs,
-                             config.batch_size)
+                             config.batch_size, label_noise)
     privacy = []
     for c in clients:
         report = perturbations[c.index].report(randomness.mode)

@@ -28,6 +28,7 @@ import torch
 from ldpfl.mechanisms.base import require_generator
 
 from .data import ClientSplit
+from .label_noise import LabelNoise
 from .model import FederatedMLP, get_vector, make_optimizer, set_vector, train_local
 from .perturbation import ClientPerturbation, ServerRule
 from .strategies import Aggregate, Strategy
@@ -36,12 +37,16 @@ from .streaming import StreamedSplit
 
 @dataclass(frozen=True)
 class LocalTraining:
-    """How every client trains in a round (LDPFL IV-E): optimizer, learning rate, epochs el, batch size."""
+    """How every client trains in a round (LDPFL IV-E): optimizer, learning rate, epochs el, batch size.
+
+    ``label_noise``: the files' k-RR label noise and its loss correction (``label_noise``), None: plain CE.
+    """
 
     optimizer: str
     lr: float
     epochs: int
     batch_size: int
+    label_noise: LabelNoise | None = None
 
 
 @dataclass(frozen=True)
@@ -101,7 +106,7 @@ def client_step(model: FederatedMLP, broadcast: Broadcast, split: ClientSplit | 
     set_vector(model, broadcast.weights)
     optimizer = make_optimizer(training.optimizer, model.parameters(), training.lr)
     stats = train_local(model, split, epochs=training.epochs, batch_size=training.batch_size, optimizer=optimizer,
-                        generator=generator)
+                        generator=generator, label_noise=training.label_noise)
     local = get_vector(model).cpu().numpy()
     if not np.all(np.isfinite(local)):
         return ClientResult(cid, None, stats.loss, stats.accuracy,

@@ -33,6 +33,7 @@ from ldpfl.contract.release_guarantee import stored_or_computed
 
 from ..config import FederationConfig
 from ..data import ClientDataset, ClientSplit, load_clean_test, load_client
+from ..label_noise import LabelNoise
 from ..model import FederatedMLP, build_model, evaluate, set_vector
 from ..perturbation import ClientPerturbation, build_client_perturbations, resolve_target
 from ..plan import resolve_device
@@ -91,7 +92,8 @@ def summarize(client: ClientDataset) -> ClientSummary:
         label_histogram=client.label_histogram, dataset=meta.dataset, num_classes=meta.num_classes,
         feature_format=meta.feature_format, feature_width=meta.feature_width, feature_mechanism=meta.mechanism,
         feature_privacy=dict(meta.privacy_report), sha256=sha256_file(client.path),
-        release_guarantee=stored_or_computed(meta, records=len(client.train) + len(client.test)).to_dict())
+        release_guarantee=stored_or_computed(meta, records=len(client.train) + len(client.test)).to_dict(),
+        label_release=None if meta.label_release is None else dict(meta.label_release))
 
 
 def client_perturbation(config: FederationConfig, setup: ClientSetup, client: ClientDataset) -> ClientPerturbation:
@@ -195,7 +197,8 @@ class Trainer:
     def train(self, config: FederationConfig, setup: ClientSetup, client: ClientDataset, vector: np.ndarray, *,
               generator: torch.Generator, rng: np.random.Generator) -> ClientResult:
         """LDPFL Algorithm 1 lines 19-20 on this client: ``rounds.client_step`` (train, then perturb here)."""
-        training = LocalTraining(setup.optimizer, setup.lr, config.local_epochs, config.batch_size)
+        training = LocalTraining(setup.optimizer, setup.lr, config.local_epochs, config.batch_size,
+                                 LabelNoise.from_dict(setup.label_noise))
         return client_step(self.model, self.broadcast(vector), client.train, client_perturbation(config, setup, client),
                            training, generator=generator, rng=rng)
 

@@ -161,6 +161,7 @@ class ClientSummary:
     feature_privacy: dict[str, Any]
     sha256: str  # of the file: the checkpoint records it, and resume refuses other files
     release_guarantee: dict[str, Any] | None = None  # the file's (issue 22); None from an older client
+    label_release: dict[str, Any] | None = None  # the file's label_release (issue 22: T of k-RR labels)
 
     def to_json(self) -> str:
         """Return the summary as JSON text."""
@@ -180,7 +181,8 @@ class ClientSetup:
 
     ``position`` is the client's rank in client-index order (its random streams are the root's child
     ``position``, as in the local engine's ``Streams``); ``epsilon``, ``range_length`` and ``centre`` are
-    its resolved ε_i, L_i and c_i (None when the perturbation takes none); ``dim`` the model's size.
+    its resolved ε_i, L_i and c_i (None when the perturbation takes none); ``dim`` the model's size;
+    ``label_noise`` the run's ``LabelNoise.to_dict()`` (T and the loss correction; None: plain cross-entropy).
     """
 
     position: int
@@ -193,6 +195,7 @@ class ClientSetup:
     epsilon: float | None
     range_length: float | None
     centre: float | None
+    label_noise: dict[str, Any] | None = None
 
     def to_json(self) -> str:
         """Return the setup as JSON text."""

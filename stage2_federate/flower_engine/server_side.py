@@ -29,6 +29,7 @@ from ldpfl.contract.version import package_version
 from .. import outputs as out
 from ..checkpoint import CHECKPOINT_FORMAT, CHECKPOINT_VERSION, check_inputs, load_checkpoint
 from ..config import DEFAULT_LR, FederationConfig
+from ..label_noise import resolve_label_noise
 from ..model import FederatedMLP, build_model, get_vector, parameter_count, resolve_optimizer, set_vector
 from ..model_file import save_model, summary_record
 from ..perturbation import ClientPerturbation, ServerRule, perturbation_wiring
@@ -110,9 +111,11 @@ def plan_from_summaries(config: FederationConfig, summaries: Sequence[ClientSumm
     check_noise_scales(config, perturbations)
     strategy = plan_strategy(config, sizes, perturbations)
     rule = ServerRule.for_perturbation(config.perturbation, target, config.server_lr)
+    label_noise = resolve_label_noise(config.label_noise_correction,  # issue 22: every file's T must agree
+                                      [(s.file, s.label_release) for s in ordered])
     training = LocalTraining(resolve_optimizer(config.optimizer, first.dataset),
                              DEFAULT_LR if config.lr is None else float(config.lr), config.local_epochs,
-                             config.batch_size)
+                             config.batch_size, label_noise)
     budgeted = perturbation_wiring(config.perturbation).budget
     setups = {}
     for position, s in enumerate(ordered):
@@ -121,7 +124,8 @@ def plan_from_summaries(config: FederationConfig, summaries: Sequence[ClientSumm
             num_classes=first.num_classes, optimizer=training.optimizer, lr=training.lr,
             epsilon=clients_plan.epsilons[position] if budgeted else None,
             range_length=None if clients_plan.ranges is None else clients_plan.ranges[position],
-            centre=None if clients_plan.centres is None else clients_plan.centres[position])
+            centre=None if clients_plan.centres is None else clients_plan.centres[position],
+            label_noise=None if label_noise is None else label_noise.to_dict())
     privacy = []
     for s in ordered:
         report = perturbations[s.index].report(randomness.mode)
