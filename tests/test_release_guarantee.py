@@ -173,3 +173,14 @@ def test_cnn_releases_and_a_re_release_are_all_covered(tmp_path: Path) -> None:
     relabel = {p["kind"]: p for p in parts}
     assert relabel["re-release"]["epsilon"] == "inf"  # the first release's labels were in clear
     assert relabel["features"]["epsilon"] == pytest.approx(2.0, rel=1e-6)
+
+
+def test_private_labels_and_raw_features_give_a_finite_sum(tmp_path: Path) -> None:
+    run = export(tmp_path, "run", "--mechanism", "rr", "--epsilon", "0.1", "--label-epsilon", "1.5")
+    report = json.loads(CliRunner().invoke(cli, ["inspect", str(run), "--json"]).stdout)
+    guarantee = report["files"][0]["release_guarantee"]
+    parts = {p["kind"]: p for p in guarantee["parts"]}
+    assert set(parts) == {"features", "labels"} and guarantee["private"] and guarantee["delta"] == 0.0
+    assert parts["labels"]["mechanism"] == "krr" and parts["labels"]["epsilon"] == pytest.approx(1.5, rel=1e-6)
+    assert guarantee["epsilon"] == pytest.approx(parts["features"]["epsilon"] + parts["labels"]["epsilon"])
+    assert read_manifest(run).info["release_guarantee"]["client_000"]["epsilon"] == guarantee["epsilon"]
