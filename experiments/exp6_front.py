@@ -56,14 +56,16 @@ def _eps(value: Any) -> float:
 
 
 def local_accuracy(models: Path) -> list[float]:
-    """The clients' own CNN accuracy on their held-out records (stored in each client file's attributes)."""
+    """The clients' own CNN accuracy on their held-out records (an attribute of the local-only files
+    ``client_NNN.local.h5``, ``--keep-clean-test``; runs made before issue 22 kept it in the shared files)."""
     import h5py
 
     out = []
     for path in sorted(models.glob("client_*.h5")):
         if path.name.endswith(".local.h5"):
             continue
-        with h5py.File(path, "r") as handle:
+        local = path.with_name(path.name.replace(".h5", ".local.h5"))
+        with h5py.File(local if local.is_file() else path, "r") as handle:
             value = handle.attrs.get("local_accuracy")
             if value is not None and math.isfinite(float(value)):
                 out.append(float(value))

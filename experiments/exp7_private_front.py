@@ -1,0 +1,96 @@
+"""Experiment 7: the privacy-utility front on the honest figure: total ε per record over everything released.
+
+Each point trains every client's CNN with record-level DP-SGD (``--cnn-epsilon``, ``--cnn-delta``), releases a
+low-dimensional value per record (``scores`` with ``hybrid`` or ``label`` with ``krr``) and the record's label
+through k-RR (``--label-epsilon``), then federates with the LDPFL Table I protocol (FMNIST: 10 clients, 9 per
+round, one dropout per round) and evaluates the global model on the released test split and on the clients'
+clean test records (``--keep-clean-test``/``--eval-clean``, which release nothing). The column that counts is
+``release_guarantee.epsilon`` of the files: every part composed (dp-accounting PLD under replace-one), not the
+budgets asked for. Baselines: each client's DP CNN alone (its accuracy on its own clean test split).
+
+Usage (see docs/RESULTS.md, experiment 7)::
+
+    python experiments/exp7_private_front.py --dataset fashion-mnist --points 8:4:2:2 --seed 22
+    # a point is TOTAL:CNN_EPS:LABEL_EPS:RELEASE_EPS (TOTAL is the target; the table shows the composed figure)
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _common as C  # noqa: E402
+
+NAME = "exp7_private_front"
+DELTA = 1e-5
+PROTOCOL = {
+    "fashion-mnist": {"clients": 10, "clients_per_round": 9, "drop_per_round": 1, "rounds": 10, "local_epochs": 2,
+                      "data": ["--data-dir", "/usr/share/datasets/fashion-mnist"]},
+    "mnist5k": {"clients": 2, "clients_per_round": 2, "drop_per_round": 0, "rounds": 10, "local_epochs": 2,
+                "data": []},
+}
+RELEASES = {"scores": "hybrid", "label": "krr"}
+
+
+def _eps(value: Any) -> float:
+    return math.inf if value in ("inf", None) else float(value)
+
+
+def point(args: Any, spec: str, release: str) -> dict[str, Any]:
+    target, cnn_eps, label_eps, release_eps = (float(v) for v in spec.split(":"))
+    proto = PROTOCOL[args.dataset]
+    name = f"{args.dataset}_{release}_t{target:g}_c{cnn_eps:g}_l{label_eps:g}_r{release_eps:g}"
+    run_dir = args.work / name
+    exported = C.export(run_dir, ["--dataset", args.dataset, *proto["data"], "--clients", proto["clients"],
+                                  "--epochs", args.cnn_epochs, "--cnn-epsilon", cnn_eps, "--cnn-delta", DELTA,
+                                  "--label-epsilon", label_eps, "--release", release,
+                                  "--mechanism", RELEASES[release], "--epsilon", release_eps, "--keep-clean-test",
+                                  "--clients-parallel", 2], seed=args.seed)
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    totals = [_eps(g["epsilon"]) for g in manifest["release_guarantee"].values()]
+    deltas = [float(g["delta"]) for g in manifest["release_guarantee"].values()]
+    fed = C.federate(run_dir, args.work / f"{name}_fed",
+                     ["--rounds", proto["rounds"], "--local-epochs", proto["local_epochs"],
+                      "--clients-per-round", proto["clients_per_round"], "--drop-per-round", proto["drop_per_round"],
+                      "--optimizer", "adam", "--eval-clean"], seed=args.seed)
+    metrics = json.loads((args.work / f"{name}_fed" / "metrics.json").read_text())
+    clean = [r.get("clean_test_accuracy") for r in metrics["rounds"]]
+    local = [a for a in exported["local_cnn_accuracy"] if a is not None]
+    return {"target": target, "cnn_epsilon": cnn_eps, "label_epsilon": label_eps, "release": release,
+            "mechanism": RELEASES[release], "release_epsilon": release_eps,
+            "total_epsilon": max(totals), "delta": max(deltas), "dp_cnn_alone": sum(local) / len(local),
+            "released_test": fed["final_accuracy"], "clean_test": clean[-1],
+            "best_clean_test": max(c for c in clean if c is not None),
+            "export_seconds": exported["seconds"], "federate_seconds": fed["seconds"],
+            "commands": [exported["command"], fed["command"]]}
+
+
+def main() -> None:
+    p = C.parser(__doc__)
+    p.add_argument("--dataset", choices=sorted(PROTOCOL), default="fashion-mnist")
+    p.add_argument("--points", nargs="+", default=["8:4:2:2"], help="TOTAL:CNN_EPS:LABEL_EPS:RELEASE_EPS ...")
+    p.add_argument("--releases", nargs="+", choices=sorted(RELEASES), default=["scores"])
+    p.add_argument("--cnn-epochs", type=int, default=10)
+    args = p.parse_args()
+    args.work.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    rows = [point(args, spec, release) for spec in args.points for release in args.releases]
+    header = ["release", "target ε", "cnn ε (add/remove)", "label ε", "release ε", "total ε per record (δ)",
+              "DP CNN alone", "global, released test", "global, clean test (best)"]
+    table = C.markdown_table(header, [[f"{r['release']}/{r['mechanism']}", f"{r['target']:g}",
+                                       f"{r['cnn_epsilon']:g}", f"{r['label_epsilon']:g}",
+                                       f"{r['release_epsilon']:g}", f"{r['total_epsilon']:.3g} ({r['delta']:g})",
+                                       C.pct(r["dp_cnn_alone"]), C.pct(r["released_test"]),
+                                       f"{C.pct(r['clean_test'])} ({C.pct(r['best_clean_test'])})"] for r in rows])
+    C.write_results(args.out, f"{NAME}_{args.dataset}", {"rows": rows, "seconds": time.perf_counter() - started},
+                    table)
+    print(table)
+
+
+if __name__ == "__main__":
+    main()
