@@ -123,7 +123,8 @@ def run_export(config: ExportConfig, out_dir: str | os.PathLike[str], *, progres
         and the manifest lists finished clients only.
     """
     started = time.perf_counter()
-    if cnn.is_cnn(cnn.resolve_extractor(config.extractor, config.dataset)) or config.from_models is not None:
+    if (cnn.is_cnn(cnn.resolve_extractor(config.extractor, config.dataset)) or config.from_models is not None
+            or config.dp_budget() is not None):
         select_keras_backend(config.keras_backend)  # before Keras is imported here or in spawned workers
     plan = make_plan(config)
     config = plan.config  # from_models: with the source run's data settings
@@ -225,6 +226,7 @@ def _task(plan: ExportPlan, run_dir: Path, index: int, indices: np.ndarray, part
         plan_fingerprint=None if config.plan is None else config.plan.fingerprint,
         release=str(plan.release), holdout=holdout, keep_clean_test=config.keep_clean_test,
         noise_variance=noise_variance(plan.spec) if config.noise_aware else None,
+        dp=config.dp_budget(), extractor_training=None if plan.source is None else plan.source.training_record(index),
         model_path=None if plan.source is None else str(plan.source.model_path(index)),
         release_number=1 if plan.source is None else len(plan.source.history.get(index, ())) + 1)
 

@@ -25,7 +25,8 @@ DEFAULT_MECHANISM_PARAMS: dict[str, Any] = {"epsilon": 0.5, "alpha": 10.0, "inte
 # Config fields that change what the files hold: a resumed run must agree on all of them.
 COMPARED_FIELDS = ("dataset", "clients", "max_clients", "partition", "beta", "unb", "shards_per_client",
                    "test_fraction", "extractor", "epochs", "batch_size", "augment", "mechanism", "mechanism_params",
-                   "limit", "store_input_density", "randomness", "data", "data_options", "client_index", "plan")
+                   "limit", "store_input_density", "randomness", "data", "data_options", "client_index", "plan",
+                   "cnn_epsilon", "cnn_delta")
 
 EXPORT_DOMAINS = ("bits", "real", "any")
 """Mechanism domains the flatten-feature release takes: bits of the encoding, real features, or ``none``
@@ -90,7 +91,7 @@ class ExportConfig:
     save_models: bool = False
     store_input_density: bool = False
     clients_parallel: int = 1
-    keras_backend: str = "tensorflow"
+    keras_backend: str | None = None  # None: TensorFlow, or jax under DP-SGD (resolved at construction)
     overwrite: bool = False
     seed: int | None = None
     release: str = "flatten"
@@ -101,6 +102,8 @@ class ExportConfig:
     data_options: Mapping[str, Any] = field(default_factory=dict)
     client_index: int | None = None
     plan: SharedPlan | None = None
+    cnn_epsilon: float | None = None
+    cnn_delta: float | None = None
 
     def __post_init__(self) -> None:
         _int_at_least("clients", self.clients, 1)
@@ -138,6 +141,7 @@ class ExportConfig:
         if not isinstance(self.mechanism_params, Mapping):
             raise ValueError(f"mechanism_params must be a mapping, got {type(self.mechanism_params).__name__}")
         self.training()  # validates epochs and batch_size
+        self._check_dp()
         if self.keras_backend not in KERAS_BACKENDS:
             raise ParameterError(f"`keras_backend` must be one of {', '.join(KERAS_BACKENDS)}, "
                                  f"got {self.keras_backend!r}")
@@ -151,13 +155,49 @@ class ExportConfig:
         if self.plan is not None and self.data is None:
             raise ParameterError("a shared `plan` applies to the user's own `data`")
 
+    def _check_dp(self) -> None:
+        """DP-SGD of the client CNNs (``cnn_epsilon``, ``cnn_delta``): validate, and pick jax as the backend."""
+        from ldpfl.stage1_features.dp_training import DEFAULT_CNN_DELTA, check_budget
+
+        if self.cnn_epsilon is None:
+            if self.cnn_delta is not None:
+                raise ParameterError("`cnn_delta` is the δ of DP-SGD training: give `cnn_epsilon` as well")
+            if self.keras_backend is None:
+                object.__setattr__(self, "keras_backend", "tensorflow")
+            return
+        if self.cnn_delta is None:
+            object.__setattr__(self, "cnn_delta", DEFAULT_CNN_DELTA)
+        check_budget(self.cnn_epsilon, self.cnn_delta)
+        object.__setattr__(self, "cnn_epsilon", float(self.cnn_epsilon))
+        object.__setattr__(self, "cnn_delta", float(self.cnn_delta))
+        if self.keras_backend is None:
+            object.__setattr__(self, "keras_backend", "jax")
+        elif self.keras_backend != "jax":
+            raise ParameterError(f"`keras_backend` must be jax under `cnn_epsilon` (DP-SGD by jax-privacy), "
+                                 f"got {self.keras_backend!r}")
+        if self.from_models is not None:
+            raise ParameterError("`cnn_epsilon` trains the CNNs with DP-SGD; `from_models` reuses trained CNNs "
+                                 "(their training record is carried along)")
+        if self.noise_aware:
+            raise ParameterError("`noise_aware` is not available under `cnn_epsilon` (DP-SGD) yet")
+
+    def dp_budget(self) -> Any:
+        """Return the ``dp_training.DPBudget`` of DP-SGD training, or None for ordinary training."""
+        if self.cnn_epsilon is None:
+            return None
+        from ldpfl.stage1_features.dp_training import DPBudget
+
+        return DPBudget(self.cnn_epsilon, self.cnn_delta)
+
     def exported_clients(self) -> list[int]:
         """Return the client indices this export writes: all N, or the silo's own in single-silo mode."""
         return list(range(self.clients)) if self.client_index is None else [self.client_index]
 
     def training(self) -> cnn.TrainingConfig:
         """Return the CNN training settings (IV-C)."""
-        return cnn.TrainingConfig(epochs=self.epochs, batch_size=self.batch_size, augment=self.augment)
+        # no augmentation under DP-SGD (``ldpfl.stage1_features.dp_training``)
+        return cnn.TrainingConfig(epochs=self.epochs, batch_size=self.batch_size,
+                                  augment=self.augment and self.cnn_epsilon is None)
 
     def mechanism_spec(self, features: int | None) -> mechanisms.MechanismSpec:
         """Resolve ``mechanism`` and ``mechanism_params`` over records of ``features`` values (r).
