@@ -137,19 +137,22 @@ def accountant_epsilon(noise_multiplier: float, batch_size: int, records: int, s
     return float(DPKerasConfig._accountant.compute_epsilon(int(steps), params))  # noqa: SLF001 - the library's own
 
 
-def dp_keras_config(budget: DPBudget, batch_size: int, records: int, steps: int, *, seed: int) -> Any:
+def dp_keras_config(budget: DPBudget, batch_size: int, records: int, steps: int, *, seed: int,
+                    microbatch_size: int | None = None) -> Any:
     """Return jax-privacy's ``DPKerasConfig`` for ``budget`` with σ calibrated by the library over ``steps`` steps.
 
     Poisson sampling in ``fit`` with expected batch b = ``batch_size`` of n = ``records`` (q = b/n), no
     gradient accumulation; ``update_with_calibrated_noise_multiplier`` finds the σ whose accountant ε is at
-    most the target over T = ``steps``.
+    most the target over T = ``steps``. ``microbatch_size`` (jax-privacy's option) splits the per-example
+    gradients of a batch into sequential pieces of that size (less memory), and pads Poisson batches to a
+    multiple of it (default: 32).
     """
     from jax_privacy import keras_api
 
     params = keras_api.DPKerasConfig(
         epsilon=float(budget.epsilon), delta=float(budget.delta), clipping_norm=float(budget.clipping_norm),
         batch_size=int(batch_size), gradient_accumulation_steps=1, train_steps=int(steps), train_size=int(records),
-        poisson_sampling_in_fit=True, seed=int(seed))
+        poisson_sampling_in_fit=True, seed=int(seed), microbatch_size=microbatch_size)
     with contextlib.redirect_stdout(io.StringIO()):  # the library prints its progress; stdout may carry --json
         return params.update_with_calibrated_noise_multiplier()
 
@@ -162,8 +165,8 @@ def dp_plan(records: int, batch_size: int, epochs: int) -> tuple[int, int]:
 
 def train_model_dp(model: Any, x: np.ndarray, y: np.ndarray, config: Any, budget: DPBudget, *,
                    rng: np.random.Generator, extractor: str = "model", callbacks: list[Any] | None = None,
-                   progress: bool = False, description: str = "train", position: int | None = None
-                   ) -> tuple[Any, dict[str, Any]]:
+                   progress: bool = False, description: str = "train", position: int | None = None,
+                   microbatch_size: int | None = None) -> tuple[Any, dict[str, Any]]:
     """Train ``model`` on (x, y) with DP-SGD at ``budget``; return (TrainingResult, ``extractor_training``).
 
     Parameters
@@ -180,6 +183,8 @@ def train_model_dp(model: Any, x: np.ndarray, y: np.ndarray, config: Any, budget
         Target (ε, δ) and clipping norm.
     rng : np.random.Generator
         Source of Keras' seed and of jax-privacy's seed (noise and Poisson sampling).
+    microbatch_size : int, optional
+        jax-privacy's microbatching (``dp_keras_config``); the benchmark's knob.
 
     Returns
     -------
@@ -205,7 +210,8 @@ def train_model_dp(model: Any, x: np.ndarray, y: np.ndarray, config: Any, budget
         raise ParameterError(f"`cnn_epsilon`: DP-SGD needs at least 2 training records, got {n}")
     b, steps = dp_plan(n, config.batch_size, config.epochs)
     keras.utils.set_random_seed(int(rng.integers(2**31)))
-    params = dp_keras_config(budget, b, n, steps, seed=int(rng.integers(2**62)))
+    params = dp_keras_config(budget, b, n, steps, seed=int(rng.integers(2**62)),
+                             microbatch_size=None if microbatch_size is None else min(int(microbatch_size), b))
     sigma = float(params.noise_multiplier)
     trainer = keras_api.make_private(keras.Model(model.input, model.output, name=f"{model.name}_dp_sgd"), params)
     names = [v.name for v in trainer.non_trainable_variables[:2]]

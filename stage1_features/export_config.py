@@ -25,8 +25,7 @@ DEFAULT_MECHANISM_PARAMS: dict[str, Any] = {"epsilon": 0.5, "alpha": 10.0, "inte
 # Config fields that change what the files hold: a resumed run must agree on all of them.
 COMPARED_FIELDS = ("dataset", "clients", "max_clients", "partition", "beta", "unb", "shards_per_client",
                    "test_fraction", "extractor", "epochs", "batch_size", "augment", "mechanism", "mechanism_params",
-                   "limit", "store_input_density", "randomness", "data", "data_options", "client_index", "plan",
-                   "cnn_epsilon", "cnn_delta")
+                   "limit", "store_input_density", "randomness", "data", "data_options", "client_index", "plan")
 
 EXPORT_DOMAINS = ("bits", "real", "any")
 """Mechanism domains the flatten-feature release takes: bits of the encoding, real features, or ``none``
@@ -34,6 +33,8 @@ EXPORT_DOMAINS = ("bits", "real", "any")
 
 SAVED_MODEL_WARNING = ("saved models are trained on the raw client data: they are NOT covered by the LDP "
                        "guarantee and must stay with the client")
+DP_SAVED_MODEL_WARNING = ("saved models are trained on the raw client data with DP-SGD: each is covered by its "
+                          "(ε, δ) in the client file's extractor_training, not by the LDP guarantee of the release")
 NOT_PRIVATE_WARNING = ("mechanism {mechanism!r} gives an infinite ε per record (none writes the UNRANDOMIZED "
                        "features): these files are NOT private")
 DENSITY_WARNING = ("/stats/input_bit_density is an aggregate of the UNRANDOMIZED encoding: it is NOT covered by "

@@ -29,7 +29,8 @@ from ldpfl.stage1_features.release import (
     stored_layout,
 )
 
-OPTIONAL_COMPARED = {"release": "flatten", "from_models": None, "keep_clean_test": False, "noise_aware": False}
+OPTIONAL_COMPARED = {"release": "flatten", "from_models": None, "keep_clean_test": False, "noise_aware": False,
+                     "cnn_epsilon": None, "cnn_delta": None}
 """Config fields compared on resume only when they differ from these defaults (runs exported before they
 existed have fingerprints without them, and keep resuming)."""
 
