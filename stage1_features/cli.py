@@ -114,7 +114,9 @@ def _print_table(result: Any) -> None:
               show_default=True,
               help="Feature extractor: mnist-cnn (Fig. 3), cifar-cnn (Fig. 4), none (raw inputs). auto: the "
                    "paper's choice (mnist-cnn for mnist/mnist5k, cifar-cnn for fashion-mnist/cifar10/svhn(-extra), "
-                   "none otherwise).")
+                   "none otherwise); under --cnn-epsilon, dp-cnn wherever it would be a CNN. DP-SGD variants: "
+                   "mnist-cnn-gn, cifar-cnn-gn (GroupNorm for BatchNorm) and dp-cnn (small tanh net), each a "
+                   "labelled deviation from the paper.")
 @click.option("--epochs", type=int, default=50, show_default=True,
               help="CNN training epochs (IV-C: 50). CPU runs often use a few.")
 @click.option("--batch-size", type=int, default=64, show_default=True, help="CNN batch size (IV-C: 64).")
@@ -147,11 +149,16 @@ def _print_table(result: Any) -> None:
                    "as sequential; CNN features may differ in float rounding (fewer threads each). One per "
                    "core is fastest for the paper's CNNs (2 cores: 16 % more samples/s than 1 process with 2 "
                    "threads, bench/cnn_training.py).")
-@click.option("--keras-backend", type=click.Choice(list(KERAS_BACKENDS)), default="tensorflow",
-              show_default=True,
-              help="Keras 3 backend that trains and runs the CNNs. TensorFlow is the fastest on CPU here "
-                   "(torch 16-23 % and jax 52-57 % slower on the Fig. 4 CNN, bench/RESULTS.md); same model, "
-                   "same files.")
+@click.option("--keras-backend", type=click.Choice(list(KERAS_BACKENDS)), default=None,
+              help="Keras 3 backend that trains and runs the CNNs  [default: tensorflow; jax under --cnn-epsilon, "
+                   "which needs it]. TensorFlow is the fastest on CPU here (torch 16-23 % and jax 52-57 % slower on "
+                   "the Fig. 4 CNN, bench/RESULTS.md); same model, same files.")
+@click.option("--cnn-epsilon", type=float, default=None,
+              help="Train each client's CNN with record-level DP-SGD (jax-privacy, Poisson sampling, noise "
+                   "calibrated to this ε over the planned epochs), in (0, 100]. Without it the CNN is trained "
+                   "without DP and its outputs carry no finite per-record guarantee.")
+@click.option("--cnn-delta", type=float, default=None,
+              help="δ of --cnn-epsilon, in (0, 1)  [default: 1e-5]")
 @click.option("--overwrite", is_flag=True,
               help="Redo every client (removes this run's client files, models, manifest and partition first).")
 @click.option("--seed", type=int, default=None,
@@ -168,8 +175,9 @@ def export_command(dataset: str, data_dir: str | None, clients: int, max_clients
                    epochs: int, batch_size: int, no_augment: bool, mechanism: str, epsilon: float | None,
                    alpha: float | None, integer_bits: int | None, fraction_bits: int | None, params: tuple[str, ...],
                    label_epsilon: float | None, limit: int | None, save_models: bool, store_input_density: bool,
-                   clients_parallel: int,
-                   keras_backend: str, overwrite: bool, seed: int | None, out: Path | None, as_json: bool, quiet: bool,
+                   clients_parallel: int, keras_backend: str | None, cnn_epsilon: float | None,
+                   cnn_delta: float | None, overwrite: bool, seed: int | None, out: Path | None, as_json: bool,
+                   quiet: bool,
                    release: str, from_models: str | None, keep_clean_test: bool, noise_aware: bool,
                    **silo: Any) -> None:
     """Stage 1: per client, train a CNN, encode and randomize its flatten features, write HDF5.
@@ -186,6 +194,7 @@ def export_command(dataset: str, data_dir: str | None, clients: int, max_clients
       ldpfl export --dataset fashion-mnist --clients 10 --out runs/fmnist --clients-parallel 2
       ldpfl export --extractor none --mechanism pdpm --param safe_range_length=2
       ldpfl export --release label --mechanism krr --epsilon 2 --out runs/mnist5k-label
+      ldpfl export --cnn-epsilon 4 --cnn-delta 1e-5 --epochs 5 --out runs/mnist5k-dp
       ldpfl export --release bottleneck:16 --mechanism piecewise --epsilon 5 --out runs/mnist5k-bn16
       ldpfl export --from-models runs/mnist5k --release scores --mechanism duchi --epsilon 2 \
                    --out runs/mnist5k-scores
@@ -210,7 +219,8 @@ def export_command(dataset: str, data_dir: str | None, clients: int, max_clients
         mechanism_params=mechanism_parameters(epsilon, alpha, integer_bits, fraction_bits, params), limit=limit,
         save_models=save_models, store_input_density=store_input_density, clients_parallel=clients_parallel,
         keras_backend=keras_backend, overwrite=overwrite, seed=seed, release=release, from_models=from_models,
-        keep_clean_test=keep_clean_test, noise_aware=noise_aware, label_epsilon=label_epsilon)
+        keep_clean_test=keep_clean_test, noise_aware=noise_aware, label_epsilon=label_epsilon,
+        cnn_epsilon=cnn_epsilon, cnn_delta=cnn_delta)
     check_from_models(click.get_current_context(), from_models, out)
     config = silo_config(click.get_current_context(), config, silo,  # --data, --client-index, --plan (issue 16)
                          explicit_parameters(epsilon, alpha, integer_bits, fraction_bits, params))

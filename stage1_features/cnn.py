@@ -60,6 +60,7 @@ MNIST_CNN = "mnist-cnn"
 CIFAR_CNN = "cifar-cnn"
 NO_EXTRACTOR = "none"
 AUTO = "auto"
+DP_AUTO_EXTRACTOR = "dp-cnn"  # ``auto`` under DP-SGD (registered by cnn_dp_nets)
 WEIGHT_DECAY = 1e-4  # IV-A1: regularizers.l2(1e-4) on all convolution layers
 BN_MOMENTUM = 0.9  # see the module docstring: moving statistics usable after a few dozen steps
 FLATTEN_LAYER = "flatten_features"  # the layer whose output is exported (Fig. 3 no. 16, Fig. 4 no. 27)
@@ -207,10 +208,15 @@ def architecture(name: str) -> Architecture:
         raise ValueError(f"unknown extractor {name!r}; valid names: {', '.join([AUTO, *extractor_names()])}") from None
 
 
-def resolve_extractor(name: str, dataset: str) -> str:
-    """``auto`` becomes the paper's extractor for ``dataset`` (``none`` for datasets it does not use)."""
+def resolve_extractor(name: str, dataset: str, *, dp: bool = False) -> str:
+    """``auto`` becomes the paper's extractor for ``dataset`` (``none`` for datasets it does not use).
+
+    With ``dp`` (DP-SGD training, ``--cnn-epsilon``) ``auto`` becomes the small DP net ``dp-cnn`` wherever the
+    paper uses a CNN (``ldpfl.stage1_features.cnn_dp_nets``).
+    """
     if name == AUTO:
-        return AUTO_EXTRACTORS.get(dataset, NO_EXTRACTOR)
+        chosen = AUTO_EXTRACTORS.get(dataset, NO_EXTRACTOR)
+        return DP_AUTO_EXTRACTOR if dp and chosen != NO_EXTRACTOR else chosen
     return architecture(name).name
 
 
@@ -448,3 +454,6 @@ def save_model(model: Any, path: str | os.PathLike) -> Path:
     with atomic_path(path, suffix=".keras") as tmp:  # Keras 3 insists on the .keras suffix
         model.save(tmp)
     return path
+
+
+from ldpfl.stage1_features import cnn_dp_nets  # noqa: E402, F401 - registers the DP-SGD extractors

@@ -65,6 +65,7 @@ from ldpfl.contract.version import package_version
 from ldpfl.stage1_features import cnn, from_models
 from ldpfl.stage1_features.export_config import (
     DENSITY_WARNING,
+    DP_SAVED_MODEL_WARNING,
     NOT_PRIVATE_WARNING,
     SAVED_MODEL_WARNING,
     ExportConfig,
@@ -123,7 +124,8 @@ def run_export(config: ExportConfig, out_dir: str | os.PathLike[str], *, progres
         and the manifest lists finished clients only.
     """
     started = time.perf_counter()
-    if cnn.is_cnn(cnn.resolve_extractor(config.extractor, config.dataset)) or config.from_models is not None:
+    if (cnn.is_cnn(cnn.resolve_extractor(config.extractor, config.dataset)) or config.from_models is not None
+            or config.dp_budget() is not None):
         select_keras_backend(config.keras_backend)  # before Keras is imported here or in spawned workers
     plan = make_plan(config)
     config = plan.config  # from_models: with the source run's data settings
@@ -143,7 +145,7 @@ def run_export(config: ExportConfig, out_dir: str | os.PathLike[str], *, progres
     if not plan.privacy.private:
         notes.append(NOT_PRIVATE_WARNING.format(mechanism=config.mechanism))
     if config.save_models:
-        notes.append(SAVED_MODEL_WARNING)
+        notes.append(SAVED_MODEL_WARNING if config.dp_budget() is None else DP_SAVED_MODEL_WARNING)
     if config.store_input_density:
         notes.append(DENSITY_WARNING)
     with locked(run_dir):
@@ -166,7 +168,7 @@ def run_export(config: ExportConfig, out_dir: str | os.PathLike[str], *, progres
             "features": plan.features, "feature_format": plan.feature_format, "release": str(plan.release),
             "from_models": None if source is None else str(source.run_dir.resolve()),
             "feature_width": plan.feature_width, "mechanism": config.mechanism,
-            "privacy_report": plan.privacy.to_dict(), "training": config.training().to_dict(),
+            "privacy_report": plan.privacy.to_dict(), "training": _training_info(config),
             "partition": partition_desc, "partition_file": {"path": PARTITION_FILE, "sha256": partition_sha},
             "plan_fingerprint": None if config.plan is None else config.plan.fingerprint,
         }
@@ -227,9 +229,23 @@ def _task(plan: ExportPlan, run_dir: Path, index: int, indices: np.ndarray, part
         release=str(plan.release), holdout=holdout, keep_clean_test=config.keep_clean_test,
         label_release=dict(plan.label_release),
         noise_variance=noise_variance(plan.spec) if config.noise_aware else None,
+        dp=config.dp_budget(), extractor_training=None if plan.source is None else plan.source.training_record(index),
         model_path=None if plan.source is None else str(plan.source.model_path(index)),
         release_number=1 if plan.source is None else len(plan.source.history.get(index, ())) + 1,
         prior_releases=() if plan.source is None else tuple(e.to_dict() for e in plan.source.history.get(index, ())))
+
+
+def _training_info(config: ExportConfig) -> dict[str, Any]:
+    """Return the manifest's ``training``: the IV-C settings, or under DP-SGD the settings that train instead."""
+    info = config.training().to_dict()
+    if config.dp_budget() is not None:
+        from ldpfl.stage1_features import dp_training
+
+        info.update(optimizer="adam", learning_rate=dp_training.DP_LEARNING_RATE, lr_drops=[], decay=0.0,
+                    dp_sgd={"target_epsilon": config.cnn_epsilon, "delta": config.cnn_delta,
+                            "clipping_norm": dp_training.DEFAULT_CLIPPING_NORM, "sampling": "poisson",
+                            "library": dp_training.LIBRARY})
+    return info
 
 
 def fresh_holdouts_of(plan: ExportPlan, clients: list[np.ndarray]) -> list[tuple[np.ndarray, np.ndarray]]:

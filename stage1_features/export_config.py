@@ -33,6 +33,8 @@ EXPORT_DOMAINS = ("bits", "real", "any")
 
 SAVED_MODEL_WARNING = ("saved models are trained on the raw client data: they are NOT covered by the LDP "
                        "guarantee and must stay with the client")
+DP_SAVED_MODEL_WARNING = ("saved models are trained on the raw client data with DP-SGD: each is covered by its "
+                          "(ε, δ) in the client file's extractor_training, not by the LDP guarantee of the release")
 NOT_PRIVATE_WARNING = ("mechanism {mechanism!r} gives an infinite ε per record (none writes the UNRANDOMIZED "
                        "features): these files are NOT private")
 DENSITY_WARNING = ("/stats/input_bit_density is an aggregate of the UNRANDOMIZED encoding: it is NOT covered by "
@@ -90,7 +92,7 @@ class ExportConfig:
     save_models: bool = False
     store_input_density: bool = False
     clients_parallel: int = 1
-    keras_backend: str = "tensorflow"
+    keras_backend: str | None = None  # None: TensorFlow, or jax under DP-SGD (resolved at construction)
     overwrite: bool = False
     seed: int | None = None
     release: str = "flatten"
@@ -102,6 +104,8 @@ class ExportConfig:
     client_index: int | None = None
     plan: SharedPlan | None = None
     label_epsilon: float | None = None
+    cnn_epsilon: float | None = None
+    cnn_delta: float | None = None
 
     def __post_init__(self) -> None:
         _int_at_least("clients", self.clients, 1)
@@ -139,6 +143,7 @@ class ExportConfig:
         if not isinstance(self.mechanism_params, Mapping):
             raise ValueError(f"mechanism_params must be a mapping, got {type(self.mechanism_params).__name__}")
         self.training()  # validates epochs and batch_size
+        self._check_dp()
         if self.keras_backend not in KERAS_BACKENDS:
             raise ParameterError(f"`keras_backend` must be one of {', '.join(KERAS_BACKENDS)}, "
                                  f"got {self.keras_backend!r}")
@@ -155,13 +160,49 @@ class ExportConfig:
             _check_label_epsilon(self.label_epsilon)
             object.__setattr__(self, "label_epsilon", float(self.label_epsilon))
 
+    def _check_dp(self) -> None:
+        """DP-SGD of the client CNNs (``cnn_epsilon``, ``cnn_delta``): validate, and pick jax as the backend."""
+        from ldpfl.stage1_features.dp_training import DEFAULT_CNN_DELTA, check_budget
+
+        if self.cnn_epsilon is None:
+            if self.cnn_delta is not None:
+                raise ParameterError("`cnn_delta` is the δ of DP-SGD training: give `cnn_epsilon` as well")
+            if self.keras_backend is None:
+                object.__setattr__(self, "keras_backend", "tensorflow")
+            return
+        if self.cnn_delta is None:
+            object.__setattr__(self, "cnn_delta", DEFAULT_CNN_DELTA)
+        check_budget(self.cnn_epsilon, self.cnn_delta)
+        object.__setattr__(self, "cnn_epsilon", float(self.cnn_epsilon))
+        object.__setattr__(self, "cnn_delta", float(self.cnn_delta))
+        if self.keras_backend is None:
+            object.__setattr__(self, "keras_backend", "jax")
+        elif self.keras_backend != "jax":
+            raise ParameterError(f"`keras_backend` must be jax under `cnn_epsilon` (DP-SGD by jax-privacy), "
+                                 f"got {self.keras_backend!r}")
+        if self.from_models is not None:
+            raise ParameterError("`cnn_epsilon` trains the CNNs with DP-SGD; `from_models` reuses trained CNNs "
+                                 "(their training record is carried along)")
+        if self.noise_aware:
+            raise ParameterError("`noise_aware` is not available under `cnn_epsilon` (DP-SGD) yet")
+
+    def dp_budget(self) -> Any:
+        """Return the ``dp_training.DPBudget`` of DP-SGD training, or None for ordinary training."""
+        if self.cnn_epsilon is None:
+            return None
+        from ldpfl.stage1_features.dp_training import DPBudget
+
+        return DPBudget(self.cnn_epsilon, self.cnn_delta)
+
     def exported_clients(self) -> list[int]:
         """Return the client indices this export writes: all N, or the silo's own in single-silo mode."""
         return list(range(self.clients)) if self.client_index is None else [self.client_index]
 
     def training(self) -> cnn.TrainingConfig:
         """Return the CNN training settings (IV-C)."""
-        return cnn.TrainingConfig(epochs=self.epochs, batch_size=self.batch_size, augment=self.augment)
+        # no augmentation under DP-SGD (``ldpfl.stage1_features.dp_training``)
+        return cnn.TrainingConfig(epochs=self.epochs, batch_size=self.batch_size,
+                                  augment=self.augment and self.cnn_epsilon is None)
 
     def mechanism_spec(self, features: int | None) -> mechanisms.MechanismSpec:
         """Resolve ``mechanism`` and ``mechanism_params`` over records of ``features`` values (r).

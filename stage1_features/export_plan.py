@@ -31,7 +31,8 @@ from ldpfl.stage1_features.release import (
 )
 
 OPTIONAL_COMPARED = {"release": "flatten", "from_models": None, "keep_clean_test": False, "noise_aware": False,
-                     "label_epsilon": None}
+                     "label_epsilon": None,
+                     "cnn_epsilon": None, "cnn_delta": None}
 """Config fields compared on resume only when they differ from these defaults (runs exported before they
 existed have fingerprints without them, and keep resuming)."""
 
@@ -108,7 +109,12 @@ def make_plan(config: ExportConfig) -> ExportPlan:
         from_models.check_models(source, config.exported_clients())
     dataset = silo.load_export_data(config.dataset, config.data_dir, config.data, config.data_options,
                                     None if config.plan is None else config.plan.classes)  # own data: issue 16
-    extractor = silo.resolve_extractor(config.extractor, dataset, config.data is not None)
+    dp = config.dp_budget() is not None
+    extractor = silo.resolve_extractor(config.extractor, dataset, config.data is not None, dp=dp)
+    if dp and source is None:  # DP-SGD (issue 22): a CNN without batch-mixing layers, refused before any write
+        from ldpfl.stage1_features.dp_training import check_dp_extractor
+
+        check_dp_extractor(extractor, tuple(dataset.input_shape), dataset.num_classes)
     r = cnn.flatten_width(extractor, tuple(dataset.input_shape))
     point = parse_release(config.release)
     if not point.is_flatten and not cnn.is_cnn(extractor):

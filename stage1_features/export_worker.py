@@ -29,6 +29,7 @@ from ldpfl.contract.release_point import ReleasePoint, parse_release
 from ldpfl.contract.schema import ClientMetadata, label_histogram
 from ldpfl.contract.version import package_version
 from ldpfl.stage1_features import cnn, cnn_release
+from ldpfl.stage1_features.dp_training import NO_TRAINING, non_private_training
 from ldpfl.stage1_features.export_config import ExportError
 from ldpfl.stage1_features.export_run_dir import model_file_name
 from ldpfl.stage1_features.features import BATCH_ROWS, BitDensity, raw_feature_batches, write_split
@@ -70,6 +71,8 @@ class ClientTask:
     noise_variance: tuple[float, float] | None = None  # noise_aware: (a, b) of the variance a + b·x² to train with
     prior_releases: tuple[Mapping[str, Any], ...] = ()  # from_models: earlier releases of these records (JSON)
     label_release: Mapping[str, Any] = field(default_factory=lambda: dict(CLEAR_LABELS))  # the files' attribute
+    dp: Any = None  # dp_training.DPBudget: train the CNN with DP-SGD (``cnn_epsilon``)
+    extractor_training: Mapping[str, Any] | None = None  # from_models: the source CNN's training record
 
     def spec(self) -> mechanisms.MechanismSpec:
         """Return the plan's mechanism spec, as it crossed the process boundary."""
@@ -155,6 +158,7 @@ def export_client(task: ClientTask, dataset: Any = None) -> ClientOutcome:
     rate: float | None = None
     batches: Any
     point = parse_release(task.release)
+    training_record: Mapping[str, Any] = NO_TRAINING  # extractor_training: how the extractor was trained
     if cnn.is_cnn(task.extractor):
         keras = cnn.import_keras()
         if task.model_path is not None:  # from_models: the source run's trained CNN (issue 15 item 2)
@@ -162,6 +166,8 @@ def export_client(task: ClientTask, dataset: Any = None) -> ClientOutcome:
             if point.units is not None and cnn_release.bottleneck_units(model) != point.units:
                 raise ExportError(f"{task.model_path} has no {point.units}-unit {cnn.BOTTLENECK_LAYER} layer "
                                   f"(it has {cnn_release.bottleneck_units(model)}); `release` {point} cannot use it")
+            training_record = (task.extractor_training if task.extractor_training is not None
+                               else non_private_training(len(train_idx)))
         else:
             # Keras needs integer seeds: derive them from this client's training stream (Algorithm 1 line 2-3).
             keras.utils.set_random_seed(int(train_rng.integers(2**31)))
@@ -170,8 +176,16 @@ def export_client(task: ClientTask, dataset: Any = None) -> ClientOutcome:
             trainer = model  # noise_aware: the same layers with the mechanism's noise after the bottleneck
             if task.noise_variance is not None:
                 trainer = cnn_release.noise_aware_model(model, task.noise_variance, int(train_rng.integers(2**31)))
-            trained = cnn.train_model(trainer, x_train, labels["train"], task.training, rng=train_rng,
-                                      progress=task.progress, description=name, position=task.position)
+            if task.dp is not None:  # record-level DP-SGD (issue 22): jax-privacy on the JAX backend
+                from ldpfl.stage1_features.dp_training import train_model_dp
+
+                trained, training_record = train_model_dp(
+                    trainer, x_train, labels["train"], task.training, task.dp, rng=train_rng,
+                    extractor=task.extractor, progress=task.progress, description=name, position=task.position)
+            else:
+                trained = cnn.train_model(trainer, x_train, labels["train"], task.training, rng=train_rng,
+                                          progress=task.progress, description=name, position=task.position)
+                training_record = non_private_training(len(train_idx))
             rate = trained.samples_per_s
             del x_train
         # Algorithm 1 line 4: CNM_i, cut at the flatten layer (or at the bottleneck of bottleneck:K)
@@ -223,7 +237,7 @@ def export_client(task: ClientTask, dataset: Any = None) -> ClientOutcome:
         label_histograms={s: label_histogram(released[s], dataset.num_classes) for s in splits},  # released only
         local_accuracy=None, package_version=package_version(),  # accuracy on clear records: local-only
         class_names=getattr(dataset, "class_names", None), plan_fingerprint=task.plan_fingerprint,
-        release=str(point), label_release=dict(task.label_release),
+        release=str(point), label_release=dict(task.label_release), extractor_training=dict(training_record),
     )
     rows = {s: len(idx) for s, idx in splits.items()}
     guarantee = file_guarantee(metadata, records=sum(rows.values()), history=task.prior_releases,

@@ -75,6 +75,21 @@ class SourceRun:
         record = self.files.get(index)
         return self.run_dir / (record.path if record is not None else client_file_name(index))
 
+    def training_record(self, index: int) -> dict[str, Any]:
+        """Return how client ``index``'s CNN was trained: the source file's ``extractor_training``.
+
+        A file without it (schema < 4) predates DP-SGD training: its CNN was trained without DP.
+        """
+        from ldpfl.stage1_features.dp_training import non_private_training
+
+        path = self.file_path(index)
+        try:
+            with open_client_file(path) as (_handle, meta, rows):
+                record = meta.extractor_training
+                return dict(record) if record is not None else non_private_training(rows["train"])
+        except (FormatError, OSError) as error:
+            raise ExportError(f"`from_models`: cannot read the training record of {path} ({error})") from None
+
     def releases_so_far(self) -> int:
         """Return how many releases of the records the source's history holds (the most over its clients)."""
         return max((len(h) for h in self.history.values()), default=1)

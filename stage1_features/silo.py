@@ -66,13 +66,17 @@ def load_export_data(dataset: str, data_dir: str | None, data: str | None, data_
     return load_own_data(data, name=dataset, **options)
 
 
-def resolve_extractor(name: str, dataset: Any, own_data: bool) -> str:
-    """Return the extractor ``name`` stands for (``auto``: the paper's per dataset, or by shape for own data)."""
+def resolve_extractor(name: str, dataset: Any, own_data: bool, *, dp: bool = False) -> str:
+    """Return the extractor ``name`` stands for (``auto``: the paper's per dataset, or by shape for own data).
+
+    Under DP-SGD (``dp``) ``auto`` becomes ``cnn.DP_AUTO_EXTRACTOR`` wherever it would be a CNN.
+    """
     if name == cnn.AUTO and own_data:
         from ldpfl.stage1_features.own_data import default_extractor
 
-        return default_extractor(dataset)
-    return cnn.resolve_extractor(name, dataset.name)
+        chosen = default_extractor(dataset)
+        return cnn.DP_AUTO_EXTRACTOR if dp and cnn.is_cnn(chosen) else chosen
+    return cnn.resolve_extractor(name, dataset.name, dp=dp)
 
 
 def plan_input_shape(extractor: str, input_shape: Sequence[int]) -> tuple[int, ...]:
