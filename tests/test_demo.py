@@ -40,7 +40,7 @@ def test_private_demo_runs_a_second_configuration_next_to_ldpfl(tmp_path) -> Non
                                       "--private", "--quiet"])
     assert result.exit_code == 0, result.output
     assert "== two configurations side by side ==" in result.output
-    assert "private: label, krr eps 2" in result.output
+    assert "private: DP CNN, label krr eps 2, krr labels" in result.output
     private = tmp_path / "demo-private"
     for name in ("client_000.h5", "client_000.local.h5", "manifest.json", "federation/metrics.json"):
         assert (private / name).is_file(), name
@@ -49,4 +49,6 @@ def test_private_demo_runs_a_second_configuration_next_to_ldpfl(tmp_path) -> Non
     summary = json.loads(CliRunner().invoke(cli, ["demo", "--out", str(out), "--epochs", "1", "--rounds", "1",
                                                   "--seed", "4", "--private", "--quiet", "--json"]).stdout)
     assert summary["private"]["exact_epsilon_per_record"] == 2.0 and summary["exact_epsilon_per_record"] > 30_000
+    total = summary["private"]["release_guarantee"]  # DP CNN + krr values + krr labels, composed: finite
+    assert total["private"] and 3.0 < total["epsilon"] < 10.0 and total["delta"] == 1e-5
     assert summary["private"]["inspection_ok"] is True
