@@ -19,6 +19,7 @@ from typing import Any
 
 import click
 
+from ldpfl.contract.names import check_name
 from ldpfl.stage1_features import cnn
 
 SILO_OPTIONS = ("data", "name", "label_column", "image_size", "color_mode", "x_key", "y_key", "scale",
@@ -117,6 +118,8 @@ def silo_config(ctx: click.Context, config: Any, silo: dict[str, Any], explicit:
     from ldpfl.stage1_features.silo import plan_mechanism_parameters
 
     data = silo.get("data")
+    if silo.get("name") is not None:
+        check_name(silo["name"], "name")  # a file name is made of it (runs/<name>), never a path (issue 24)
     if data is None:
         for name in ("plan_path", "client_index", "name", *_READER_OPTIONS):
             if silo.get(name) is not None and (name != "scale" or _given(ctx, "scale")):
@@ -209,6 +212,8 @@ def plan_command(data: str | None, name: str | None, label_column: str | None, i
 
     if data is None:
         raise click.BadParameter("a plan is made over a sample silo's data: pass --data PATH", param_hint="--data")
+    if name is not None:
+        check_name(name, "name")
     if out.exists() and not overwrite:
         raise click.BadParameter(f"{out} exists; pass --overwrite to replace it", param_hint="--out")
     class_list = None
