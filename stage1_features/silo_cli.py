@@ -214,6 +214,9 @@ def plan_command(data: str | None, name: str | None, label_column: str | None, i
         raise click.BadParameter("a plan is made over a sample silo's data: pass --data PATH", param_hint="--data")
     if name is not None:
         check_name(name, "name")
+    from ldpfl.contract.write_targets import check_write_target
+
+    check_write_target(out, "out", [data])  # never onto the sample data or a run's artifact (issue 24)
     if out.exists() and not overwrite:
         raise click.BadParameter(f"{out} exists; pass --overwrite to replace it", param_hint="--out")
     class_list = None
