@@ -40,6 +40,7 @@ from ldpfl.contract.atomic import atomic_write
 from ldpfl.contract.jsonout import json_ready
 from ldpfl.contract.schema import ClientMetadata, FormatError
 from ldpfl.contract.version import package_version
+from ldpfl.stage2_federate.model_archive import check_archive
 
 MODEL_FORMAT = "ldpfl-global-model"
 MODEL_VERSION = 1
@@ -181,6 +182,7 @@ def read_model(path: str | os.PathLike[str]) -> SavedModel:
     path = Path(path)
     if not path.is_file():
         raise FormatError(path, "no such file")
+    check_archive(path)  # declared sizes against the stored bytes and the memory, before torch allocates (issue 24)
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as error:  # noqa: BLE001 - torch raises many types for a file it cannot read
