@@ -136,9 +136,9 @@ def _numbers_from_text(text: str, origin: str, what: str) -> list[float]:
 def _numbers_from_file(path: Path, what: str) -> list[float]:
     """Read a JSON list (or an object with one list value) or a CSV of numbers (a header row is skipped)."""
     try:  # a regular file of at most 1 MiB: @/dev/zero or a FIFO fails at once (issue 24)
-        text = read_small_file(path, f"{what} file").decode("utf-8")
+        text = read_small_file(path, "file").decode("utf-8")
     except SmallFileError as error:
-        raise ValueError(str(error)) from None
+        raise ValueError(f"cannot read {what} file {path}: {str(error).removeprefix(f'{path}: ')}") from None
     except UnicodeDecodeError:
         raise ValueError(f"{what} file {path} is not UTF-8 text") from None
     if path.suffix.lower() == ".json":
