@@ -132,7 +132,7 @@ def silo_config(ctx: click.Context, config: Any, silo: dict[str, Any], explicit:
                                "client_index": silo.get("client_index")}
     plan_path = silo.get("plan_path")
     if plan_path is None:
-        changes["dataset"] = silo.get("name") or default_name(data)
+        changes["dataset"] = check_name(silo.get("name") or default_name(data), "name")  # before anything is made
         return dataclasses.replace(config, **changes)
     plan = read_plan(plan_path)
     given: dict[str, Any] = {}
