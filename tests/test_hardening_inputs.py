@@ -135,3 +135,45 @@ def test_third_party_warnings_become_one_line(monkeypatch):
     lines = result.output.strip().splitlines()
     assert lines == ["Warning: Palette images with Transparency expressed in bytes should be converted "
                      "(UserWarning)", "done"], lines
+
+
+def test_a_full_disk_names_the_path_whatever_the_library_raised(tmp_path, monkeypatch):
+    import errno
+
+    import ldpfl.contract.atomic as atomic
+
+    target = tmp_path / "model.pt"
+    target.write_bytes(b"the previous model")
+
+    def torch_like_write(handle) -> None:
+        handle.write(b"part of a model")
+        raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 64 vs 0")
+
+    monkeypatch.setattr(atomic, "free_bytes", lambda directory: 0)
+    with pytest.raises(OSError) as caught:
+        atomic.atomic_write(target, torch_like_write)
+    assert caught.value.errno == errno.ENOSPC and caught.value.filename == str(target)
+    assert "No space left on device" in str(caught.value)
+    assert target.read_bytes() == b"the previous model" and os.listdir(tmp_path) == ["model.pt"]
+    monkeypatch.setattr(atomic, "free_bytes", lambda directory: 1 << 30)  # space left: the error is the library's
+    with pytest.raises(RuntimeError, match="enforce fail"):
+        atomic.atomic_write(target, torch_like_write)
+
+
+def test_a_full_disk_is_one_error_line_with_the_path(tmp_path, monkeypatch):
+    import errno
+
+    import ldpfl.contract.atomic as atomic
+
+    data = tmp_path / "silo.npz"
+    np.savez(data, x=np.arange(24, dtype=np.float32).reshape(6, 4), y=np.arange(6) % 2)
+
+    def full(path) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(atomic, "fsync_file", full)
+    result = run("plan", "--data", data, "--extractor", "none", "--out", tmp_path / "plan.json")
+    assert result.exit_code == 1
+    lines = result.output.strip().splitlines()
+    assert lines == [f"Error: No space left on device: {tmp_path / 'plan.json'}"], lines
+    assert not (tmp_path / "plan.json").exists()
