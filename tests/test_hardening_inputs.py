@@ -177,3 +177,33 @@ def test_a_full_disk_is_one_error_line_with_the_path(tmp_path, monkeypatch):
     lines = result.output.strip().splitlines()
     assert lines == [f"Error: No space left on device: {tmp_path / 'plan.json'}"], lines
     assert not (tmp_path / "plan.json").exists()
+
+
+def test_ctrl_c_on_a_parallel_export_prints_one_line(tmp_path):
+    import signal
+    import time
+
+    import psutil
+
+    data = tmp_path / "big.npz"
+    rng = np.random.default_rng(1)
+    np.savez(data, x=rng.integers(0, 256, size=(20000, 8, 8)).astype(np.uint8), y=np.arange(20000) % 2)
+    command = [Path(sys.executable).parent / "ldpfl", "export", "--data", data, "--extractor", "none", "--clients",
+               "400", "--clients-parallel", "2", "--quiet", "--out", tmp_path / "out"]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                               env=os.environ | {"OMP_NUM_THREADS": "1"})
+    workers: list[psutil.Process] = []
+    deadline = time.monotonic() + 120
+    while len(workers) < 2 and time.monotonic() < deadline and process.poll() is None:
+        workers = [c for c in psutil.Process(process.pid).children(recursive=True)
+                   if "spawn_main" in " ".join(c.cmdline())]
+        time.sleep(0.05)
+    time.sleep(0.5)  # the workers are exporting clients
+    os.killpg(process.pid, signal.SIGINT)  # what Ctrl-C on the terminal does: the whole group
+    _, stderr = process.communicate(timeout=120)
+    if process.returncode == 0:
+        pytest.skip("the export finished before the signal")
+    lines = [line for line in stderr.decode().splitlines() if line.strip()]
+    assert process.returncode == 130 and lines == ["Error: aborted"], stderr.decode()[-2000:]
+    _, alive = psutil.wait_procs(workers, timeout=10)
+    assert alive == []  # the parent stopped its workers
