@@ -37,6 +37,15 @@ def file_kind(mode: int) -> str:
     return "not a regular file"
 
 
+def not_regular_reason(path: str | os.PathLike[str]) -> str:
+    """Return why ``path`` is no regular file: ``no such file``, or what it is (a FIFO, a device, ...)."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return "no such file"
+    return "not a regular file" if stat.S_ISREG(mode) else f"is {file_kind(mode)}, not a regular file"
+
+
 def check_regular(path: str | os.PathLike[str], what: str = "input") -> os.stat_result:
     """Return ``os.stat`` of ``path`` when it is a regular file (links followed); raise :class:`SmallFileError` if not.
 
@@ -91,4 +100,5 @@ def read_small_file(path: str | os.PathLike[str], what: str = "file", cap: int =
     return raw
 
 
-__all__ = ["MAX_SMALL_FILE_BYTES", "SmallFileError", "check_regular", "file_kind", "read_small_file"]
+__all__ = ["MAX_SMALL_FILE_BYTES", "SmallFileError", "check_regular", "file_kind", "not_regular_reason",
+           "read_small_file"]

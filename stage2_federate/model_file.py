@@ -39,6 +39,7 @@ from typing import Any
 from ldpfl.contract.atomic import atomic_write
 from ldpfl.contract.jsonout import json_ready
 from ldpfl.contract.schema import ClientMetadata, FormatError
+from ldpfl.contract.small_files import not_regular_reason
 from ldpfl.contract.version import package_version
 from ldpfl.stage2_federate.model_archive import check_archive
 
@@ -181,7 +182,7 @@ def read_model(path: str | os.PathLike[str]) -> SavedModel:
 
     path = Path(path)
     if not path.is_file():
-        raise FormatError(path, "no such file")
+        raise FormatError(path, not_regular_reason(path))
     check_archive(path)  # declared sizes against the stored bytes and the memory, before torch allocates (issue 24)
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)

@@ -171,3 +171,14 @@ def test_manifest_cap_is_the_plan_cap(run_dir, tmp_path):
     assert MAX_MANIFEST_BYTES == MAX_PLAN_BYTES == MiB
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert len(json.dumps(manifest)) < MAX_MANIFEST_BYTES  # a real manifest is far below it
+
+
+def test_a_fifo_as_client_file_or_model_does_not_hang(run_dir, tmp_path):
+    fifo = tmp_path / "client_000.h5"
+    os.mkfifo(fifo)
+    result = run("inspect", fifo)
+    assert result.exit_code != 0 and "is a FIFO (named pipe), not a regular file" in result.output
+    model = tmp_path / "model.pt"
+    os.mkfifo(model)
+    line = one_error_line(run("predict", "--released", run_dir / "client_000.h5", "--model", model))
+    assert "FIFO" in line or "no federated model" in line
