@@ -2,7 +2,8 @@
 
 A reader never sees a half-written file under a final name: a crash leaves at most a hidden temporary
 file (``.NAME.<pid>.<token>.tmp``), which the writer's next run may remove. The fsync of the file before
-the rename and of the directory after it make the new name survive a power loss.
+the rename and of the directory after it make the new name survive a power loss. A write that fails on a
+full disk raises ``OSError(ENOSPC)`` naming the target, whatever the library raised (issue 24).
 """
 
 from __future__ import annotations
@@ -119,8 +120,34 @@ def atomic_path(target: str | os.PathLike[str], suffix: str = "") -> Iterator[Pa
     try:
         yield tmp
         replace_durably(tmp, target)
+    except Exception as error:
+        if disk_full(error, target.parent):  # checked before the temporary frees its space
+            tmp.unlink(missing_ok=True)
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(target)) from error
+        raise
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def free_bytes(directory: str | os.PathLike[str]) -> int | None:
+    """Return the bytes an unprivileged writer may still use in ``directory``'s file system (None: unknown)."""
+    try:
+        info = os.statvfs(directory)
+    except (AttributeError, OSError):  # pragma: no cover - no statvfs (Windows)
+        return None
+    return info.f_bavail * info.f_frsize
+
+
+def disk_full(error: BaseException, directory: str | os.PathLike[str]) -> bool:
+    """Return whether a failed write was (most likely) a full disk: ENOSPC, or no space left after any error.
+
+    Libraries report a full disk their own way (torch: ``RuntimeError: [enforce fail at
+    inline_container.cc...]``; HDF5: a generic write error); the free space tells.
+    """
+    if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    free = free_bytes(directory)
+    return free is not None and free == 0
 
 
 def atomic_write(target: str | os.PathLike[str], write: Callable[[BinaryIO], object]) -> Path:

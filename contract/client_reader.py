@@ -18,6 +18,7 @@ import numpy as np
 
 from ldpfl.contract.memory import format_bytes, memory_shortfall
 from ldpfl.contract.schema import MAX_ROWS, MAX_SPLIT_BYTES, SPLITS, ClientMetadata, FormatError
+from ldpfl.contract.small_files import not_regular_reason
 from ldpfl.mechanisms.base import PACKED_BITS
 
 KNOWN_FILTERS = {h5py.h5z.FILTER_FLETCHER32: "fletcher32"}
@@ -144,7 +145,7 @@ def open_client_file(path: str | os.PathLike[str]) -> Iterator[tuple[h5py.File, 
     """
     path = Path(path)
     if not path.is_file():
-        raise FormatError(path, "no such file")
+        raise FormatError(path, not_regular_reason(path))  # a FIFO would block h5py (issue 24)
     try:
         handle = h5py.File(path, "r")
     except OSError as error:

@@ -21,6 +21,7 @@ Imports contract and mechanisms only.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -130,6 +131,7 @@ def gather_runs(sources: Sequence[str | os.PathLike[str]], out_dir: str | os.Pat
     if problems:
         raise FormatError(out, f"the silos' files do not form one run: {'; '.join(problems)}")
 
+    remove_stale_gathers(out)
     tmp = out.with_name(f".{out.name}.{os.getpid()}{TMP_MARK}")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
@@ -158,6 +160,40 @@ def gather_runs(sources: Sequence[str | os.PathLike[str]], out_dir: str | os.Pat
                         None if shared is None else shared.fingerprint)
 
 
+def remove_stale_gathers(out: str | os.PathLike[str]) -> list[str]:
+    """Remove the temporary directories (``.<out>.<pid>.tmp``) that killed gathers into ``out`` left; return them.
+
+    A temporary whose process is still alive belongs to a gather under way and is kept.
+    """
+    out = Path(out)
+    pattern = re.compile(rf"^\.{re.escape(out.name)}\.(\d+){re.escape(TMP_MARK)}$")
+    removed = []
+    folder = out.parent if str(out.parent) else Path(".")
+    try:
+        entries = list(folder.iterdir())
+    except OSError:
+        return removed
+    for entry in entries:
+        match = pattern.match(entry.name)
+        if match is None or not entry.is_dir() or entry.is_symlink() or _alive(int(match.group(1))):
+            continue
+        shutil.rmtree(entry, ignore_errors=True)
+        removed.append(entry.name)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return False  # this process's own leftover (a pid reused): not a gather under way
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, OSError):
+        return True  # someone else's process, or unknowable: keep it
+    return True
+
+
 def _source_plan(source: Path) -> SharedPlan | None:
     path = source / PLAN_FILE
     if not path.is_file():
@@ -165,4 +201,4 @@ def _source_plan(source: Path) -> SharedPlan | None:
     return read_plan(path)
 
 
-__all__ = ["TOOL", "GatherError", "GatherResult", "gather_runs"]
+__all__ = ["TOOL", "GatherError", "GatherResult", "gather_runs", "remove_stale_gathers"]

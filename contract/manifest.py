@@ -18,9 +18,13 @@ from ldpfl.contract.atomic import atomic_write_text
 from ldpfl.contract.client_reader import short_error
 from ldpfl.contract.jsonout import json_default, refuse_seed_keys
 from ldpfl.contract.layout import MANIFEST_NAME
+from ldpfl.contract.names import name_problem
 from ldpfl.contract.schema import SCHEMA_VERSION, SUPPORTED_SCHEMA_VERSIONS, FormatError, utc_now
+from ldpfl.contract.small_files import MAX_SMALL_FILE_BYTES, SmallFileError, read_small_file
 
 MANIFEST_SCHEMA = "ldpfl-manifest"
+MAX_MANIFEST_BYTES = MAX_SMALL_FILE_BYTES
+"""A manifest is read whole: the cap of plan.json (a 1 MiB manifest lists thousands of files)."""
 
 
 @dataclass(frozen=True)
@@ -85,8 +89,12 @@ def read_manifest(run_dir: str | os.PathLike[str]) -> Manifest:
     if not path.is_file():
         raise FormatError(path, "no manifest (is this an ldpfl export run directory?)")
     try:
-        data = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raw = read_small_file(path, "manifest", MAX_MANIFEST_BYTES)  # regular, at most 1 MiB (issue 24)
+    except SmallFileError as error:
+        raise FormatError(path, f"unreadable manifest ({str(error).removeprefix(f'{path}: ')})") from None
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
         raise FormatError(path, f"unreadable manifest ({short_error(error)})") from None
     except RecursionError:
         raise FormatError(path, "unreadable manifest (JSON nested too deeply)") from None
@@ -103,7 +111,9 @@ def read_manifest(run_dir: str | os.PathLike[str]) -> Manifest:
     except (KeyError, TypeError, ValueError, AttributeError) as error:
         raise FormatError(path, f"malformed file entry ({short_error(error)})") from None
     for record in files:
-        if Path(record.path).name != record.path:
-            raise FormatError(path, f"file entry {record.path!r} points outside the run directory")
+        problem = name_problem(record.path)  # a name in the run directory, never a path (issue 24)
+        if problem is not None:
+            shown = record.path if len(record.path) <= 80 else record.path[:77] + "..."
+            raise FormatError(path, f"file entry {shown!r} {problem} (it must name a file in the run directory)")
     info = {k: v for k, v in data.items() if k != "files"}
     return Manifest(Path(run_dir), info, files)

@@ -48,7 +48,9 @@ from pathlib import Path
 from typing import Any
 
 from ldpfl.contract.atomic import atomic_write_text
+from ldpfl.contract.names import name_problem
 from ldpfl.contract.schema import SCHEMA_VERSION, FormatError
+from ldpfl.contract.small_files import MAX_SMALL_FILE_BYTES, SmallFileError, read_small_file
 from ldpfl.contract.version import package_version
 from ldpfl.mechanisms.base import ParameterError
 from ldpfl.mechanisms.spec import MechanismSpec
@@ -61,7 +63,7 @@ PLAN_FILE = "plan.json"
 DEFAULT_RELEASE = "flatten"
 """LDPFL Algorithm 1 line 6: the flatten-layer output is released."""
 FINGERPRINT_PREFIX = "sha256:"
-MAX_PLAN_BYTES = 1 << 20
+MAX_PLAN_BYTES = MAX_SMALL_FILE_BYTES
 
 _REQUIRED_KEYS = ("schema", "schema_version", "dataset", "classes", "extractor", "input_shape", "release",
                   "features", "mechanism", "encoding", "feature_format", "feature_width", "feature_schema_version")
@@ -144,6 +146,9 @@ class SharedPlan:
             value = getattr(self, key)
             if not isinstance(value, str) or not value or value != value.strip() or "\n" in value:
                 raise ValueError(f"plan {key} must be a non-empty one-line string, got {value!r}")
+        problem = name_problem(self.dataset)  # it names the default run directory, runs/<dataset> (issue 24)
+        if problem is not None:
+            raise ValueError(f"plan dataset {self.dataset[:80]!r} {problem}")
         classes = self.classes
         if isinstance(classes, str) or not isinstance(classes, Sequence) \
                 or not all(isinstance(c, str) and c for c in classes):
@@ -408,15 +413,12 @@ def read_plan(path: str | os.PathLike[str]) -> SharedPlan:
         A missing, unreadable, oversized or invalid file; the one-line message names it and the key.
     """
     path = Path(path)
+    if not path.exists() and not path.is_symlink():
+        raise PlanError(path, "plan file not found")
     try:
-        with open(path, "rb") as handle:
-            raw = handle.read(MAX_PLAN_BYTES + 1)
-    except FileNotFoundError:
-        raise PlanError(path, "plan file not found") from None
-    except OSError as error:
-        raise PlanError(path, f"cannot read the plan ({error.strerror or error})") from None
-    if len(raw) > MAX_PLAN_BYTES:
-        raise PlanError(path, f"is larger than {MAX_PLAN_BYTES} bytes; not a plan")
+        raw = read_small_file(path, "plan", MAX_PLAN_BYTES)
+    except SmallFileError as error:
+        raise PlanError(path, str(error).removeprefix(f"{path}: ")) from None
     try:
         data = json.loads(raw.decode("utf-8"), parse_constant=_refuse_constant)
     except UnicodeDecodeError:

@@ -23,6 +23,7 @@ from ldpfl.contract.layout import CLIENT_FILE_SUFFIX, MANIFEST_NAME, client_inde
 from ldpfl.contract.manifest import FileRecord, Manifest, read_manifest
 from ldpfl.contract.plan import PLAN_FILE, read_plan
 from ldpfl.contract.schema import ClientMetadata, FormatError, compare_metadata
+from ldpfl.contract.small_files import not_regular_reason
 
 
 @dataclass(frozen=True)
@@ -159,7 +160,7 @@ def check_client_file(path: str | os.PathLike[str], record: FileRecord | None = 
     """
     path = Path(path)
     if not path.is_file():
-        return FileCheck(path, record, None, None, None, FormatError(path, "no such file"))
+        return FileCheck(path, record, None, None, None, FormatError(path, not_regular_reason(path)))
     digest = sha256_file(path)
     try:
         with open_client_file(path) as (handle, metadata, rows):

@@ -13,6 +13,8 @@ import importlib
 import importlib.util
 import os
 import sys
+import warnings
+from typing import Any
 
 import click
 
@@ -68,7 +70,9 @@ class LdpflGroup(click.Group):
         if not standalone_mode or debugging():
             return super().main(args, prog_name, complete_var, standalone_mode=standalone_mode, **extra)
         try:
-            rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+            with warnings.catch_warnings():
+                warnings.showwarning = _show_warning  # Pillow's, torch's, ...: one line each (issue 24)
+                rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         except click.ClickException as error:
             _fail(error.format_message(), error.exit_code)
         except click.exceptions.Abort:
@@ -86,6 +90,17 @@ class LdpflGroup(click.Group):
             _fail(f"{type(error).__name__}: {error} (an unexpected error; set {DEBUG_VARIABLE}=1 for the "
                   "traceback)", 1)
         sys.exit(rv if isinstance(rv, int) else 0)
+
+
+def _show_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                  file: Any = None, line: str | None = None) -> None:
+    """Print a third-party warning as one ``Warning: ...`` line on stderr (where it came from: with LDPFL_DEBUG)."""
+    del file, line
+    text = " ".join(str(message).split())
+    if len(text) > MAX_MESSAGE:
+        text = text[:MAX_MESSAGE] + " ..."
+    where = f" [{filename}:{lineno}]" if debugging() else ""
+    click.echo(f"Warning: {text} ({category.__name__}){where}", err=True)
 
 
 def debugging() -> bool:

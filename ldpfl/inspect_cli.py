@@ -49,6 +49,10 @@ def inspect_command(path: Path, as_json: bool, details: bool, plot_path: Path | 
       ldpfl inspect runs/mnist --details --plot mnist.png
       ldpfl inspect runs/mnist --json > report.json
     """
+    if plot_path is not None:  # never onto the inspected file or a run's artifact (issue 24)
+        from ldpfl.contract.write_targets import check_write_target
+
+        check_write_target(plot_path, "plot", [path])
     result = inspect_path(path)
     single_error = result.kind == "file" and result.files[0].error is not None
     if as_json:

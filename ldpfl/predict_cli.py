@@ -112,11 +112,14 @@ def predict_command(run_dir: Path | None, client_index: int | None, model_path: 
     dataset or file), or --out FILE (.csv or .json). With labels, the accuracy is printed (stderr when the
     CSV goes to stdout).
     """
+    from ldpfl.contract.write_targets import check_write_target
     from ldpfl.predict import PredictError
 
     reader_options = {k: v for k, v in reader.items() if k in READER_OPTIONS and v is not None}
     if out_path is not None and (not str(out_path).strip() or out_path.suffix.lower() not in OUT_SUFFIXES):
         raise PredictError(f"`out` must name a .csv or .json file, got {str(out_path)!r}")
+    if out_path is not None:  # never onto an input or a run's artifact (issue 24)
+        check_write_target(out_path, "out", [run_dir, released, model_path, cnn_path, data])
     if seed is not None and not randomized:
         raise PredictError("`seed` applies to `randomized` only")
     if released is not None:

@@ -224,7 +224,11 @@ def export_command(dataset: str, data_dir: str | None, clients: int, max_clients
     check_from_models(click.get_current_context(), from_models, out)
     config = silo_config(click.get_current_context(), config, silo,  # --data, --client-index, --plan (issue 16)
                          explicit_parameters(epsilon, alpha, integer_bits, fraction_bits, params))
-    result = run_export(config, out if out is not None else Path("runs") / config.dataset, progress=not quiet)
+    if out is None:  # runs/<dataset>: the name comes from --name, the data's file name or a plan (issue 24)
+        from ldpfl.contract.names import child_path
+
+        out = child_path("runs", config.dataset, "name")
+    result = run_export(config, out, progress=not quiet)
     for note in result.notes:
         click.echo(f"warning: {note}", err=True)
     if as_json:

@@ -50,6 +50,9 @@ Decisions (documented here because the paper is silent):
 from __future__ import annotations
 
 import os
+import signal
+import sys
+import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -260,17 +263,35 @@ def _run_parallel(tasks: list[ClientTask], config: ExportConfig, plan: ExportPla
     import multiprocessing
     from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
 
+    # The resource tracker (a process of its own) warns about the queues' semaphores of workers killed on
+    # Ctrl-C, and cleans them up itself; its -W options come from ours.
+    quiet_tracker = "ignore::UserWarning:multiprocessing.resource_tracker"
+    if quiet_tracker not in sys.warnoptions:
+        sys.warnoptions.append(quiet_tracker)
     workers = min(config.clients_parallel, len(tasks))
     threads = max(1, (os.cpu_count() or 1) // workers)
-    executor = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
-                                   initializer=init_worker,
-                                   initargs=(threads, cnn.is_cnn(plan.extractor), os.getpid(), tasks[0].run_dir))
+    # SIGINT is ignored while the workers are spawned: they inherit SIG_IGN through exec (Python keeps an
+    # ignored SIGINT ignored), so a Ctrl-C can never give them a traceback; the parent alone reports it.
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
     try:
+        executor = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
+                                       initializer=init_worker,
+                                       initargs=(threads, cnn.is_cnn(plan.extractor), os.getpid(), tasks[0].run_dir))
         pending = {executor.submit(export_client, task) for task in tasks}
+    finally:
+        if main:
+            signal.signal(signal.SIGINT, previous)
+    try:
         while pending:
             done, pending = wait(pending, return_when=FIRST_EXCEPTION)
             for future in done:
                 finished(future.result())  # re-raises a worker's error here
                 bar.update(1)
+    except KeyboardInterrupt:  # Ctrl-C: the workers ignore it (worker_guard); stop them, then one line (issue 24)
+        for process in list(getattr(executor, "_processes", {}).values()):
+            process.kill()
+        executor.shutdown(wait=True, cancel_futures=True)
+        raise
     finally:
         executor.shutdown(wait=True, cancel_futures=True)

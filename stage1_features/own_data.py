@@ -246,8 +246,11 @@ def load_own_data(path: str | os.PathLike[str], *, data_format: str | None = Non
         x, y, class_names, source = read_image_folder(path, size, color_mode, wanted)
         x_is_pixels = True
     else:
-        if not path.is_file():
+        if path.is_dir():
             raise DataError(path, f"expected a {fmt} file, found a directory")
+        from ldpfl.stage1_features.own_data_limits import require_regular
+
+        require_regular(path)  # a FIFO or a device would block or never end (issue 24)
         if fmt in (CSV, PARQUET):
             x, labels, source = read_table(path, fmt, label_column)
             x_is_pixels = False

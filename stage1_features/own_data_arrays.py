@@ -12,6 +12,12 @@ from pathlib import Path
 import numpy as np
 
 from ldpfl.stage1_features.own_data import DataError, listed
+from ldpfl.stage1_features.own_data_limits import (
+    check_hdf5_dataset,
+    check_hdf5_file,
+    check_npz_members,
+    require_regular,
+)
 
 X_KEYS = ("x", "X", "images", "features")
 """Names looked for, in an ``.npz`` or HDF5 file, for the inputs when ``x_key`` is not given."""
@@ -51,6 +57,7 @@ def read_npz(path: Path, x_key: str | None, y_key: str | None) -> tuple[np.ndarr
     """
     import zipfile
 
+    require_regular(path)
     try:
         archive = np.load(path, allow_pickle=False)
     except ValueError as error:  # a pickled file refused by allow_pickle=False, a malformed header
@@ -65,6 +72,7 @@ def read_npz(path: Path, x_key: str | None, y_key: str | None) -> tuple[np.ndarr
         yk = _pick_key(path, keys, y_key, Y_KEYS, "labels", "y_key")
         if xk == yk:
             raise DataError(path, f"the inputs and the labels are the same array {xk!r}")
+        check_npz_members(path, [xk, yk])  # declared shapes and zip sizes before a byte is decoded (issue 24)
         try:
             x, y = archive[xk], archive[yk]
         except ValueError as error:  # object arrays refused by allow_pickle=False
@@ -89,6 +97,7 @@ def read_hdf5(path: Path, x_key: str | None, y_key: str | None) -> tuple[np.ndar
     """
     import h5py
 
+    require_regular(path)
     try:
         handle = h5py.File(path, "r")
     except OSError as error:
@@ -96,12 +105,15 @@ def read_hdf5(path: Path, x_key: str | None, y_key: str | None) -> tuple[np.ndar
     with handle:
         if handle.attrs.get("schema") in ("ldpfl-features", b"ldpfl-features"):
             raise DataError(path, "is an ldpfl feature file (the output of an export), not input data")
+        check_hdf5_file(path, handle)  # no external links; storage, virtual datasets and sizes below (issue 24)
         names: list[str] = []
         handle.visititems(lambda key, obj: names.append(key) if isinstance(obj, h5py.Dataset) else None)
         xk = _pick_key(path, names, x_key, X_KEYS, "inputs", "x_key")
         yk = _pick_key(path, names, y_key, Y_KEYS, "labels", "y_key")
         if xk == yk:
             raise DataError(path, f"the inputs and the labels are the same dataset {xk!r}")
+        for key in (xk, yk):
+            check_hdf5_dataset(path, key, handle[key])
         try:
             x = handle[xk][()]
             ydata = handle[yk]

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from ldpfl.stage1_features.own_data import DataError, listed
+from ldpfl.stage1_features.own_data_limits import check_image_header, require_memory, require_regular
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif")
 """Image files an image folder may hold (Keras' ``ALLOWLIST_FORMATS``), compared case-insensitively."""
@@ -74,9 +75,15 @@ def read_image_folder(folder: Path, size: tuple[int, int] | None, color_mode: st
     resample = Image.Resampling.BILINEAR
     arrays: list[np.ndarray] = []
     first_size: tuple[tuple[int, int], Path] | None = None
+    decoded_values = 0
     for file in files:
+        require_regular(file)  # a FIFO named x.png would block Image.open (issue 24)
         try:
             with Image.open(file) as image:
+                check_image_header(file, image)  # the declared size, before the pixels are decoded
+                width, height = image.size if size is None else (size[1], size[0])
+                decoded_values += width * height * 3
+                require_memory(folder, f"image folder (up to {file.name})", decoded_values, 1)
                 image.load()
                 if image.mode in DEEP_MODES or image.mode.startswith("I;16"):
                     raise DataError(file, f"is a {image.mode} image (more than 8 bits per channel); convert "

@@ -1,7 +1,9 @@
 """Label values of a user's data to classes ``0 .. K-1`` (``ldpfl.stage1_features.own_data``'s class order).
 
-Integer labels (and whole-number floats, and bools as 0/1) are sorted numerically, string labels by
-Unicode code point; a fixed class list (a shared plan's) sets the names and their order instead.
+Integer labels (and whole-number floats up to 2^53 in magnitude, and bools as 0/1) are sorted numerically,
+string labels by Unicode code point; a fixed class list (a shared plan's) sets the names and their order
+instead. A float label beyond 2^53, or an unsigned one beyond the int64 range, is refused: it is no exact
+integer, and distinct labels could merge into one class (issue 24).
 """
 
 from __future__ import annotations
@@ -13,6 +15,9 @@ from collections.abc import Sequence
 import numpy as np
 
 from ldpfl.stage1_features.own_data import DataError
+
+MAX_EXACT_FLOAT = 2.0**53
+"""The largest magnitude up to which every integer is a float64 (IEEE 754: a 53-bit significand)."""
 
 
 def encode_labels(labels: np.ndarray, path: str | os.PathLike[str],
@@ -63,6 +68,8 @@ def _label_values(values: np.ndarray, path: str | os.PathLike[str]) -> np.ndarra
     kind = values.dtype.kind
     if kind == "b":
         return values.astype(np.int64)
+    if kind == "u" and values.size and int(values.max()) > np.iinfo(np.int64).max:
+        raise DataError(path, f"label {int(values.max())} exceeds the int64 range; store the labels as text")
     if kind in "iu":
         return values.astype(np.int64)
     if kind == "f":
@@ -72,6 +79,11 @@ def _label_values(values: np.ndarray, path: str | os.PathLike[str]) -> np.ndarra
         whole = values == np.round(values)
         if not whole.all():
             raise DataError(path, f"labels must be integers or text; found {values[~whole][0]!r}")
+        inexact = np.abs(values) > MAX_EXACT_FLOAT  # beyond 2^53 a float is no exact integer label (issue 24)
+        if inexact.any():
+            raise DataError(path, f"label {values[inexact][0]!r} is a float beyond 2^53, where floats are no longer "
+                                  "exact integers (distinct labels could merge); store the labels as integers or "
+                                  "text")
         return values.astype(np.int64)
     if kind == "S":
         try:

@@ -19,6 +19,7 @@ from typing import Any
 
 import click
 
+from ldpfl.contract.names import check_name
 from ldpfl.stage1_features import cnn
 
 SILO_OPTIONS = ("data", "name", "label_column", "image_size", "color_mode", "x_key", "y_key", "scale",
@@ -117,6 +118,8 @@ def silo_config(ctx: click.Context, config: Any, silo: dict[str, Any], explicit:
     from ldpfl.stage1_features.silo import plan_mechanism_parameters
 
     data = silo.get("data")
+    if silo.get("name") is not None:
+        check_name(silo["name"], "name")  # a file name is made of it (runs/<name>), never a path (issue 24)
     if data is None:
         for name in ("plan_path", "client_index", "name", *_READER_OPTIONS):
             if silo.get(name) is not None and (name != "scale" or _given(ctx, "scale")):
@@ -129,7 +132,7 @@ def silo_config(ctx: click.Context, config: Any, silo: dict[str, Any], explicit:
                                "client_index": silo.get("client_index")}
     plan_path = silo.get("plan_path")
     if plan_path is None:
-        changes["dataset"] = silo.get("name") or default_name(data)
+        changes["dataset"] = check_name(silo.get("name") or default_name(data), "name")  # before anything is made
         return dataclasses.replace(config, **changes)
     plan = read_plan(plan_path)
     given: dict[str, Any] = {}
@@ -216,6 +219,11 @@ def plan_command(data: str | None, name: str | None, label_column: str | None, i
 
     if data is None:
         raise click.BadParameter("a plan is made over a sample silo's data: pass --data PATH", param_hint="--data")
+    if name is not None:
+        check_name(name, "name")
+    from ldpfl.contract.write_targets import check_write_target
+
+    check_write_target(out, "out", [data])  # never onto the sample data or a run's artifact (issue 24)
     if out.exists() and not overwrite:
         raise click.BadParameter(f"{out} exists; pass --overwrite to replace it", param_hint="--out")
     class_list = None

@@ -58,10 +58,12 @@ def _watch(parent_pid: int) -> None:
 def die_with_parent(parent_pid: int, run_dir: str | os.PathLike[str] | None = None) -> None:
     """Bind this worker's life to ``parent_pid`` (death signal, watchdog) and take the workers' shared lock.
 
-    Call it first thing in the worker initializer.
+    Call it first thing in the worker initializer. The worker ignores SIGINT: a Ctrl-C on the terminal
+    reaches every process of the group, and the parent alone reports it (one line) and kills the workers.
     """
     global _parent_pid, _worker_lock
     _parent_pid = int(parent_pid)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the parent stops the workers
     _request_death_signal()
     if os.getppid() != _parent_pid:  # the parent died before the request: nothing would signal us
         os.kill(os.getpid(), signal.SIGKILL)

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ldpfl.contract.small_files import SmallFileError, read_small_file
 from ldpfl.mechanisms.plugins import Registry
 
 EPSILON = "epsilon"
@@ -134,10 +135,12 @@ def _numbers_from_text(text: str, origin: str, what: str) -> list[float]:
 
 def _numbers_from_file(path: Path, what: str) -> list[float]:
     """Read a JSON list (or an object with one list value) or a CSV of numbers (a header row is skipped)."""
-    try:
-        text = path.read_text()
-    except OSError as error:
-        raise ValueError(f"cannot read {what} file {path}: {error.strerror or error}") from None
+    try:  # a regular file of at most 1 MiB: @/dev/zero or a FIFO fails at once (issue 24)
+        text = read_small_file(path, "file").decode("utf-8")
+    except SmallFileError as error:
+        raise ValueError(f"cannot read {what} file {path}: {str(error).removeprefix(f'{path}: ')}") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"{what} file {path} is not UTF-8 text") from None
     if path.suffix.lower() == ".json":
         try:
             data = json.loads(text)

@@ -14,10 +14,12 @@ from typing import Any
 import torch
 
 from ldpfl.contract.atomic import atomic_write
+from ldpfl.contract.schema import FormatError
 from ldpfl.mechanisms.base import ParameterError
 
 from .config import FederationConfig
 from .data import FederatedData
+from .model_archive import check_archive
 from .perturbation import perturbation_wiring
 from .streams import Streams
 
@@ -92,6 +94,30 @@ def check_engine(path: Path, payload: Mapping[str, Any], engine: str) -> None:
                              f"({where}); resume it with `engine` {written}")
 
 
+_KEY_TYPES: dict[str, tuple[type, ...]] = {"round": (int,), "model": (Mapping,), "rng": (Mapping,), "history": (list,),
+                                           "config": (Mapping,), "randomness": (str,)}
+
+
+def check_keys(path: Path, payload: Mapping[str, Any]) -> None:
+    """Refuse a checkpoint that lacks a key resuming reads, or holds one of the wrong type (one line naming it).
+
+    A checkpoint edited by hand (or by an attacker) and saved again is a valid archive; without this
+    check it would fail later with a bare ``KeyError``.
+    """
+    for key, types in _KEY_TYPES.items():
+        if key not in payload:
+            raise ValueError(f"cannot resume: {path} is a damaged checkpoint: key {key!r} is missing; start "
+                             "afresh with --overwrite")
+        value = payload[key]
+        if not isinstance(value, types) or isinstance(value, bool):
+            raise ValueError(f"cannot resume: {path} is a damaged checkpoint: key {key!r} is a "
+                             f"{type(value).__name__}, expected {' or '.join(t.__name__ for t in types)}")
+    if payload["round"] < 0 or not all(isinstance(k, str) and isinstance(v, torch.Tensor)
+                                       for k, v in payload["model"].items()):
+        raise ValueError(f"cannot resume: {path} is a damaged checkpoint: 'round' is negative or 'model' holds "
+                         "something other than named tensors")
+
+
 def load_checkpoint(path: Path, config: FederationConfig, *, engine: str = LOCAL_ENGINE) -> dict[str, Any]:
     """Read and check a checkpoint for resuming a run configured as ``config`` with ``engine``.
 
@@ -106,6 +132,10 @@ def load_checkpoint(path: Path, config: FederationConfig, *, engine: str = LOCAL
     if not path.is_file():
         raise ParameterError(f"cannot resume: {path} does not exist (start without `resume`)")
     try:
+        check_archive(path, "checkpoint")  # declared sizes before torch allocates (issue 24)
+    except FormatError as error:
+        raise ValueError(f"cannot resume: {error}") from None
+    try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as error:  # any unpickling failure means an unusable checkpoint
         raise ValueError(f"cannot resume: {path} is not a readable checkpoint ({type(error).__name__})") from None
@@ -114,6 +144,7 @@ def load_checkpoint(path: Path, config: FederationConfig, *, engine: str = LOCAL
     if payload.get("version") != CHECKPOINT_VERSION:
         raise ValueError(f"cannot resume: {path} has checkpoint version {payload.get('version')!r}, this code "
                          f"reads {CHECKPOINT_VERSION}")
+    check_keys(path, payload)
     check_engine(path, payload, engine)
     saved, now = payload["config"], config.to_dict()
     differing = sorted(k for k in set(saved) | set(now) if k not in RESUMABLE_CHANGES and saved.get(k) != now.get(k))

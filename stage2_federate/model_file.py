@@ -39,7 +39,9 @@ from typing import Any
 from ldpfl.contract.atomic import atomic_write
 from ldpfl.contract.jsonout import json_ready
 from ldpfl.contract.schema import ClientMetadata, FormatError
+from ldpfl.contract.small_files import not_regular_reason
 from ldpfl.contract.version import package_version
+from ldpfl.stage2_federate.model_archive import check_archive
 
 MODEL_FORMAT = "ldpfl-global-model"
 MODEL_VERSION = 1
@@ -180,7 +182,8 @@ def read_model(path: str | os.PathLike[str]) -> SavedModel:
 
     path = Path(path)
     if not path.is_file():
-        raise FormatError(path, "no such file")
+        raise FormatError(path, not_regular_reason(path))
+    check_archive(path)  # declared sizes against the stored bytes and the memory, before torch allocates (issue 24)
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as error:  # noqa: BLE001 - torch raises many types for a file it cannot read
