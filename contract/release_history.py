@@ -48,9 +48,9 @@ class ReleaseEntry:
     def to_dict(self) -> dict[str, Any]:
         """Return the JSON form (an infinite ε as ``"inf"``)."""
         eps = self.exact_epsilon_per_record
-        out = {"run": self.run, "file": self.file, "sha256": self.sha256, "mechanism": self.mechanism,
-               "release": self.release, "randomness": self.randomness,
-               "exact_epsilon_per_record": json_number(eps)}
+        out: dict[str, Any] = {"run": self.run, "file": self.file, "sha256": self.sha256,
+                               "mechanism": self.mechanism, "release": self.release, "randomness": self.randomness,
+                               "exact_epsilon_per_record": json_number(eps)}
         if self.label_release is not None:
             out["label_release"] = dict(self.label_release)
         return out

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -33,21 +36,27 @@ def test_demo_runs_the_whole_pipeline(tmp_path) -> None:
     assert (out / "client_000.h5").read_bytes() == before
 
 
+def ldpfl_process(*args: str) -> subprocess.CompletedProcess[str]:
+    """``ldpfl ARGS`` in a fresh interpreter, as a user runs it (Keras picks its backend once per process)."""
+    return subprocess.run([str(Path(sys.executable).with_name("ldpfl")), *args], capture_output=True, text=True,
+                          timeout=900)
+
+
 @pytest.mark.slow
 def test_private_demo_runs_a_second_configuration_next_to_ldpfl(tmp_path) -> None:
     out = tmp_path / "demo"
-    result = CliRunner().invoke(cli, ["demo", "--out", str(out), "--epochs", "1", "--rounds", "1", "--seed", "4",
-                                      "--private", "--quiet"])
-    assert result.exit_code == 0, result.output
-    assert "== two configurations side by side ==" in result.output
-    assert "private: DP CNN, label krr eps 2, krr labels" in result.output
+    result = ldpfl_process("demo", "--out", str(out), "--epochs", "1", "--rounds", "1", "--seed", "4", "--private",
+                           "--quiet")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "== two configurations side by side ==" in result.stdout
+    assert "private: DP CNN, label krr eps 2, krr labels" in result.stdout
     private = tmp_path / "demo-private"
     for name in ("client_000.h5", "client_000.local.h5", "manifest.json", "federation/metrics.json"):
         assert (private / name).is_file(), name
     metrics = json.loads((private / "federation" / "metrics.json").read_text())
     assert 0.0 <= metrics["rounds"][0]["clean_test_accuracy"] <= 1.0
-    summary = json.loads(CliRunner().invoke(cli, ["demo", "--out", str(out), "--epochs", "1", "--rounds", "1",
-                                                  "--seed", "4", "--private", "--quiet", "--json"]).stdout)
+    summary = json.loads(ldpfl_process("demo", "--out", str(out), "--epochs", "1", "--rounds", "1", "--seed", "4",
+                                       "--private", "--quiet", "--json").stdout)
     assert summary["private"]["exact_epsilon_per_record"] == 2.0 and summary["exact_epsilon_per_record"] > 30_000
     total = summary["private"]["release_guarantee"]  # DP CNN + krr values + krr labels, composed: finite
     assert total["private"] and 3.0 < total["epsilon"] < 10.0 and total["delta"] == 1e-5
