@@ -167,7 +167,7 @@ def remove_stale_gathers(out: str | os.PathLike[str]) -> list[str]:
     """
     out = Path(out)
     pattern = re.compile(rf"^\.{re.escape(out.name)}\.(\d+){re.escape(TMP_MARK)}$")
-    removed = []
+    removed: list[str] = []
     folder = out.parent if str(out.parent) else Path(".")
     try:
         entries = list(folder.iterdir())
