@@ -8,6 +8,7 @@ name (``ldpfl.contract.atomic``).
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -16,7 +17,7 @@ from types import TracebackType
 import h5py
 import numpy as np
 
-from ldpfl.contract.atomic import link_durably, replace_durably, temporary_path
+from ldpfl.contract.atomic import disk_full, link_durably, replace_durably, temporary_path
 from ldpfl.contract.digest import sha256_file
 from ldpfl.contract.schema import SPLITS, ClientMetadata
 from ldpfl.mechanisms.base import PACKED_BITS, ParameterError
@@ -140,8 +141,11 @@ class ClientFileWriter:
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
+        full = isinstance(exc, Exception) and disk_full(exc, self.path.parent)  # before abort frees the space
         if exc_type is not None or not self._committed:
             self.abort()
+        if full:  # HDF5 says "Can't write data"; the user needs the reason and the path (issue 24)
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self.path)) from exc
 
 
 def write_client_file(path: str | os.PathLike[str], metadata: ClientMetadata,

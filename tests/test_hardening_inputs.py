@@ -207,3 +207,31 @@ def test_ctrl_c_on_a_parallel_export_prints_one_line(tmp_path):
     assert process.returncode == 130 and lines == ["Error: aborted"], stderr.decode()[-2000:]
     _, alive = psutil.wait_procs(workers, timeout=10)
     assert alive == []  # the parent stopped its workers
+
+
+def test_a_full_disk_while_writing_a_client_file_names_it(tmp_path, monkeypatch):
+    import errno
+
+    from federate_files import write_run
+
+    import ldpfl.contract.atomic as atomic
+    import ldpfl.contract.client_writer as client_writer
+    from ldpfl.contract.client_reader import open_client_file, read_client_file
+
+    run_dir = write_run(tmp_path / "run", clients=1, rows=16)
+    source = Path(run_dir) / "client_000.h5"
+    with open_client_file(source) as (_handle, metadata, _rows):
+        pass
+    data = read_client_file(source)
+    splits = {split: (data.features[split], data.labels[split]) for split in ("train", "test")}
+
+    def failing_rows(self, split, start, features, labels) -> None:
+        raise RuntimeError("Can't write data (file write failed)")  # what h5py says on a full disk
+
+    monkeypatch.setattr(client_writer.ClientFileWriter, "write_rows", failing_rows)
+    monkeypatch.setattr(atomic, "free_bytes", lambda directory: 0)
+    target = tmp_path / "client_009.h5"
+    with pytest.raises(OSError) as caught:
+        client_writer.write_client_file(target, metadata, splits)
+    assert caught.value.errno == errno.ENOSPC and caught.value.filename == str(target)
+    assert not target.exists() and not [p for p in os.listdir(tmp_path) if p.endswith(".tmp")]

@@ -4,6 +4,9 @@ Which file: a deployed SuperNode names it in its node configuration (``--node-co
 "client-file='/data/client_003.h5'"``, optionally ``client-index=3`` as a check and ``state-dir='...'``
 for resume); a simulated node takes file ``partition-id`` of the run's ``client-files`` list.
 
+Before every open the file is checked against the one the run started with (``file_watch``: size and
+mtime, the sha256 when they change); a replaced file fails that client with its reason.
+
 Every handler turns an exception into an error reply (code :data:`~.protocol.CLIENT_FAILED`, a one-line
 reason), so the server ends the run with a clear error instead of waiting or reading a Ray traceback.
 """
@@ -22,6 +25,7 @@ from ..config import FederationConfig
 from ..data import ClientDataset
 from ..plan import resolve_device
 from . import client_side as cs
+from .file_watch import check_unchanged
 from .protocol import (
     CLIENT_FAILED,
     GLOBAL,
@@ -39,6 +43,7 @@ from .protocol import (
 app = ClientApp()
 
 STREAMS_KEY = "ldpfl-streams"  # context.state: this client's generator states between rounds
+FILE_KEY = "ldpfl-file"  # context.state: the client file's path, size, mtime and sha256 at the start of the run
 _TRAINERS: dict[tuple[object, ...], cs.Trainer] = {}
 
 
@@ -72,8 +77,26 @@ def client_file(context: Context) -> Path:
     return Path(files[int(node[PARTITION_ID])])
 
 
+def expected_sha256(context: Context) -> str | None:
+    """Return the sha256 the run started with for this node's file (simulation: the manifest's), if known."""
+    digests = json.loads(str(context.run_config.get("client-sha256", "")) or "[]")
+    node = context.node_config
+    if NODE_CLIENT_FILE in node or PARTITION_ID not in node or not digests:
+        return None  # a deployed SuperNode: its first contact records the digest
+    return str(digests[int(node[PARTITION_ID])])
+
+
+def check_file(context: Context, path: Path) -> None:
+    """Refuse a file replaced since the run started (size and mtime each message, the sha256 when they change)."""
+    records = context.state.config_records
+    recorded = dict(records[FILE_KEY]) if FILE_KEY in records else None
+    records[FILE_KEY] = ConfigRecord(check_unchanged(path, recorded, expected_sha256(context)))
+
+
 def _open(context: Context, config: FederationConfig) -> ClientDataset:
-    client = cs.open_client(client_file(context), resolve_device(config.device))
+    path = client_file(context)
+    check_file(context, path)
+    client = cs.open_client(path, resolve_device(config.device))
     expected = context.node_config.get(NODE_CLIENT_INDEX)
     if expected is not None and int(expected) != client.index:
         raise ValueError(f"{client.path.name} holds client {client.index}, but this SuperNode was configured as "

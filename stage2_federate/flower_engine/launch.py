@@ -337,7 +337,8 @@ def run_flower(run_dir: str | Path, config: FederationConfig, *, out_dir: str | 
     if not run_dir.is_dir():
         raise ValueError(f"run directory {run_dir} does not exist or is not a directory")
     _manifest, checked = validate_run(run_dir)
-    files = [str(run_dir / record.path) for record, _ in sorted(checked, key=lambda rm: rm[0].client_index)]
+    records = [record for record, _ in sorted(checked, key=lambda rm: rm[0].client_index)]
+    files = [str(run_dir / record.path) for record in records]
     target = (run_dir / FEDERATION_DIR if out_dir is None else Path(out_dir)).resolve()
     _check_out_dir(target, resume=resume, overwrite=overwrite)
     with _prepared_out_dir(target, resume=resume, overwrite=overwrite):
@@ -348,7 +349,8 @@ def run_flower(run_dir: str | Path, config: FederationConfig, *, out_dir: str | 
             daemons.append(link)
             env = flower_env(work / "cli-home", address=f"127.0.0.1:{port}", ray_tmp=_ray_tmp(work))
             status_path = work / "status.json"
-            values = run_config(config, client_files=json.dumps(files), out_dir=str(target),
+            values = run_config(config, client_files=json.dumps(files),
+                                client_sha256=json.dumps([record.sha256 for record in records]), out_dir=str(target),
                                 status_file=str(status_path), num_clients=len(files),
                                 startup_timeout=options.startup_timeout, round_timeout=options.round_timeout,
                                 resume=resume, keep_checkpoint=keep_checkpoint,

@@ -61,6 +61,7 @@ RUN_CONFIG_DEFAULTS: dict[str, Any] = {
     "ldpfl-config": "",  # FederationConfig.to_dict() as JSON (no seed)
     "ldpfl-seed": "",  # the seed as decimal text, "" = the OS CSPRNG (each node draws its own)
     "client-files": "",  # simulation: JSON list of the client files, partition id k -> file k
+    "client-sha256": "",  # simulation: JSON list of their sha256 at the start (the manifest's), checked each round
     "out-dir": "",  # absolute: where the ServerApp writes the outputs
     "status-file": "",  # absolute: where the ServerApp reports progress and its end (JSON)
     "num-clients": 0,  # how many SuperNodes (clients) to wait for
