@@ -12,7 +12,7 @@ Every dataset and root attribute of a client file that may leave the silo is one
 Values derived from the clear records that the guarantee does not cover are ``local-only``: they are written only
 to ``client_NNN.local.h5`` (``local_only`` = 1, never shared) or nowhere. ``/stats/input_bit_density`` (an
 aggregate of the unrandomized encoding, written only on request) is the one exception a shareable file may
-carry: its guarantee then has a part with ε = ∞ for it (:data:`DIAGNOSTIC_PART`).
+carry: its guarantee then has a part ``diagnostic`` with ε = ∞ for it.
 """
 
 from __future__ import annotations
@@ -50,7 +50,6 @@ ATTRIBUTES: Mapping[str, str] = {
 }
 """Root attributes of a client file; ``local_accuracy`` holds a value only in ``client_NNN.local.h5``."""
 
-DIAGNOSTIC_PART = "stats/input_bit_density"
 
 
 def classify(kind: str, name: str) -> str | None:

@@ -44,7 +44,6 @@ FEATURES = "features"
 LABELS = "labels"
 EXTRACTOR = "extractor"
 RE_RELEASE = "re-release"
-UPDATES = "updates"
 DIAGNOSTIC = "diagnostic"
 
 METHOD_BASIC = "basic composition"
@@ -61,7 +60,7 @@ DP_SGD_KEYS = ("noise_multiplier", "sampling_probability", "steps")
 class GuaranteePart:
     """One value (or set of values) released about a record, with its own per-record (ε, δ).
 
-    ``kind`` is one of ``features``, ``labels``, ``extractor``, ``re-release``, ``updates``; ``covers`` says
+    ``kind`` is one of ``features``, ``labels``, ``extractor``, ``re-release``, ``diagnostic``; ``covers`` says
     what it covers in words; ``event`` holds what the accountant needs: ``{"pure_epsilon": ε}``, ``{"krr":
     ε, "num_classes": k}`` or the DP-SGD parameters (``noise_multiplier``, ``sampling_probability``, ``steps``).
     """
