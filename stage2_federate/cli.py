@@ -73,6 +73,18 @@ def _parse_delta(ctx: click.Context, param: click.Parameter, value: str | None) 
     return number
 
 
+def _parse_superlink(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """Check ``--superlink HOST:PORT`` (stdlib only: Flower loads later, in the command)."""
+    if value is None:
+        return None
+    from .flower_engine.control import parse_superlink
+
+    try:
+        return parse_superlink(value)
+    except ValueError as error:
+        raise click.BadParameter(str(error).removeprefix("superlink ")) from None
+
+
 def _aggregation_help() -> str:
     return "; ".join(f"{name}: {strategy_class(name).SUMMARY}" for name in strategy_names())
 
@@ -176,18 +188,31 @@ Examples:
 @click.option("--engine", type=click.Choice(["local", "flower"]), default="local", show_default=True,
               help="local: every client in this process. flower: Flower's simulation engine on this machine (a "
                    "private SuperLink, one ClientApp per client file, each opening only its own file; needs "
-                   "pip install -e '.[flower]'); same selections and accuracies at a fixed --seed. Real silos: "
-                   "docs/flower.md.")
+                   "pip install -e '.[flower]'), or with --superlink real silos; same selections and accuracies "
+                   "at a fixed --seed. See docs/flower.md.")
+@click.option("--superlink", metavar="HOST:PORT", callback=_parse_superlink, default=None,
+              help="flower: submit the run to this running Flower SuperLink, whose SuperNodes (one per silo, "
+                   "flower-supernode --node-config \"client-file='...'\") serve the client files. RUN_DIR then needs "
+                   "only its manifest.json (and plan.json if the silos exported with one), never the client files; "
+                   "run this on the SuperLink's machine: its ServerApp writes OUT there. TLS with the system's CAs "
+                   "unless --root-certificates or --insecure.")
+@click.option("--root-certificates", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="--superlink: PEM file of the CA that signed the SuperLink's TLS certificate.")
+@click.option("--insecure", is_flag=True,
+              help="--superlink: no TLS. FOR TESTS ON 127.0.0.1 ONLY: the run's configuration and every update "
+                   "travel in clear.")
 @click.option("--cpus-per-client", type=click.IntRange(min=1), default=None,
-              help="flower: whole CPUs Ray reserves for each simulated client (default 1).")
-@click.option("--client-timeout", type=click.FloatRange(min=0.0, min_open=True), default=None,
+              help="flower simulation: whole CPUs Ray reserves for each simulated client (default 1).")
+@click.option("--round-timeout", "--client-timeout", "client_timeout", type=click.FloatRange(min=0.0, min_open=True),
+              default=None,
               help="flower: seconds to wait for the replies of one exchange (default 600); a client that does not "
                    "answer in time is logged as lost for the round.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar and no summary.")
 def federate_command(run_dir: Path, presets: tuple[str, ...], out_dir: Path | None, resume: bool, overwrite: bool,
                      keep_checkpoint: bool, as_json: bool, quiet: bool, engine: str, cpus_per_client: int | None,
-                     client_timeout: float | None, **options: object) -> None:
+                     client_timeout: float | None, superlink: str | None, root_certificates: Path | None,
+                     insecure: bool, **options: object) -> None:
     """Federated training of a fully-connected model over the client files in RUN_DIR (LDPFL stage 2).
 
     Each round selects clients, trains them locally on their randomized features, perturbs their uploads
@@ -204,8 +229,15 @@ def federate_command(run_dir: Path, presets: tuple[str, ...], out_dir: Path | No
                                    "values; give one")
         options[key] = name
 
-    if engine != "flower" and (cpus_per_client is not None or client_timeout is not None):
-        raise click.UsageError("--cpus-per-client and --client-timeout apply to --engine flower only")
+    if engine != "flower" and (cpus_per_client is not None or client_timeout is not None or superlink is not None):
+        raise click.UsageError("--superlink, --cpus-per-client and --round-timeout apply to --engine flower only")
+    if superlink is None and (root_certificates is not None or insecure):
+        raise click.UsageError("--root-certificates and --insecure apply to --superlink only")
+    if superlink is not None and cpus_per_client is not None:
+        raise click.UsageError("--cpus-per-client applies to a simulation, not to --superlink (each silo's "
+                               "SuperNode uses its own machine)")
+    if root_certificates is not None and insecure:
+        raise click.UsageError("--insecure (no TLS) and --root-certificates (TLS with that CA) exclude each other")
     apply_runtime_defaults()  # before torch loads: huge pages, sleeping OpenMP threads (see runtime.py)
     from .config import FederationConfig
 
@@ -213,7 +245,8 @@ def federate_command(run_dir: Path, presets: tuple[str, ...], out_dir: Path | No
     if engine == "flower":
         result = _run_on_flower(run_dir, config, out_dir=out_dir, resume=resume, progress=not quiet and not as_json,
                                 overwrite=overwrite, keep_checkpoint=keep_checkpoint, cpus_per_client=cpus_per_client,
-                                client_timeout=client_timeout)
+                                client_timeout=client_timeout, superlink=superlink,
+                                root_certificates=root_certificates, insecure=insecure)
     else:
         from .federation import run_federation  # imports torch
 
@@ -239,18 +272,27 @@ def federate_command(run_dir: Path, presets: tuple[str, ...], out_dir: Path | No
 
 
 def _run_on_flower(run_dir: Path, config: object, *, cpus_per_client: int | None, client_timeout: float | None,
-                   **kwargs: object) -> object:
-    """``--engine flower``: Flower's simulation engine; its failures become one ``Error:`` line."""
+                   superlink: str | None, root_certificates: Path | None, insecure: bool, **kwargs: object) -> object:
+    """``--engine flower``: Flower's simulation, or a running SuperLink; their failures become one ``Error:`` line."""
     from .flower_engine import FlowerMissingError, require_flower
 
     try:
-        require_flower()
+        require_flower(simulation=superlink is None)
     except FlowerMissingError as error:
         raise click.ClickException(str(error)) from None
     from .flower_engine.launch import FlowerOptions, FlowerRunError, run_flower
 
     options = FlowerOptions(cpus_per_client=cpus_per_client or 1, round_timeout=client_timeout or 600.0)
     try:
-        return run_flower(run_dir, config, options=options, **kwargs)  # type: ignore[arg-type]
+        if superlink is None:
+            return run_flower(run_dir, config, options=options, **kwargs)  # type: ignore[arg-type]
+        from .flower_engine.control import SuperLinkError
+        from .flower_engine.deployment import run_on_superlink
+
+        try:
+            return run_on_superlink(run_dir, config, superlink=superlink, options=options,  # type: ignore[arg-type]
+                                    insecure=insecure, root_certificates=root_certificates, **kwargs)
+        except SuperLinkError as error:
+            raise click.ClickException(str(error)) from None
     except FlowerRunError as error:
         raise click.ClickException(f"the Flower run failed: {error}") from None

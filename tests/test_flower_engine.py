@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 import torch
 from federate_files import write_run
+from flower_helpers import leftovers, marked_fixture  # noqa: F401 - the fixture `marked`
 
 from ldpfl.stage2_federate.config import FederationConfig
 from ldpfl.stage2_federate.data import load_run
@@ -36,44 +37,6 @@ from ldpfl.stage2_federate.flower_engine.protocol import (
 )
 from ldpfl.stage2_federate.flower_engine.server_side import plan_from_summaries
 from ldpfl.stage2_federate.plan import plan_federation
-
-TOKEN_VARIABLE = "LDPFL_FLOWER_TEST_TOKEN"
-
-
-@pytest.fixture()
-def marked(monkeypatch) -> str:
-    """Mark every process this test starts (through the environment they inherit) to find leftovers."""
-    token = f"{os.getpid()}-{time.monotonic_ns()}"
-    monkeypatch.setenv(TOKEN_VARIABLE, token)
-    return token
-
-
-def leftovers(token: str, settle: float = 10.0) -> list[int]:
-    """Running processes, other than this one, whose environment carries ``token`` (Linux /proc; [] elsewhere)."""
-    proc = Path("/proc")
-    if not proc.is_dir():
-        return []
-    needle = f"{TOKEN_VARIABLE}={token}".encode()
-
-    def scan() -> list[int]:
-        found = []
-        for entry in proc.iterdir():
-            if not entry.name.isdigit() or int(entry.name) == os.getpid():
-                continue
-            try:
-                environ = (entry / "environ").read_bytes()
-                state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-            except (OSError, IndexError):
-                continue
-            if state != "Z" and needle in environ.split(b"\0"):
-                found.append(int(entry.name))
-        return sorted(found)
-
-    deadline = time.monotonic() + settle
-    while (found := scan()) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    return found
-
 
 CONFIG = dict(rounds=3, clients_per_round=2, hidden=(16,), device="cpu", drop_per_round=1, seed=1,
               perturbation="gaussian", client_epsilons=(2.0, 4.0, 8.0), aggregation="weighted")
@@ -316,12 +279,8 @@ def test_simulation_equals_the_local_engine_and_resumes(flower, three_clients, t
 
 @pytest.mark.slow
 def test_two_supernodes_on_localhost_equal_the_local_engine(flower, tmp_path, marked) -> None:
-    from ldpfl.stage2_federate.flower_engine.launch import (
-        FlowerOptions,
-        run_on_superlink,
-        start_superlink,
-        start_supernode,
-    )
+    from ldpfl.stage2_federate.flower_engine.deployment import run_on_superlink
+    from ldpfl.stage2_federate.flower_engine.launch import FlowerOptions, start_superlink, start_supernode
 
     run_dir = write_run(tmp_path / "run", clients=2, rows=64, features=8)
     changes = dict(rounds=2, clients_per_round=None, drop_per_round=0, client_epsilons=(4.0, 8.0))
@@ -333,8 +292,8 @@ def test_two_supernodes_on_localhost_equal_the_local_engine(flower, tmp_path, ma
         for index in (0, 1):  # each silo serves its own file only
             daemons.append(start_supernode(tmp_path / "work", f"127.0.0.1:{port}", run_dir / f"client_00{index}.h5",
                                            index=index, state_dir=tmp_path / f"silo{index}"))
-        result = run_on_superlink(f"127.0.0.1:{port}", FederationConfig(**{**CONFIG, **changes}), num_clients=2,
-                                  out_dir=tmp_path / "flower", progress=False,
+        result = run_on_superlink(run_dir, FederationConfig(**{**CONFIG, **changes}), superlink=f"127.0.0.1:{port}",
+                                  insecure=True, out_dir=tmp_path / "flower", progress=False,
                                   options=FlowerOptions(startup_timeout=240, round_timeout=180))
     finally:
         left = stop_all(daemons)
@@ -355,10 +314,10 @@ def test_a_failing_client_ends_the_run_and_a_dead_supernode_is_lost(flower, tmp_
     import shutil
     import threading
 
+    from ldpfl.stage2_federate.flower_engine.deployment import run_on_superlink
     from ldpfl.stage2_federate.flower_engine.launch import (
         FlowerOptions,
         FlowerRunError,
-        run_on_superlink,
         start_superlink,
         start_supernode,
     )
@@ -375,8 +334,8 @@ def test_a_failing_client_ends_the_run_and_a_dead_supernode_is_lost(flower, tmp_
         daemons.append(start_supernode(tmp_path / "work", f"127.0.0.1:{port}", late))
         started = time.monotonic()
         with pytest.raises(FlowerRunError, match=r"could not open its client file: FileNotFoundError.*client_001\.h5"):
-            run_on_superlink(f"127.0.0.1:{port}", config, num_clients=2, out_dir=tmp_path / "failed", progress=False,
-                             options=FlowerOptions(startup_timeout=240, round_timeout=60))
+            run_on_superlink(run_dir, config, superlink=f"127.0.0.1:{port}", insecure=True, out_dir=tmp_path / "failed",
+                             progress=False, options=FlowerOptions(startup_timeout=240, round_timeout=60))
         assert time.monotonic() - started < 240  # an error, not a wait for the time limit
         late.parent.mkdir()
         shutil.copy(run_dir / "client_001.h5", late)
@@ -394,8 +353,8 @@ def test_a_failing_client_ends_the_run_and_a_dead_supernode_is_lost(flower, tmp_
 
         killer = threading.Thread(target=kill_after_round_one, daemon=True)
         killer.start()
-        result = run_on_superlink(f"127.0.0.1:{port}", config, num_clients=2, out_dir=out, progress=False,
-                                  on_warning=None,
+        result = run_on_superlink(run_dir, config, superlink=f"127.0.0.1:{port}", insecure=True, out_dir=out,
+                                  progress=False, on_warning=None,
                                   # round 1 must finish with both silos alive even on a loaded 2-core machine
                                   # (each message starts a ClientApp process: 15-40 s under load)
                                   options=FlowerOptions(startup_timeout=240, round_timeout=75))

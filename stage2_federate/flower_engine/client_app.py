@@ -14,6 +14,7 @@ reason), so the server ends the run with a clear error instead of waiting or rea
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ from ..data import ClientDataset
 from ..plan import resolve_device
 from . import client_side as cs
 from .file_watch import check_unchanged
+from .processes import process_started
 from .protocol import (
     CLIENT_FAILED,
     GLOBAL,
@@ -35,12 +37,16 @@ from .protocol import (
     NODE_CLIENT_INDEX,
     NODE_STATE_DIR,
     PARTITION_ID,
+    TIMINGS,
     UPLOAD,
     ClientSetup,
     read_config,
 )
 
+MODULE_READY = time.time()  # this process has loaded Flower's runtime, this module, ldpfl and torch
+
 app = ClientApp()
+_MARKS: dict[str, float] = {}  # this message's timeline (benchmarks, run config timings-file)
 
 STREAMS_KEY = "ldpfl-streams"  # context.state: this client's generator states between rounds
 FILE_KEY = "ldpfl-file"  # context.state: the client file's path, size, mtime and sha256 at the start of the run
@@ -53,12 +59,19 @@ def _one_line(error: BaseException) -> str:
 
 
 def guarded(handler: Callable[[Message, Context], Message]) -> Callable[[Message, Context], Message]:
-    """Reply with an error message (code CLIENT_FAILED) instead of raising."""
+    """Reply with an error message (code CLIENT_FAILED) instead of raising; add the timeline when asked."""
     def run(msg: Message, context: Context) -> Message:
+        _MARKS.clear()
+        _MARKS["handler_started"] = time.time()
         try:
-            return handler(msg, context)
+            reply = handler(msg, context)
         except Exception as error:  # noqa: BLE001 - every failure goes back to the server as one line
             return Message(Error(CLIENT_FAILED, _one_line(error)), reply_to=msg)
+        if context.run_config.get("timings-file"):
+            timeline = {"process_started": process_started(), "module_ready": MODULE_READY, **_MARKS,
+                        "handler_done": time.time()}
+            reply.content[TIMINGS] = ConfigRecord({"json": json.dumps(timeline)})
+        return reply
 
     run.__name__ = handler.__name__
     run.__doc__ = handler.__doc__
@@ -101,6 +114,7 @@ def _open(context: Context, config: FederationConfig) -> ClientDataset:
     if expected is not None and int(expected) != client.index:
         raise ValueError(f"{client.path.name} holds client {client.index}, but this SuperNode was configured as "
                          f"client {expected}")
+    _MARKS["file_ready"] = time.time()
     return client
 
 

@@ -93,7 +93,8 @@ def summarize(client: ClientDataset) -> ClientSummary:
         feature_format=meta.feature_format, feature_width=meta.feature_width, feature_mechanism=meta.mechanism,
         feature_privacy=dict(meta.privacy_report), sha256=sha256_file(client.path),
         release_guarantee=stored_or_computed(meta, records=len(client.train) + len(client.test)).to_dict(),
-        label_release=None if meta.label_release is None else dict(meta.label_release))
+        label_release=None if meta.label_release is None else dict(meta.label_release),
+        plan_fingerprint=meta.plan_fingerprint)
 
 
 def client_perturbation(config: FederationConfig, setup: ClientSetup, client: ClientDataset) -> ClientPerturbation:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,6 +46,12 @@ GLOBAL = "global"  # ArrayRecord: [the global vector, float32]
 UPLOAD = "upload"  # ArrayRecord: [the client's perturbed upload]
 INFO = "info"  # ConfigRecord: JSON text under "json"
 METRICS = "metrics"  # MetricRecord
+TIMINGS = "timings"  # ConfigRecord, only with the run config's timings-file: the ClientApp's timeline (JSON)
+
+# Files in the output directory OUT shared by the coordinator's command and the ServerApp (deployment).
+SUBMISSION_FILE = ".flower-submission.json"  # the submitting command: SuperLink, run id, token
+STATUS_FILE = ".flower-status.json"  # the ServerApp's progress and end, polled by the command
+SERVERAPP_LOCK = ".flower-serverapp.lock"  # held by the ServerApp that writes into OUT, while it runs
 
 # Error codes of the ClientApp's error replies (flwr.app.Error(code, reason)); Flower's own are < 100.
 CLIENT_FAILED = 900
@@ -71,6 +77,11 @@ RUN_CONFIG_DEFAULTS: dict[str, Any] = {
     "keep-checkpoint": False,
     "client-state-dir": "",  # simulation: where each client keeps its resume state
     "threads": 0,  # torch threads per client (0: torch's default)
+    "run-dir": "",  # the run directory as the coordinator names it (config.json's run.run_dir)
+    "manifest-files": "",  # deployment: JSON list of ManifestEntry, the coordinator's manifest.json
+    "plan-fingerprint": "",  # deployment: the fingerprint of the coordinator's plan.json ("" = no plan)
+    "submission": "",  # deployment: the submitting command's token in OUT (the ServerApp checks it sees OUT)
+    "timings-file": "",  # benchmarks: the ServerApp appends each message's timeline here (JSON lines)
 }
 
 
@@ -163,6 +174,7 @@ class ClientSummary:
     sha256: str  # of the file: the checkpoint records it, and resume refuses other files
     release_guarantee: dict[str, Any] | None = None  # the file's (issue 22); None from an older client
     label_release: dict[str, Any] | None = None  # the file's label_release (issue 22: T of k-RR labels)
+    plan_fingerprint: str | None = None  # the shared plan the file was exported with (issue 16), if any
 
     def to_json(self) -> str:
         """Return the summary as JSON text."""
@@ -174,6 +186,25 @@ class ClientSummary:
         data = json.loads(text)
         data["label_histogram"] = tuple(int(v) for v in data["label_histogram"])
         return cls(**data)
+
+
+@dataclass(frozen=True)
+class ManifestEntry:
+    """One client file as the coordinator's ``manifest.json`` lists it: what its SuperNode must serve."""
+
+    index: int
+    file: str
+    sha256: str
+
+    @staticmethod
+    def list_to_json(entries: Sequence[ManifestEntry]) -> str:
+        """Return ``entries`` as JSON text (the run configuration's ``manifest-files``)."""
+        return json.dumps([dataclasses.asdict(e) for e in entries])
+
+    @classmethod
+    def list_from_json(cls, text: str) -> list[ManifestEntry]:
+        """Read what :meth:`list_to_json` wrote (``[]`` for an empty text)."""
+        return [cls(int(e["index"]), str(e["file"]), str(e["sha256"])) for e in json.loads(text or "[]")]
 
 
 @dataclass(frozen=True)

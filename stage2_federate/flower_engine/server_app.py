@@ -43,9 +43,11 @@ from .protocol import (
     GLOBAL,
     INFO,
     METRICS,
+    TIMINGS,
     TRAIN,
     UPLOAD,
     ClientSummary,
+    ManifestEntry,
     read_config,
 )
 
@@ -56,6 +58,25 @@ class ClientFailedError(RuntimeError):
     """A client's own code failed (its error reply)."""
 
 
+class Timeline:
+    """Benchmarks (run config ``timings-file``): one JSON line per reply and per completed round.
+
+    A reply's line holds its message type and round, when the message was pushed and its reply arrived,
+    and the ClientApp's own timeline (process start, module ready, handler start, file ready, handler done).
+    """
+
+    path: Path | None = None
+
+    def write(self, **row: Any) -> None:
+        """Append ``row`` as one JSON line (nothing without a timings file)."""
+        if self.path is not None:
+            with open(self.path, "a") as handle:
+                handle.write(json.dumps(row) + "\n")
+
+
+TIMELINE = Timeline()
+
+
 def exchange(grid: Grid, messages: Mapping[int, Message], timeout: float, poll: float = 0.2) -> dict[int, Message]:
     """Send one message per key and collect the replies by key until all came or ``timeout`` seconds passed.
 
@@ -64,8 +85,9 @@ def exchange(grid: Grid, messages: Mapping[int, Message], timeout: float, poll: 
     """
     keys = list(messages)
     ids = list(grid.push_messages([messages[k] for k in keys]))
+    pushed = time.time()
     key_of = dict(zip(ids, keys, strict=True))
-    pending, replies = set(ids), {}
+    pending, replies, arrived = set(ids), {}, {}
     deadline = time.monotonic() + timeout
     wait = 0.005
     while pending:
@@ -73,11 +95,16 @@ def exchange(grid: Grid, messages: Mapping[int, Message], timeout: float, poll: 
             mid = reply.metadata.reply_to_message_id
             if mid in pending:
                 pending.discard(mid)
-                replies[key_of[mid]] = reply
+                replies[key_of[mid]], arrived[key_of[mid]] = reply, time.time()
         if not pending or time.monotonic() > deadline:
             break
         time.sleep(wait)
         wait = min(2 * wait, poll)
+    for key, reply in replies.items():
+        timeline = {} if reply.has_error() or TIMINGS not in reply.content.config_records else \
+            json.loads(str(reply.content.config_records[TIMINGS]["json"]))
+        TIMELINE.write(kind=messages[key].metadata.message_type, round=messages[key].metadata.group_id, key=key,
+                       pushed=pushed, arrived=arrived[key], **timeline)
     return replies
 
 
@@ -213,16 +240,35 @@ def finish(grid: Grid, node_of: dict[int, int], timeout: float) -> None:
 
 
 def run(grid: Grid, run_config: Mapping[str, Any]) -> None:
-    """Run the whole federation (see the module docstring); raise on failure."""
-    config = read_config(run_config)
+    """Run the whole federation (see the module docstring); raise on failure.
+
+    A deployed run (run config ``submission``) first checks that it sees the submitting command's
+    output directory and holds it (``server_side.claim_out_dir``) until the process ends.
+    """
     out_dir = Path(str(run_config["out-dir"]))
+    TIMELINE.path = Path(str(run_config["timings-file"])) if run_config.get("timings-file") else None
+    token = str(run_config.get("submission", ""))
+    claim = ss.claim_out_dir(out_dir, token) if token else None
+    try:
+        _run(grid, run_config, out_dir)
+    finally:
+        if claim is not None:
+            claim.close()
+
+
+def _run(grid: Grid, run_config: Mapping[str, Any], out_dir: Path) -> None:
+    config = read_config(run_config)
     status = str(run_config.get("status-file", ""))
     startup, timeout = float(run_config["startup-timeout"]), float(run_config["round-timeout"])
     ss.write_status(status, state="starting")
     nodes = wait_for_nodes(grid, int(run_config["num-clients"]), startup)
     summaries, node_of = describe(grid, nodes, startup)
+    manifest = ManifestEntry.list_from_json(str(run_config.get("manifest-files", "")))
+    if manifest:  # deployment: every node must serve the file the coordinator's manifest lists
+        ss.check_manifest(summaries, manifest, str(run_config.get("plan-fingerprint", "")) or None)
     files = json.loads(str(run_config.get("client-files", "")) or "[]")
-    plan = ss.plan_from_summaries(config, summaries, run_dir=str(Path(files[0]).parent) if files else None)
+    run_dir = str(run_config.get("run-dir", "")) or (str(Path(files[0]).parent) if files else None)
+    plan = ss.plan_from_summaries(config, summaries, run_dir=run_dir)
     paths = ss.output_paths(out_dir)
     inputs = {s.file: s.sha256 for s in plan.summaries}
     history: list[dict[str, Any]] = []
@@ -234,6 +280,9 @@ def run(grid: Grid, run_config: Mapping[str, Any]) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     out.write_json(paths["config"], plan.record)
     warnings = [w for w in map(round_warning, history) if w is not None]
+    if history:  # resumed: the progress bar starts at the checkpoint's round, as the local engine's does
+        ss.write_status(status, state="running", round=start - 1, rounds=config.rounds,
+                        test_accuracy=_finite(history[-1]["test_accuracy"]), warnings=warnings)
     trained = {c for record in history for c in record["selected"] if c not in record.get("lost", [])}
     for round_number in range(start, config.rounds + 1):
         record = play_round(grid, plan, node_of, round_number, timeout=timeout, resume_round=start - 1,
@@ -248,6 +297,7 @@ def run(grid: Grid, run_config: Mapping[str, Any]) -> None:
         out.write_metrics_json(paths["metrics_json"], config=plan.record, privacy=plan.privacy, rounds=history)
         ss.write_status(status, state="running", round=round_number, rounds=config.rounds,
                         test_accuracy=_finite(record["test_accuracy"]), warnings=warnings)
+        TIMELINE.write(event="round", round=round_number, time=time.time())
     ss.finish_outputs(paths, plan, history, keep_checkpoint=bool(run_config.get("keep-checkpoint", False)))
     gone = set(history[-1]["lost"]) if history else set()  # lost in the last round: likely dead, not waited for
     finish(grid, {cid: node for cid, node in node_of.items() if cid not in gone}, timeout)
@@ -267,5 +317,6 @@ def main(grid: Grid, context: Context) -> None:
         run(grid, context.run_config)
     except Exception as error:
         reason = " ".join(str(error).split()) or type(error).__name__
-        ss.write_status(status, state="error", error=reason, kind=type(error).__name__)
+        if not isinstance(error, ss.OutDirUnseen):  # its status file is in the directory it does not see
+            ss.write_status(status, state="error", error=reason, kind=type(error).__name__)
         raise

@@ -17,7 +17,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 import torch
@@ -44,7 +44,7 @@ from ..plan import (
 from ..rounds import LocalTraining
 from ..strategies import Strategy
 from ..streams import Streams
-from .protocol import ClientSetup, ClientSummary
+from .protocol import SERVERAPP_LOCK, SUBMISSION_FILE, ClientSetup, ClientSummary, ManifestEntry
 
 ENGINE = "flower"
 
@@ -161,6 +161,72 @@ def _flower_version() -> str | None:
         return version("flwr")
     except PackageNotFoundError:
         return None
+
+
+def _short(digest: str) -> str:
+    return digest[:12] + "…"
+
+
+def check_manifest(summaries: Sequence[ClientSummary], entries: Sequence[ManifestEntry],
+                   plan_fingerprint: str | None = None) -> None:
+    """Refuse a SuperNode whose file is not the one the coordinator's manifest lists for its client index.
+
+    A deployed run's coordinator holds only ``manifest.json`` (and ``plan.json``); each SuperNode
+    describes the file it serves. Every described file must be the manifest's entry of its client index
+    (same name and sha256) and, with a plan, carry the plan's fingerprint. The error names the client
+    index and the reason (another run's file, a file exported again, a file off the plan).
+    """
+    listed = {e.index: e for e in entries}
+    for s in sorted(summaries, key=lambda s: s.index):
+        entry = listed.get(s.index)
+        if entry is None:
+            raise ValueError(f"client {s.index}: its SuperNode serves {s.file}, but the run's manifest lists no client "
+                             f"{s.index} (clients {sorted(listed)}): the node serves another run's file")
+        if s.file != entry.file or s.sha256 != entry.sha256:
+            raise ValueError(f"client {s.index}: its SuperNode serves {s.file} (sha256 {_short(s.sha256)}), but the "
+                             f"run's manifest lists {entry.file} (sha256 {_short(entry.sha256)}): the node serves "
+                             "another run's file, or the silo exported it again")
+        if plan_fingerprint and s.plan_fingerprint != plan_fingerprint:
+            raise ValueError(f"client {s.index}: {s.file} was not exported with the run's plan.json (plan fingerprint "
+                             f"{_short(str(s.plan_fingerprint))}, the plan's {_short(plan_fingerprint)})")
+
+
+class OutDirUnseen(RuntimeError):
+    """The ServerApp does not see the submitting command's output directory (it runs on another machine)."""
+
+
+def claim_out_dir(out_dir: Path, token: str) -> IO[str]:
+    """Check that ``out_dir`` is the submitting command's (its token) and hold it for this ServerApp.
+
+    The ServerApp writes the outputs where the SuperLink runs; the command that submitted the run wrote
+    ``token`` into ``out_dir``/:data:`~.protocol.SUBMISSION_FILE` first, so reading it back proves that
+    both see the same directory. The returned handle holds :data:`~.protocol.SERVERAPP_LOCK` (an
+    advisory ``flock`` that the kernel drops when this process ends); keep it open for the whole run.
+
+    Raises
+    ------
+    OutDirUnseen
+        ``out_dir`` or its submission file is missing, or holds another submission's token.
+    RuntimeError
+        Another ServerApp writes into ``out_dir``.
+    """
+    try:
+        stated = json.loads((out_dir / SUBMISSION_FILE).read_text()).get("token")
+    except (OSError, ValueError, AttributeError):
+        stated = None
+    if stated != token:
+        raise OutDirUnseen(f"the ServerApp does not see the output directory {out_dir} of the command that submitted "
+                           "the run (the ServerApp runs on the SuperLink's machine and writes the outputs there): run "
+                           "ldpfl federate --superlink on the SuperLink's machine")
+    import fcntl
+
+    handle = open(out_dir / SERVERAPP_LOCK, "a+")  # noqa: SIM115 - held until the process ends
+    try:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        raise RuntimeError(f"another ldpfl ServerApp is writing into {out_dir}") from None
+    return handle
 
 
 def union_evaluation(sums: Sequence[tuple[float, int, int]]) -> tuple[float, float]:
