@@ -16,8 +16,9 @@ when the reply reached the ServerApp):
 
 * waiting for the node: from the push to the ClientApp process's start (the SuperNode's pull loop, which
   sleeps 3 s whenever it finds no message, and the SuperExec's task poll, ``FLWR_SUPEREXEC_TASK_POLL_INTERVAL``);
-* process start + Flower's runtime: the interpreter, Flower's imports, pulling the task, installing the app;
-* imports: ldpfl and torch (the ClientApp module), timed in a fresh interpreter that has Flower's runtime;
+* process start + Flower's runtime: the interpreter, Flower's imports, pulling the task, installing the app
+  (up to ``client_entry.IMPORTS_STARTED``);
+* imports: ldpfl and torch (the ClientApp module);
 * opening and checking the client file;
 * the work: training and perturbing, or evaluating;
 * the reply: pushing it, the SuperNode's reply poll (0.5 s), the ServerApp's pull.
@@ -40,15 +41,12 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-CLIENT_APP = "ldpfl.stage2_federate.flower_engine.client_app"
-FLOWER_RUNTIME = "flwr.supernode.runtime.run_clientapp"
 
 
 def timed(label: str, run, round_times=None) -> dict:
@@ -63,32 +61,23 @@ def timed(label: str, run, round_times=None) -> dict:
             "test_loss": [r["test_loss"] for r in result.history]}
 
 
-def import_seconds(statement: str, before: str = "pass", repeats: int = 3) -> float:
-    """Median seconds of ``statement`` in a fresh interpreter, after ``before`` (not timed)."""
-    code = f"import time\n{before}\nt = time.perf_counter()\n{statement}\nprint(time.perf_counter() - t)"
-    runs = [float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
-            for _ in range(repeats)]
-    return statistics.median(runs)
-
-
-def breakdown(lines: list[dict], imports: float) -> tuple[dict[str, dict[str, float]], list[float]]:
+def breakdown(lines: list[dict]) -> tuple[dict[str, dict[str, float]], list[float]]:
     """Median seconds per component and message kind (rounds 2..E), and the times between rounds' records."""
-    rounds = sorted((row["round"], row["time"]) for row in lines if row.get("event") == "round")
+    rounds = sorted((int(row["round"]), row["time"]) for row in lines if row.get("event") == "round")
     between = [b - a for (_, a), (_, b) in zip(rounds, rounds[1:], strict=False)]
     parts: dict[str, dict[str, list[float]]] = {}
     for row in lines:
         if "event" in row or "handler_done" not in row or row["round"] in ("", "0", "1"):
             continue
-        kind = {"train": "train", "evaluate": "evaluate"}.get(row["kind"], row["kind"])
-        start = row["process_started"] if row.get("process_started") is not None else row["module_ready"]
+        kind = row["kind"]
+        started = row["process_started"] if row.get("process_started") is not None else row["imports_started"]
+        file_ready = row.get("file_ready", row["handler_started"])
         values = {
-            "waiting for the node (SuperNode poll, SuperExec poll)": start - row["pushed"],
-            "process start + Flower's runtime": row["module_ready"] - start - imports,
-            "imports: ldpfl and torch": imports,
-            "handler start": row["handler_started"] - row["module_ready"],
-            "opening and checking the client file": row.get("file_ready", row["handler_started"])
-            - row["handler_started"],
-            "the work (training / evaluation)": row["handler_done"] - row.get("file_ready", row["handler_started"]),
+            "waiting for the node (SuperNode poll, SuperExec poll)": started - row["pushed"],
+            "process start + Flower's runtime": row["imports_started"] - started,
+            "imports: ldpfl and torch": row["module_ready"] - row["imports_started"],
+            "opening and checking the client file": file_ready - row["handler_started"],
+            "the work (evaluation, training)": row["handler_done"] - file_ready,
             "the reply (push, SuperNode poll, ServerApp pull)": row["arrived"] - row["handler_done"],
             "message total (push to reply)": row["arrived"] - row["pushed"],
         }
@@ -158,8 +147,6 @@ def main() -> None:
             run_dir, config, out_dir=work / f"flower{c}", progress=False, options=o, on_warning=None)))
     parts = None
     if args.deployment:
-        imports = import_seconds(f"import {CLIENT_APP}", before=f"import {FLOWER_RUNTIME}")
-        runtime = import_seconds(f"import {FLOWER_RUNTIME}")
         holder: dict = {}
 
         def deploy():
@@ -167,7 +154,7 @@ def main() -> None:
             return holder["result"]
 
         def between() -> list[float]:
-            parts_, gaps = breakdown(holder["lines"], imports)
+            parts_, gaps = breakdown(holder["lines"])
             holder["parts"] = parts_
             return [float(r["seconds"]) for r in holder["result"].history[:1]] + gaps
 
@@ -183,8 +170,7 @@ def main() -> None:
         print(f"{r['engine']:<26}{r['wall_s']:>9.1f}{r['round_s_median']:>13.3f}{r['startup_and_teardown_s']:>25.1f}")
     if parts is not None:
         kinds = sorted({k for values in parts.values() for k in values})
-        print(f"\ndeployed round, per message (median over rounds 2..{args.rounds} and clients); Flower's runtime "
-              f"import alone: {runtime:.2f} s")
+        print(f"\ndeployed round, per message (median over rounds 2..{args.rounds} and clients), seconds")
         print(f"{'':<56}" + "".join(f"{k:>12}" for k in kinds))
         for name, values in parts.items():
             print(f"{name:<56}" + "".join(f"{values.get(k, float('nan')):>12.2f}" for k in kinds))

@@ -7,6 +7,7 @@ tested without Flower. The runs through Flower (a simulation, and a SuperLink wi
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -63,7 +64,7 @@ def test_the_app_declares_every_run_config_key_and_ldpfl_components() -> None:
     app = project["tool"]["flwr"]["app"]
     assert set(app["config"]) == set(RUN_CONFIG_DEFAULTS)  # Flower refuses an override of an undeclared key
     assert app["components"] == {"serverapp": "ldpfl.stage2_federate.flower_engine.server_app:app",
-                                 "clientapp": "ldpfl.stage2_federate.flower_engine.client_app:app"}
+                                 "clientapp": "ldpfl.stage2_federate.flower_engine.client_entry:app"}
     assert project["project"]["version"] == "1.2.3" and app["publisher"]
 
 
@@ -184,14 +185,14 @@ def test_client_streams_are_the_local_engines_and_survive_a_round_trip(three_cli
     assert p2.random() == perturb.random() and torch.equal(torch.rand(2, generator=t2), torch.rand(2, generator=train))
 
 
-def test_resume_store_keeps_the_last_two_rounds_and_picks_the_latest_not_after(tmp_path) -> None:
+def test_resume_store_keeps_the_last_three_rounds_and_picks_the_latest_not_after(tmp_path) -> None:
     store = cs.ResumeStore(tmp_path, 3)
     assert store.load(5) is None
-    for r in (1, 4, 6):
+    for r in (1, 4, 6, 7):
         store.save(r, {"perturb": f"p{r}", "train": f"t{r}"})
-    assert json.loads(store.path.read_text())["entries"][0]["round"] == 4
-    assert store.load(5) == {"perturb": "p4", "train": "t4"}  # round 6 was saved after the checkpoint of 5
-    assert store.load(9)["perturb"] == "p6" and store.load(3) is None
+    assert [e["round"] for e in json.loads(store.path.read_text())["entries"]] == [4, 6, 7]
+    assert store.load(5) == {"perturb": "p4", "train": "t4"}  # 6 and 7 were saved after the checkpoint of 5
+    assert store.load(9)["perturb"] == "p7" and store.load(3) is None
     store.save(5, {"perturb": "again", "train": "t"})  # a resumed run overwrites what came after
     assert [e["round"] for e in json.loads(store.path.read_text())["entries"]] == [4, 5]
     store.remove()
@@ -308,8 +309,10 @@ def test_a_failing_client_ends_the_run_and_a_dead_supernode_is_lost(flower, tmp_
     """One SuperLink, two SuperNodes, two runs: the failure cases of a deployment, at the price of one start-up.
 
     Run 1: silo 1's file does not exist, so its ClientApp fails to open it and the run ends at once
-    with that client's reason. The file then appears, and run 2 goes on while silo 1 is killed after
-    round 1: round 2 logs client 1 as lost and aggregates client 0 alone.
+    with that client's reason. The file then appears, and run 2 goes on while silo 1 is killed once
+    round 1 is written. Round 1's record is written when round 2's replies (which carry round 1's
+    evaluation) are in, so silo 1 has trained round 2; round 2's evaluation, which travels with round 3's
+    message, leaves its split out, and round 3 logs client 1 as lost and aggregates client 0 alone.
     """
     import shutil
     import threading
@@ -353,7 +356,8 @@ def test_a_failing_client_ends_the_run_and_a_dead_supernode_is_lost(flower, tmp_
 
         killer = threading.Thread(target=kill_after_round_one, daemon=True)
         killer.start()
-        result = run_on_superlink(run_dir, config, superlink=f"127.0.0.1:{port}", insecure=True, out_dir=out,
+        result = run_on_superlink(run_dir, dataclasses.replace(config, rounds=3), superlink=f"127.0.0.1:{port}",
+                                  insecure=True, out_dir=out,
                                   progress=False, on_warning=None,
                                   # round 1 must finish with both silos alive even on a loaded 2-core machine
                                   # (each message starts a ClientApp process: 15-40 s under load)
@@ -362,12 +366,14 @@ def test_a_failing_client_ends_the_run_and_a_dead_supernode_is_lost(flower, tmp_
     finally:
         left = stop_all(daemons)
     assert left == []
-    first, second = result.history
+    first, second, third = result.history
     assert first["lost"] == [] and first["aggregated"] == [0, 1]
-    assert second["lost"] == [1] and second["aggregated"] == [0]
-    assert any(note.startswith("client 1:") and "lost" in note for note in second["notes"])
-    assert "client 1: lost in training, not asked to evaluate; its test split is left out" in second["notes"]
-    assert any(w.startswith("round 2:") for w in result.warnings)
+    assert second["lost"] == [] and second["aggregated"] == [0, 1]
+    assert any(note.startswith("client 1: no evaluation reply") for note in second["notes"]), second["notes"]
+    assert third["lost"] == [1] and third["aggregated"] == [0]
+    assert any(note.startswith("client 1:") and "lost" in note for note in third["notes"])
+    assert "client 1: lost in training, not asked to evaluate; its test split is left out" in third["notes"]
+    assert any(w.startswith("round 3:") for w in result.warnings)
     assert leftovers(marked) == []
 
 def test_each_engine_refuses_the_others_checkpoint(three_clients, tmp_path) -> None:

@@ -20,6 +20,7 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 from pathlib import Path
 
 import pytest
@@ -44,7 +45,12 @@ from ldpfl.stage2_federate.flower_engine.control import parse_superlink
 from ldpfl.stage2_federate.flower_engine.deployment import coordinator_run
 from ldpfl.stage2_federate.flower_engine.launch import free_port
 from ldpfl.stage2_federate.flower_engine.protocol import SUBMISSION_FILE
-from ldpfl.stage2_federate.flower_engine.server_side import OutDirUnseen, check_manifest, claim_out_dir
+from ldpfl.stage2_federate.flower_engine.server_side import (
+    OutDirUnseen,
+    check_manifest,
+    claim_out_dir,
+    stop_requested,
+)
 
 FLAGS = ["--rounds", "3", "--hidden", "16", "--device", "cpu", "--seed", "1", "--perturbation", "gaussian",
          "--client-epsilons", "4,8", "--aggregation", "weighted", "--drop-per-round", "0"]
@@ -141,7 +147,7 @@ def test_the_serverapp_refuses_a_node_whose_file_is_not_the_manifests(tmp_path) 
         check_manifest(summaries, entries, plan_fingerprint="sha256:" + "ab" * 32)
 
 
-def test_the_serverapp_checks_it_sees_the_commands_output_directory(tmp_path) -> None:
+def test_the_serverapp_sees_the_commands_output_directory_and_its_stop_request(tmp_path) -> None:
     out = tmp_path / "out"
     with pytest.raises(OutDirUnseen, match="run ldpfl federate --superlink on the SuperLink's machine"):
         claim_out_dir(out, "token")  # another machine: no such directory
@@ -150,11 +156,16 @@ def test_the_serverapp_checks_it_sees_the_commands_output_directory(tmp_path) ->
     with pytest.raises(OutDirUnseen):
         claim_out_dir(out, "token")
     (out / SUBMISSION_FILE).write_text(json.dumps({"token": "token"}))
+    assert not stop_requested(out, "token") and stop_requested(out, "another")  # a newer submission took over
     held = claim_out_dir(out, "token")
     with pytest.raises(RuntimeError, match="another ldpfl ServerApp is writing into"):
         claim_out_dir(out, "token")
     held.close()
     claim_out_dir(out, "token").close()
+    (out / SUBMISSION_FILE).write_text(json.dumps({"token": "token", "stop": True}))  # the command was interrupted
+    assert stop_requested(out, "token")
+    (out / SUBMISSION_FILE).unlink()
+    assert stop_requested(out, "token")
 
 
 def test_an_unreachable_superlink_is_one_line_and_writes_nothing(flower, tmp_path) -> None:
@@ -203,7 +214,9 @@ def submit_other_app(port: int, ca: Path) -> int:
     pyproject = ('[project]\nname = "other-app"\nversion = "1.0.0"\nlicense = "Apache-2.0"\ndependencies = []\n\n'
                  '[tool.flwr.app]\npublisher = "someone"\n\n[tool.flwr.app.components]\n'
                  'serverapp = "other.server:app"\nclientapp = "other.client:app"\n')
-    fab, _ = build_fab_from_files({"pyproject.toml": pyproject.encode()})
+    with warnings.catch_warnings():  # pathspec, inside Flower's builder, warns of its own deprecations
+        warnings.simplefilter("ignore", DeprecationWarning)
+        fab, _ = build_fab_from_files({"pyproject.toml": pyproject.encode()})
     with ControlClient(f"127.0.0.1:{port}", root_certificates=ca) as control:
         reply = control._call("StartRun", StartRunRequest(
             fab=fab_to_proto(Fab(hashlib.sha256(fab).hexdigest(), fab, {}))))
@@ -277,7 +290,7 @@ def test_the_cli_on_two_supernodes_equals_the_local_engine_and_resumes_a_killed_
     """
     run_dir = write_run(tmp_path / "silos", clients=2, rows=64)
     coordinator = coordinator_copy(run_dir, tmp_path / "coordinator")
-    local = run("federate", run_dir, "--out", tmp_path / "local", "--quiet", *FLAGS)
+    local = run("federate", run_dir, "--out", tmp_path / "local", "--quiet", *FLAGS, "--rounds", "4")
     assert local.exit_code == 0, local.output
     out = tmp_path / "out"
     watch = Descendants()
@@ -285,7 +298,7 @@ def test_the_cli_on_two_supernodes_equals_the_local_engine_and_resumes_a_killed_
     with superlink_with_silos(tmp_path / "work", [run_dir / "client_000.h5", run_dir / "client_001.h5"],
                               state_dirs=states) as (port, _):
         argv = ldpfl("federate", coordinator, "--engine", "flower", "--superlink", f"127.0.0.1:{port}", "--insecure",
-                     "--round-timeout", "300", "--out", out, *FLAGS)
+                     "--round-timeout", "300", "--out", out, *FLAGS, "--rounds", "4")
         first = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         try:
             deadline = time.monotonic() + 600
@@ -303,10 +316,11 @@ def test_the_cli_on_two_supernodes_equals_the_local_engine_and_resumes_a_killed_
         assert resumed.returncode == 0, resumed.stderr
     watch.stop()
     result = json.loads(resumed.stdout)
-    assert 1 <= result["resumed_from_round"] < 3
+    # the killed command's ServerApp went on; the resumed command asked it to stop between two exchanges
+    assert 1 <= result["resumed_from_round"] < 4
     flower_metrics = json.loads((out / "metrics.json").read_text())
     local_metrics = json.loads((tmp_path / "local" / "metrics.json").read_text())
-    assert len(flower_metrics["rounds"]) == 3
+    assert len(flower_metrics["rounds"]) == 4
     for f, loc in zip(flower_metrics["rounds"], local_metrics["rounds"], strict=True):
         assert f["lost"] == []
         assert {k: v for k, v in f.items() if k not in ("seconds", "lost")} == \

@@ -14,11 +14,12 @@ reason), so the server ends the run with a clear error instead of waiting or rea
 from __future__ import annotations
 
 import json
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
+import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Context, Error, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
@@ -30,6 +31,7 @@ from .file_watch import check_unchanged
 from .processes import process_started
 from .protocol import (
     CLIENT_FAILED,
+    EVALUATION,
     GLOBAL,
     INFO,
     METRICS,
@@ -68,8 +70,10 @@ def guarded(handler: Callable[[Message, Context], Message]) -> Callable[[Message
         except Exception as error:  # noqa: BLE001 - every failure goes back to the server as one line
             return Message(Error(CLIENT_FAILED, _one_line(error)), reply_to=msg)
         if context.run_config.get("timings-file"):
-            timeline = {"process_started": process_started(), "module_ready": MODULE_READY, **_MARKS,
-                        "handler_done": time.time()}
+            entry = sys.modules.get(f"{__package__}.client_entry")
+            timeline = {"process_started": process_started(),
+                        "imports_started": getattr(entry, "IMPORTS_STARTED", None), "module_ready": MODULE_READY,
+                        **_MARKS, "handler_done": time.time()}
             reply.content[TIMINGS] = ConfigRecord({"json": json.dumps(timeline)})
         return reply
 
@@ -143,7 +147,9 @@ def describe(msg: Message, context: Context) -> Message:
     client = _open(context, config)
     if config.eval_clean:  # a missing or mismatched clean file ends the run before round 1, as in the local engine
         cs.clean_test(client, resolve_device(config.device))
-    return Message(RecordDict({INFO: ConfigRecord({"json": cs.summarize(client).to_json()})}), reply_to=msg)
+    digest = str(context.state.config_records[FILE_KEY]["sha256"])  # check_file's, a moment ago
+    return Message(RecordDict({INFO: ConfigRecord({"json": cs.summarize(client, digest).to_json()})}),
+                   reply_to=msg)
 
 
 @app.train()
@@ -169,6 +175,8 @@ def train(msg: Message, context: Context) -> Message:
                              f"{info['resume_round']} but has no resume state"
                              + ("" if store is None else f" in {store.path}"))
     vector = msg.content.array_records[GLOBAL].to_numpy_ndarrays()[0]
+    evaluation = _evaluation(trainer, config, client, vector) if info.get("evaluate") else None  # the last round's
+    _MARKS["evaluated"] = time.time()
     result = trainer.train(config, setup, client, vector, generator=generator, rng=perturb)
     state = cs.pack_streams(perturb, generator)
     context.state.config_records[STREAMS_KEY] = ConfigRecord(dict(state))
@@ -180,6 +188,8 @@ def train(msg: Message, context: Context) -> Message:
     })
     if result.upload is not None:
         content[UPLOAD] = ArrayRecord([result.upload])
+    if evaluation is not None:
+        content[EVALUATION] = evaluation
     return Message(content, reply_to=msg)
 
 
@@ -192,10 +202,17 @@ def evaluate(msg: Message, context: Context) -> Message:
     setup = ClientSetup.from_json(info["setup"])
     client = _open(context, config)
     vector = msg.content.array_records[GLOBAL].to_numpy_ndarrays()[0]
-    sums = _trainer(config, setup).evaluate(config, client, vector)
-    metrics: dict[str, Any] = {f"{name}_{key}": value for name, (loss_sum, correct, rows) in sums.items()
-               for key, value in (("loss_sum", float(loss_sum)), ("correct", int(correct)), ("rows", int(rows)))}
-    return Message(RecordDict({METRICS: MetricRecord(metrics)}), reply_to=msg)
+    evaluation = _evaluation(_trainer(config, setup), config, client, vector)
+    return Message(RecordDict({EVALUATION: evaluation}), reply_to=msg)
+
+
+def _evaluation(trainer: cs.Trainer, config: FederationConfig, client: ClientDataset,
+                vector: np.ndarray) -> MetricRecord:
+    """Evaluate ``vector`` on this client's test split(s); return the sums as a MetricRecord."""
+    sums = trainer.evaluate(config, client, vector)
+    return MetricRecord({f"{name}_{key}": value for name, (loss_sum, correct, rows) in sums.items()
+                         for key, value in (("loss_sum", float(loss_sum)), ("correct", int(correct)),
+                                            ("rows", int(rows)))})
 
 
 @app.query("finish")

@@ -15,11 +15,12 @@ file (``--node-config "client-file='...'"``). :func:`run_on_superlink` is the co
    (:class:`~.control.SuperLinkError`), and OUT is left as it was. So is a SuperLink busy with another run.
 4. **Following the run:** the ServerApp's status file in OUT gives the progress bar; the run's state on the
    SuperLink tells a run that failed, was stopped, or ended without writing its outputs.
-5. **Interrupted, or killed:** on Ctrl-C or SIGTERM the command stops its run on the SuperLink and waits for
-   the ServerApp to let go of OUT. A command killed outright leaves its submission record in OUT
-   (:data:`~.protocol.SUBMISSION_FILE`: SuperLink, run id, token); the next ``ldpfl federate`` into OUT
-   stops that run first, waits for its ServerApp to let go of OUT, and then resumes (``--resume``) or
-   starts afresh (``--overwrite``) from the last checkpoint.
+5. **Interrupted, or killed:** on Ctrl-C or SIGTERM the command asks its ServerApp to stop (``stop`` in
+   the submission record, :data:`~.protocol.SUBMISSION_FILE`), which it does before its next exchange, with
+   no message in flight; a run still going after :data:`GRACEFUL_STOP` s is stopped through Flower. A
+   command killed outright leaves its record (SuperLink, run id, token) in OUT; the next ``ldpfl federate``
+   into OUT stops that run the same way first, waits for its ServerApp to let go of OUT, and then resumes
+   (``--resume``) or starts afresh (``--overwrite``) from the last checkpoint.
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ from .launch import (
 from .protocol import SERVERAPP_LOCK, STATUS_FILE, SUBMISSION_FILE, ManifestEntry, run_config
 
 RELEASE_WAIT = 60.0  # seconds for a stopped run's ServerApp to let go of OUT
+GRACEFUL_STOP = 120.0  # seconds for a ServerApp asked to stop to end its exchange (then Flower's StopRun)
 STATE_POLL = 1.0  # seconds between two questions to the SuperLink about the run's state
 FAILED_PREFIX = "ServerApp failed with exception: "  # Flower's prefix of a failed run's details
 
@@ -127,15 +129,33 @@ def released(target: Path, timeout: float) -> bool:
         time.sleep(0.2)
 
 
-def _end_run(control: ControlClient, run_id: int, target: Path) -> bool:
-    """Stop run ``run_id`` if it is active and wait for its ServerApp to let go of ``target``; return whether it did."""
-    control.stop(run_id)
-    deadline = time.monotonic() + RELEASE_WAIT
-    while (state := control.run(run_id)) is not None and state.active and time.monotonic() < deadline:
+def _request_stop(target: Path) -> None:
+    """Set ``stop`` in ``target``'s submission record: its ServerApp ends before its next exchange."""
+    record = _read_submission(target) or {}
+    _write_submission(target, **{**record, "stop": True})
+
+
+def _wait_finished(control: ControlClient, run_id: int, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while (state := control.run(run_id)) is not None and state.active:
+        if time.monotonic() > deadline:
+            return False
         time.sleep(0.5)
-    if state is not None and state.active:
-        return False
-    return released(target, max(1.0, deadline - time.monotonic()))
+    return True
+
+
+def _end_run(control: ControlClient, run_id: int, target: Path) -> bool:
+    """End run ``run_id`` and wait for its ServerApp to let go of ``target``; return whether it did.
+
+    First the ServerApp is asked to stop between two exchanges (its submission record), with no message in
+    flight; a run still active after :data:`GRACEFUL_STOP` s is stopped through Flower (``StopRun``).
+    """
+    _request_stop(target)
+    if not _wait_finished(control, run_id, GRACEFUL_STOP):
+        control.stop(run_id)
+        if not _wait_finished(control, run_id, RELEASE_WAIT):
+            return False
+    return released(target, RELEASE_WAIT)
 
 
 def _end_previous_submission(control: ControlClient, target: Path) -> None:

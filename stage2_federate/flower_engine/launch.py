@@ -42,6 +42,12 @@ from .processes import Daemon, stop_all
 from .protocol import app_pyproject, run_config, toml_table
 
 CONNECTION = "ldpfl"
+# Flower's SuperExec asks its SuperNode (or SuperLink) for a ClientApp (ServerApp) task to launch every
+# FLWR_SUPEREXEC_TASK_POLL_INTERVAL seconds (default 1 s, allowed 0.01-60): a wait in every message. 0.25 s
+# cut that wait without slowing the ClientApp's start; 0.05 s polls cost the 2-core machine more than they
+# saved (bench/RESULTS.md, "Flower deployment: where a round's time goes").
+SUPEREXEC_POLL_VARIABLE = "FLWR_SUPEREXEC_TASK_POLL_INTERVAL"
+SUPEREXEC_POLL = "0.25"
 CLIENT_STATE_DIR = ".flower-clients"  # simulation: each client's resume state, under the output directory
 
 
@@ -123,7 +129,7 @@ def start_superlink(work: Path, *, port: int | None = None, simulation: bool = F
     files (``--ssl-ca-certfile``, ``--ssl-certfile``, ``--ssl-keyfile``) and ``--enable-supernode-auth``.
     """
     port = port or free_port()
-    env = flower_env(work / "superlink-home", ray_tmp=_ray_tmp(work))
+    env = {SUPEREXEC_POLL_VARIABLE: SUPEREXEC_POLL, **flower_env(work / "superlink-home", ray_tmp=_ray_tmp(work))}
     if simulation:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(hide_tensorflow(work)), env.get("PYTHONPATH")]))
     argv = [_bin("flower-superlink"), *(["--insecure"] if insecure else []), *(["--simulation"] if simulation else []),
@@ -155,7 +161,7 @@ def start_supernode(work: Path, superlink: str, client_file: str | Path, *, inde
     if state_dir is not None:
         node_config["state-dir"] = str(Path(state_dir).resolve())
     node_arg = " ".join(f"{k}={json.dumps(v) if k != 'client-index' else v}" for k, v in node_config.items())
-    env = flower_env(work / f"{name}-home")
+    env = {SUPEREXEC_POLL_VARIABLE: SUPEREXEC_POLL, **flower_env(work / f"{name}-home")}
     argv = [_bin("flower-supernode"), *(["--insecure"] if insecure else []), "--superlink", superlink,
             "--port", str(free_port()), "--node-config", node_arg, *extra]
     return Daemon(name, argv, env=env, log=work / f"{name}.log", cwd=work)

@@ -7,9 +7,10 @@ Message types (``flwr.app.Message.metadata.message_type``):
 * :data:`DESCRIBE` (``query.describe``), once per node at start: the node answers with its client index
   and a :class:`ClientSummary` of its file (what the server's strategies need; never a record);
 * :data:`TRAIN` (``train``): the global vector and the client's :class:`ClientSetup`; the answer is the
-  client's perturbed upload (perturbed on the client) with its training loss and accuracy;
+  client's perturbed upload (perturbed on the client) with its training loss and accuracy, and, when the
+  message says ``evaluate``, first the evaluation of the received global vector (as :data:`EVALUATE`'s);
 * :data:`EVALUATE` (``evaluate``): the global vector; the answer is the summed test loss, the number of
-  correct predictions and the number of rows of the client's test split;
+  correct predictions and the number of rows of the client's test split (and clean file, ``eval_clean``);
 * :data:`FINISH` (``query.finish``), once per node at the end: the client deletes its resume state
   unless the run keeps its checkpoint.
 
@@ -32,7 +33,7 @@ from ..config import FederationConfig
 APP_NAME = "ldpfl-flower"
 PUBLISHER = "ldpfl"
 SERVER_APP = "ldpfl.stage2_federate.flower_engine.server_app:app"
-CLIENT_APP = "ldpfl.stage2_federate.flower_engine.client_app:app"
+CLIENT_APP = "ldpfl.stage2_federate.flower_engine.client_entry:app"  # client_app's, time-stamped
 FLOWER_REQUIREMENT = "flwr[simulation]==1.41.0"
 INSTALL_HINT = "pip install -e '.[flower]'"
 
@@ -45,7 +46,8 @@ EVALUATE = "evaluate"
 GLOBAL = "global"  # ArrayRecord: [the global vector, float32]
 UPLOAD = "upload"  # ArrayRecord: [the client's perturbed upload]
 INFO = "info"  # ConfigRecord: JSON text under "json"
-METRICS = "metrics"  # MetricRecord
+METRICS = "metrics"  # MetricRecord: the training loss and accuracy
+EVALUATION = "evaluation"  # MetricRecord: the evaluation sums of the message's global model
 TIMINGS = "timings"  # ConfigRecord, only with the run config's timings-file: the ClientApp's timeline (JSON)
 
 # Files in the output directory OUT shared by the coordinator's command and the ServerApp (deployment).

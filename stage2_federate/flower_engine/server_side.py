@@ -11,6 +11,7 @@ aggregates exactly as the local engine does.
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import time
@@ -195,6 +196,25 @@ class OutDirUnseen(RuntimeError):
     """The ServerApp does not see the submitting command's output directory (it runs on another machine)."""
 
 
+class StopRequested(RuntimeError):
+    """The command that submitted the run asked it to stop (interrupted, or a newer command into OUT)."""
+
+
+def stop_requested(out_dir: Path, token: str) -> bool:
+    """Return whether ``out_dir``'s submission record no longer lets the run of ``token`` go on.
+
+    The submitting command sets ``stop`` in the record when it is interrupted, and a later command into
+    ``out_dir`` does so for the run of a command that was killed; the ServerApp checks before each exchange
+    and ends between exchanges, with no message in flight (Flower 1.41's ``StopRun`` during an exchange
+    can leave a SuperNode waiting for a reply that never comes).
+    """
+    try:
+        record = json.loads((out_dir / SUBMISSION_FILE).read_text())
+    except (OSError, ValueError):
+        return True
+    return not isinstance(record, dict) or record.get("token") != token or bool(record.get("stop"))
+
+
 def claim_out_dir(out_dir: Path, token: str) -> IO[str]:
     """Check that ``out_dir`` is the submitting command's (its token) and hold it for this ServerApp.
 
@@ -256,19 +276,35 @@ def write_status(path: str | Path, **values: Any) -> None:
         atomic_write_text(Path(path), json.dumps({**values, "time": time.time()}))
 
 
+@dataclass(frozen=True)
+class Snapshot:
+    """The server's model and streams after a round, kept until that round's record is complete."""
+
+    model: dict[str, torch.Tensor]
+    rng: dict[str, Any]
+
+
+def snapshot(plan: ServerPlan) -> Snapshot:
+    """Return a copy of ``plan``'s model parameters (CPU) and stream states now."""
+    return Snapshot({k: v.detach().cpu().clone() for k, v in plan.model.state_dict().items()},
+                    copy.deepcopy(plan.streams.state()))
+
+
 def save_checkpoint(path: Path, *, round_number: int, plan: ServerPlan, history: list[dict[str, Any]],
-                    inputs: Mapping[str, str]) -> None:
+                    inputs: Mapping[str, str], state: Snapshot | None = None) -> None:
     """Write the server's checkpoint: the local engine's format plus ``engine`` = flower.
 
-    ``inputs``: each client file's name → sha256, as the clients reported them.
+    ``inputs``: each client file's name → sha256, as the clients reported them. ``state``: the model and
+    streams as they were after ``round_number`` (default: ``plan``'s now).
 
     Its ``rng`` holds the server's streams only in substance (selection, dropouts, ω, the initialization);
     each client keeps its own streams in its own resume file.
     """
+    state = snapshot(plan) if state is None else state
     payload = {
         "format": CHECKPOINT_FORMAT, "version": CHECKPOINT_VERSION, "round": round_number, "engine": ENGINE,
-        "model": {k: v.detach().cpu() for k, v in plan.model.state_dict().items()},
-        "rng": plan.streams.state(), "history": history, "config": plan.config.to_dict(),
+        "model": state.model,
+        "rng": state.rng, "history": history, "config": plan.config.to_dict(),
         "randomness": str(plan.record["randomness"]), "ldpfl": package_version(), "inputs": dict(inputs),
     }
     atomic_write(path, lambda handle: torch.save(payload, handle))
