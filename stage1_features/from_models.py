@@ -25,6 +25,7 @@ first release's draws (children ``(i, 0)``, ``(i, 1)`` are the hold-out and trai
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from ldpfl.contract.client_reader import open_client_file
+from ldpfl.contract.label_release import label_epsilon
 from ldpfl.contract.layout import MANIFEST_NAME, PARTITION_FILE, client_file_name
 from ldpfl.contract.manifest import FileRecord, read_manifest
 from ldpfl.contract.release_history import ReleaseEntry, history_from_manifest, total_epsilon
@@ -195,20 +197,30 @@ def check_models(source: SourceRun, clients: list[int]) -> None:
                           f"{', '.join(map(str, unlisted[:5]))}: that export is not finished")
 
 
-def source_labels(source: SourceRun, index: int) -> dict[str, np.ndarray]:
-    """Return client ``index``'s labels per split in the source file, in row order."""
+def source_labels(source: SourceRun, index: int) -> tuple[dict[str, np.ndarray], bool]:
+    """Return client ``index``'s labels per split in the source file, in row order, and whether they are clear.
+
+    Labels released by k-RR (``label_release``) are randomized: only their number per split can be compared.
+    """
     path = source.file_path(index)
     try:
-        with open_client_file(path) as (handle, _meta, _rows):
-            return {split: np.asarray(handle[split]["labels"][()], dtype=np.int64) for split in ("train", "test")}
-    except (FormatError, OSError) as error:
+        with open_client_file(path) as (handle, meta, _rows):
+            labels = {split: np.asarray(handle[split]["labels"][()], dtype=np.int64) for split in ("train", "test")}
+            return labels, label_epsilon(meta.label_release) == math.inf
+    except (FormatError, OSError, ValueError) as error:
         raise ExportError(f"`from_models`: cannot read the labels of {path} ({error})") from None
 
 
 def check_holdout(source: SourceRun, index: int, train: np.ndarray, test: np.ndarray, y: np.ndarray,
                   *, redrawn: bool) -> None:
-    """Refuse a hold-out split whose labels, row by row, are not those of the source's client file."""
-    labels = source_labels(source, index)
+    """Refuse a hold-out split whose labels, row by row, are not those of the source's client file.
+
+    Where the source released its labels by k-RR, the rows per split must match (the stored partition's
+    SHA-256 is checked against the manifest before this).
+    """
+    labels, clear = source_labels(source, index)
+    if not clear and len(labels["train"]) == len(train) and len(labels["test"]) == len(test) and not redrawn:
+        return
     if np.array_equal(labels["train"], y[train]) and np.array_equal(labels["test"], y[test]):
         return
     if redrawn:
