@@ -69,6 +69,7 @@ class DemoResult:
     plots: list[Path]
     inspection_ok: bool
     private: PrivateRun | None = None
+    release_guarantee: dict[str, Any] | None = None  # the weakest client's, over everything its file releases
 
     def to_dict(self) -> dict[str, Any]:
         """Return a JSON-ready summary (the ``--json`` output)."""
@@ -82,6 +83,7 @@ class DemoResult:
             "randomness": self.randomness,
             "plots": [str(p) for p in self.plots],
             "inspection_ok": self.inspection_ok,
+            "release_guarantee": self.release_guarantee,
         }
 
     def format_text(self) -> str:
@@ -91,6 +93,7 @@ class DemoResult:
 
         exact = self.exact_epsilon_per_record
         exact_text = f"{exact:,.1f}" if isinstance(exact, float) and math.isfinite(exact) else str(exact)
+        guarantee = self.release_guarantee or {}
         lines = [
             "",
             "== ldpfl demo: summary ==",
@@ -98,8 +101,10 @@ class DemoResult:
             + ", ".join(f"client {i}: {pct(a)}" for i, a in enumerate(self.local_accuracies)),
             "global test accuracy      "
             + ", ".join(f"r{i + 1}: {pct(a)}" for i, a in enumerate(self.round_accuracies)),
-            f"privacy (UER)             nominal epsilon {self.nominal_epsilon}  |  exact epsilon per record "
-            f"{exact_text}  (see docs/privacy.md)",
+            f"release guarantee         epsilon {guarantee.get('epsilon', 'n/a')} per record over everything the "
+            "files release (clear labels and a non-DP CNN: inf; see docs/privacy.md)",
+            f"features alone (UER)      nominal epsilon {self.nominal_epsilon}  |  exact epsilon per record "
+            f"{exact_text}  (one part of the guarantee)",
             f"randomness                {self.randomness}",
             f"files                     {self.run_dir}/client_*.h5, {self.run_dir}/manifest.json",
             f"federation outputs        {self.run_dir}/federation/ (metrics.csv, metrics.json, model.pt)",
@@ -191,6 +196,7 @@ def run_demo(out: str | Path = "runs/demo", *, clients: int = 2, epochs: int = 3
         plots=plots,
         inspection_ok=inspection.ok,
         private=private_run,
+        release_guarantee=weakest_guarantee(run_dir),
     )
 
 

@@ -137,7 +137,8 @@ def _stage2_ledger_lines(ledger: Mapping[str, Any] | None) -> list[str]:
     if ledger is None:
         return []
     if not ledger.get("adds_privacy_loss", True):
-        return ["  privacy ledger  stage 2 adds nothing (perturbation none); the exact eps/record above is all"]
+        return ["  privacy ledger  stage 2 adds no perturbation; its updates are covered by the release "
+                "guarantee above only where they are functions of released values (k-RR labels), not of clear labels"]
     lines = [f"  privacy ledger  stage 2, each client over its uploads ({ledger.get('accountant')}):"]
     for row in ledger.get("clients", ()):
         eps = row.get("epsilon")
