@@ -166,9 +166,13 @@ def test_commit_never_replaces_a_file_that_appeared_meanwhile(tmp_path) -> None:
         ClientFileWriter(path, _metadata(), {"train": 2, "test": 0})
 
 
-def test_worker_guard_outside_a_worker() -> None:
+def test_worker_guard_outside_a_worker_and_after_its_parent_died(monkeypatch) -> None:
     assert worker_guard.parent_alive()
     worker_guard.require_parent("nothing")  # not a worker: no parent to lose
+    monkeypatch.setattr(worker_guard, "_parent_pid", os.getppid() + 1)  # a worker whose parent is gone
+    assert not worker_guard.parent_alive()
+    with pytest.raises(RuntimeError, match="client_000.h5 is not committed"):
+        worker_guard.require_parent("client_000.h5")
 
 
 def test_rerun_of_a_finished_export_lists_the_files_and_reuses_them(tmp_path) -> None:
