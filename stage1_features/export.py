@@ -95,7 +95,7 @@ from ldpfl.stage1_features.export_worker import (
     init_worker,
     progress_bar,
 )
-from ldpfl.stage1_features.keras_backend import select_keras_backend
+from ldpfl.stage1_features.keras_backend import keras_backend, select_device, select_keras_backend
 from ldpfl.stage1_features.release import noise_variance
 
 
@@ -130,6 +130,7 @@ def run_export(config: ExportConfig, out_dir: str | os.PathLike[str], *, progres
     if (cnn.is_cnn(cnn.resolve_extractor(config.extractor, config.dataset)) or config.from_models is not None
             or config.dp_budget() is not None):
         select_keras_backend(config.keras_backend)  # before Keras is imported here or in spawned workers
+        select_device(keras_backend(), config.device)
     plan = make_plan(config)
     config = plan.config  # from_models: with the source run's data settings
     source = plan.source
