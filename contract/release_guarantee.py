@@ -21,8 +21,8 @@ are public under it. Parts:
 
 Composition (Dwork and Roth 2014, Theorem 3.16; adaptive composition holds for all of them): pure parts add. When
 a DP-SGD part is present, everything is also composed with dp-accounting's PLD accountant under REPLACE_ONE:
-the DP-SGD event as it ran (``PoissonSampledDpEvent`` of a ``GaussianDpEvent``, T times), each k-RR part as the
-``RandomizedResponseDpEvent`` it is, and each other pure ε part as binary randomized response at ε, which
+the DP-SGD event as it ran (``PoissonSampledDpEvent`` of a ``GaussianDpEvent``, T times), each k-RR part (the
+labels, and a predicted class released by ``krr``) as the ``RandomizedResponseDpEvent`` it is, and each other pure ε part as binary randomized response at ε, which
 dominates every ε-DP mechanism (Kairouz, Oh, Viswanath 2015, Theorem 4). The guarantee is the smaller of the two
 valid figures, and ``method`` says which one it is.
 
@@ -36,7 +36,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ldpfl.contract.release_point import LABEL
 from ldpfl.mechanisms.report import format_epsilon, json_number, number_from_json
+
+KRR_MECHANISM = "krr"
 
 NEIGHBOURS = "replace one record (its values and its label); n is public"
 
@@ -145,11 +148,22 @@ class ReleaseGuarantee:
 # Parts
 
 
-def features_part(mechanism: str, release: str, epsilon: float | None, delta: float = 0.0) -> GuaranteePart:
-    """Return the part of the record's own released values: the file's exact per-record ε (None: unknown, ∞)."""
+def features_part(mechanism: str, release: str, epsilon: float | None, delta: float = 0.0, *,
+                  categories: int | None = None) -> GuaranteePart:
+    """Return the part of the record's own released values: the file's exact per-record ε (None: unknown, ∞).
+
+    ``categories``: the values are one of k classes released by k-RR (``krr`` on the ``label`` release). For
+    neighbours whose classes differ, its privacy loss is exactly k-RR's; for equal classes it is 0. So the
+    accountant takes it as the k-RR it is, which composes tighter than binary RR at the same ε.
+    """
     eps = math.inf if epsilon is None else float(epsilon)
-    return GuaranteePart(FEATURES, f"the record's {release} values, randomized", mechanism, eps, float(delta),
-                         {"pure_epsilon": json_number(eps)} if not delta else {})
+    if delta:
+        event: dict[str, Any] = {}
+    elif categories is not None and math.isfinite(eps):
+        event = {"krr": eps, "num_classes": int(categories)}
+    else:
+        event = {"pure_epsilon": json_number(eps)}
+    return GuaranteePart(FEATURES, f"the record's {release} values, randomized", mechanism, eps, float(delta), event)
 
 
 def labels_part(label_release: Mapping[str, Any] | None) -> GuaranteePart:
@@ -282,7 +296,9 @@ def file_parts(meta: Any, *, records: int, history: Iterable[Mapping[str, Any]] 
     report = meta.privacy_report
     features_eps = number_from_json(report.get("exact_epsilon_per_record"), name="exact_epsilon_per_record",
                                     optional=True)
-    feature = features_part(meta.mechanism, meta.release, features_eps, float(report.get("exact_delta") or 0.0))
+    k_rr = meta.mechanism == KRR_MECHANISM and meta.release == LABEL
+    feature = features_part(meta.mechanism, meta.release, features_eps, float(report.get("exact_delta") or 0.0),
+                            categories=meta.num_classes if k_rr else None)
     history = list(history)
     parts = [feature, labels_part(meta.label_release)]
     # group privacy covers every release that went through the same extractor: this one and the earlier ones

@@ -26,7 +26,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common as C  # noqa: E402
 
-from ldpfl.contract.release_guarantee import RE_RELEASE, ReleaseGuarantee, compose  # noqa: E402
+from ldpfl.contract.client_reader import read_client_file  # noqa: E402
+from ldpfl.contract.manifest import read_manifest  # noqa: E402
+from ldpfl.contract.release_guarantee import ReleaseGuarantee, file_guarantee  # noqa: E402
 
 NAME = "exp7_private_front"
 DELTA = 1e-5
@@ -43,15 +45,19 @@ def _eps(value: Any) -> float:
     return math.inf if value in ("inf", None) else float(value)
 
 
-def configuration_guarantee(manifest: dict[str, Any]) -> list[ReleaseGuarantee]:
-    """Each client's guarantee of this configuration alone: its parts less the earlier releases of its records.
+def configuration_guarantee(run_dir: Path) -> list[ReleaseGuarantee]:
+    """Each client's guarantee of this configuration alone, composed by the library from its file's attributes.
 
     A release ``--from-models`` of an earlier export composes that export's release too (the file's own
     guarantee, what a silo that sends both files signs); a configuration of the front is one alternative,
-    so its figure composes the CNN, its values and its labels only.
+    so its figure composes the CNN, its values and its labels only (``file_guarantee`` without history).
     """
-    guarantees = [ReleaseGuarantee.from_dict(g) for g in manifest["release_guarantee"].values()]
-    return [compose([p for p in g.parts if p.kind != RE_RELEASE], scope=g.scope) for g in guarantees]
+    manifest = read_manifest(run_dir)
+    out = []
+    for record in manifest.files:
+        meta = read_client_file(run_dir / record.path).metadata
+        out.append(file_guarantee(meta, records=sum(record.rows.values())))
+    return out
 
 
 def point(args: Any, spec: str, release: str, models_from: Path | None) -> dict[str, Any]:
@@ -72,7 +78,7 @@ def point(args: Any, spec: str, release: str, models_from: Path | None) -> dict[
         exported = C.export(run_dir, ["--from-models", models_from, *common], seed=args.seed)
     manifest = json.loads((run_dir / "manifest.json").read_text())
     file_totals = [_eps(g["epsilon"]) for g in manifest["release_guarantee"].values()]
-    own = configuration_guarantee(manifest)
+    own = configuration_guarantee(run_dir)
     totals = [g.epsilon for g in own]
     deltas = [g.delta for g in own]
     fed = C.federate(run_dir, args.work / f"{name}_fed",
