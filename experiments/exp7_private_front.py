@@ -81,17 +81,20 @@ def point(args: Any, spec: str, release: str, models_from: Path | None) -> dict[
     own = configuration_guarantee(run_dir)
     totals = [g.epsilon for g in own]
     deltas = [g.delta for g in own]
-    fed = C.federate(run_dir, args.work / f"{name}_fed",
+    fed_dir = args.work / (f"{name}_fed" if args.fed_lr is None else f"{name}_fed_lr{args.fed_lr:g}")
+    lr = [] if args.fed_lr is None else ["--lr", args.fed_lr]
+    fed = C.federate(run_dir, fed_dir,
                      ["--rounds", proto["rounds"], "--local-epochs", proto["local_epochs"],
                       "--clients-per-round", proto["clients_per_round"], "--drop-per-round", proto["drop_per_round"],
-                      "--optimizer", "adam", "--eval-clean"], seed=args.seed)
-    metrics = json.loads((args.work / f"{name}_fed" / "metrics.json").read_text())
+                      "--optimizer", "adam", *lr, "--eval-clean"], seed=args.seed)
+    metrics = json.loads((fed_dir / "metrics.json").read_text())
     clean = [r.get("clean_test_accuracy") for r in metrics["rounds"]]
     local = [a for a in exported["local_cnn_accuracy"] if a is not None]
     if models_from is not None:  # a re-release reports no training: the CNNs' accuracy is the first export's
         first = json.loads(Path(f"{models_from}.experiment.json").read_text())["summary"]["clients"]
         local = [c["local_accuracy"] for c in first if c.get("local_accuracy") is not None]
     return {"run_dir": str(run_dir), "cnn_batch_size": args.cnn_batch_size, "cnn_epochs": args.cnn_epochs,
+            "fed_lr": args.fed_lr, "clean_test_per_round": clean,
             "file_total_epsilon": max(file_totals), "models_from": None if models_from is None else str(models_from),
             "target": target, "cnn_epsilon": cnn_eps, "label_epsilon": label_eps, "release": release,
             "mechanism": RELEASES[release], "release_epsilon": release_eps,
@@ -109,16 +112,18 @@ def main() -> None:
     p.add_argument("--releases", nargs="+", choices=sorted(RELEASES), default=["scores"])
     p.add_argument("--cnn-epochs", type=int, default=10)
     p.add_argument("--cnn-batch-size", type=int, default=64)
+    p.add_argument("--fed-lr", type=float, default=None, help="stage-2 learning rate (default: federate's, 1e-3)")
     args = p.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     rows = []
+    suffix = "" if args.fed_lr is None else f"_lr{args.fed_lr:g}"
     for spec in args.points:  # the first release of a point trains the DP CNNs; the others re-release them
         first: Path | None = None
         for release in args.releases:
             rows.append(point(args, spec, release, first))
             first = first or Path(rows[-1]["run_dir"])
-        C.write_results(args.out, f"{NAME}_{args.dataset}_partial", {"rows": rows}, "")
+        C.write_results(args.out, f"{NAME}_{args.dataset}{suffix}_partial", {"rows": rows}, "")
     header = ["release", "target ε", "cnn ε (add/remove)", "label ε", "release ε", "total ε per record (δ)",
               "DP CNN alone", "global, released test", "global, clean test (best)"]
     table = C.markdown_table(header, [[f"{r['release']}/{r['mechanism']}", f"{r['target']:g}",
@@ -126,8 +131,8 @@ def main() -> None:
                                        f"{r['release_epsilon']:g}", f"{r['total_epsilon']:.3g} ({r['delta']:g})",
                                        C.pct(r["dp_cnn_alone"]), C.pct(r["released_test"]),
                                        f"{C.pct(r['clean_test'])} ({C.pct(r['best_clean_test'])})"] for r in rows])
-    C.write_results(args.out, f"{NAME}_{args.dataset}", {"rows": rows, "seconds": time.perf_counter() - started},
-                    table)
+    C.write_results(args.out, f"{NAME}_{args.dataset}{suffix}",
+                    {"rows": rows, "seconds": time.perf_counter() - started}, table)
     print(table)
 
 
