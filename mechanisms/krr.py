@@ -28,7 +28,7 @@ from .report import PrivacyReport
 class KRR(CategoricalMechanism):
     """Keep the value with p = e^ε/(e^ε + k - 1), else report one of the k - 1 others uniformly.
 
-    Sampling: the value changes iff u < T for a raw 64-bit draw u, with T = round((1 - p)·2^64); the new
+    Sampling: the value changes iff u < T for a uniform 64-bit word u, with T = round((1 - p)·2^64); the new
     value is an exact uniform integer over the k - 1 others. So P(keep) = 1 - T/2^64 and each other value
     has probability T/(2^64 (k - 1)); the exact ε is ln((2^64 - T)(k - 1)/T) (``report``).
 

@@ -63,6 +63,18 @@ def make_randomness(seed: int | None = None) -> Randomness:
     return Randomness(np.random.SeedSequence(int(seed)), SEEDED)
 
 
+def random_words(size: int | tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
+    """Draw uniform 64-bit words (uint64) of shape ``size`` from any numpy bit generator.
+
+    ``Generator.integers(0, 2**64, dtype=uint64)`` returns the bit generator's ``next_uint64``, 64 uniform bits
+    for every numpy bit generator (MT19937 joins two 32-bit outputs). ``bit_generator.random_raw`` does not:
+    MT19937 fills only the low 32 bits of each word, so a 64-bit threshold test ``u < T`` would almost always
+    succeed. For the 64-bit generators (PCG64, PCG64DXSM, Philox, SFC64) both return the same words and
+    advance the state alike, so seeded outputs are unchanged.
+    """
+    return rng.integers(0, 2**64, size=size, dtype=np.uint64)
+
+
 def default_rng(seed: int | None = None) -> np.random.Generator:
     """Shorthand for ``make_randomness(seed).generator()``."""
     return make_randomness(seed).generator()
