@@ -218,7 +218,7 @@ def restore_state(generator: np.random.Generator, state: Mapping[str, Any]) -> n
     gives a new Generator of that kind instead: the caller keeps the returned one.
     """
     native = _native(state)
-    kind = native.get("bit_generator") if isinstance(native, Mapping) else None
+    kind = str(native.get("bit_generator")) if isinstance(native, Mapping) else repr(native)
     if kind == generator.bit_generator.state["bit_generator"]:
         generator.bit_generator.state = native
         return generator
