@@ -21,6 +21,8 @@ from typing import Any
 
 import click
 
+from ldpfl.mechanisms.randomness import UNRECORDED, randomness_label
+
 PRIVATE_RELEASE = "label"
 PRIVATE_MECHANISM = "krr"
 PRIVATE_EPSILON = 2.0
@@ -70,6 +72,7 @@ class DemoResult:
     inspection_ok: bool
     private: PrivateRun | None = None
     release_guarantee: dict[str, Any] | None = None  # the weakest client's, over everything its file releases
+    generator: str = UNRECORDED  # the noise's bit generator (``AES-CTR``, ``ChaCha20``, ``PCG64``)
 
     def to_dict(self) -> dict[str, Any]:
         """Return a JSON-ready summary (the ``--json`` output)."""
@@ -81,6 +84,7 @@ class DemoResult:
             "nominal_epsilon": self.nominal_epsilon,
             "exact_epsilon_per_record": self.exact_epsilon_per_record,
             "randomness": self.randomness,
+            "generator": self.generator,
             "plots": [str(p) for p in self.plots],
             "inspection_ok": self.inspection_ok,
             "release_guarantee": self.release_guarantee,
@@ -105,7 +109,7 @@ class DemoResult:
             "files release (clear labels and a non-DP CNN: inf; see docs/privacy.md)",
             f"features alone (UER)      nominal epsilon {self.nominal_epsilon}  |  exact epsilon per record "
             f"{exact_text}  (one part of the guarantee)",
-            f"randomness                {self.randomness}",
+            f"randomness                {randomness_label(self.randomness, self.generator)}",
             f"files                     {self.run_dir}/client_*.h5, {self.run_dir}/manifest.json",
             f"federation outputs        {self.run_dir}/federation/ (metrics.csv, metrics.json, model.pt)",
             "plots                     " + ", ".join(str(p) for p in self.plots),
@@ -193,6 +197,7 @@ def run_demo(out: str | Path = "runs/demo", *, clients: int = 2, epochs: int = 3
         nominal_epsilon=report.get("nominal_epsilon"),
         exact_epsilon_per_record=report.get("exact_epsilon_per_record"),
         randomness=export.randomness,
+        generator=export.privacy.generator,
         plots=plots,
         inspection_ok=inspection.ok,
         private=private_run,

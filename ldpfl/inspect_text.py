@@ -11,7 +11,7 @@ from ldpfl.contract.schema import SPLITS
 from ldpfl.inspect_file import OK, FileReport
 from ldpfl.inspect_privacy import as_float
 from ldpfl.mechanisms import PACKED_BITS
-from ldpfl.mechanisms.randomness import RANDOMNESS_DESCRIPTIONS
+from ldpfl.mechanisms.randomness import describe_randomness
 
 if TYPE_CHECKING:
     from ldpfl.inspect import Inspection
@@ -74,7 +74,7 @@ def file_lines(report: FileReport) -> list[str]:
         encoding,
         f"  features    {meta.feature_format} ({unit})",
         f"  mechanism   {meta.mechanism} ({params})",
-        f"  randomness  {meta.randomness}: {RANDOMNESS_DESCRIPTIONS.get(meta.randomness, 'unspecified')}",
+        f"  randomness  {meta.randomness_label}: {describe_randomness(meta.randomness, meta.generator)}",
         f"  local acc   {_fmt(meta.local_accuracy)}" + ("" if meta.local_only else " (local-only: not shared)"),
         f"  written     {meta.created_utc} by ldpfl {meta.package_version}, schema v{meta.schema_version}",
     ]

@@ -91,7 +91,7 @@ def _print_table(result: Any) -> None:
                    "it adds to the features' ε")
     else:
         click.echo("labels: in clear (label ε = inf; --label-epsilon randomizes them)")
-    click.echo(f"randomness: {result.randomness}; {len(result.clients)} clients ({result.new} new) in "
+    click.echo(f"randomness: {result.privacy.randomness_label}; {len(result.clients)} clients ({result.new} new) in "
                f"{result.seconds:.1f} s; manifest {result.manifest.name}")
 
 

@@ -17,7 +17,9 @@ Randomness: one root ``SeedSequence`` (the user's ``--seed`` or the OS CSPRNG). 
 with ``Generator.spawn`` into three independent streams: hold-out split, CNN training, randomization.
 So a client's output does not depend on which process runs it or in which order (``--clients-parallel``
 gives the same files as a sequential run), and the randomization draws do not depend on how much
-randomness the training consumed. The seed itself is never written anywhere; only the mode is.
+randomness the training consumed. Without a seed every stream is the secure generator (AES-CTR, or ChaCha20
+without AES-NI), with one PCG64 (``mechanisms.randomness``). The seed itself is never written anywhere; only
+the mode and the generator's name are.
 
 Decisions (documented here because the paper is silent):
 
@@ -167,7 +169,8 @@ def run_export(config: ExportConfig, out_dir: str | os.PathLike[str], *, progres
             partition_sha = sha256_file(run_dir / PARTITION_FILE)
         run_info = {
             "tool": TOOL, "dataset": plan.dataset.name, "client_count": config.clients,
-            "randomness": plan.randomness.mode, "package_version": package_version(),
+            "randomness": plan.randomness.mode, "generator": plan.randomness.generator_name,
+            "package_version": package_version(),
             "config": config.public_dict(), "fingerprint": plan.fingerprint(), "extractor": plan.extractor,
             "features": plan.features, "feature_format": plan.feature_format, "release": str(plan.release),
             "from_models": None if source is None else str(source.run_dir.resolve()),
@@ -255,7 +258,8 @@ def _training_info(config: ExportConfig) -> dict[str, Any]:
 def fresh_holdouts_of(plan: ExportPlan, clients: list[np.ndarray]) -> list[tuple[np.ndarray, np.ndarray]]:
     """Each client's hold-out split (IV-C), drawn from its own stream as its worker would, to be stored."""
     streams = plan.randomness.child_sequences(plan.config.clients)
-    return [client_holdout(clients[i], plan.config.test_fraction, streams[i]) for i in range(len(clients))]
+    return [client_holdout(clients[i], plan.config.test_fraction, streams[i], plan.randomness.mode)
+            for i in range(len(clients))]
 
 
 def _run_parallel(tasks: list[ClientTask], config: ExportConfig, plan: ExportPlan,

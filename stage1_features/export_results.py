@@ -67,7 +67,7 @@ class ExportResult:
             "exact_epsilon_per_record": report.get("exact_epsilon_per_record"),
             "exact_epsilon_per_coordinate": report.get("exact_epsilon_per_coordinate"),
             "private": self.privacy.private,
-            "randomness": self.randomness, "seconds": round(self.seconds, 3),
+            "randomness": self.randomness, "generator": self.privacy.generator, "seconds": round(self.seconds, 3),
             "clients": [c.to_dict() for c in self.clients],
             "new": self.new, "reused": len(self.clients) - self.new, "notes": list(self.notes),
             "label_release": self.label_release or {"mechanism": "clear"},

@@ -256,7 +256,8 @@ def source_partition(source: SourceRun, plan: Any) -> tuple[list[np.ndarray], di
             raise ExportError(f"`from_models`: {source.run_dir} was exported from the OS CSPRNG before hold-out "
                               f"splits were stored in {PARTITION_FILE}: its clients' test splits cannot be recovered")
         streams = plan.randomness.child_sequences(config.clients)
-        holdouts = [client_holdout(clients[i], config.test_fraction, streams[i]) for i in range(config.clients)]
+        holdouts = [client_holdout(clients[i], config.test_fraction, streams[i], plan.randomness.mode)
+                    for i in range(config.clients)]
     for i in config.exported_clients():
         check_holdout(source, i, holdouts[i][0], holdouts[i][1], plan.dataset.y, redrawn=redrawn)
     described = source.info.get("partition")

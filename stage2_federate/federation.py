@@ -160,7 +160,7 @@ def run_federation(run_dir: str | Path, config: FederationConfig, *, out_dir: st
     keep_checkpoint
         Keep ``checkpoint.pt`` once the run completes (it allows ``resume`` with more rounds). Off by
         default: it holds the state of every generator, from which each client's perturbation noise can
-        be recomputed (PCG64 can be stepped backwards), so it is seed-equivalent and, like a seed, is not
+        be recomputed (it holds each generator's key or seed), so it is seed-equivalent and, like a seed, is not
         left among the outputs. An interrupted run always keeps its last checkpoint for ``resume``.
     on_warning
         Called with one line for each round in which clients were excluded or no upload survived (the

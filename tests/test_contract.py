@@ -85,8 +85,13 @@ def test_booleans_are_int8_and_version_1_files_still_read(run: Path, tmp_path: P
     path = tmp_path / "client_000.h5"
     shutil.copyfile(run / client_file_name(0), path)
     with h5py.File(path, "r") as handle:
-        assert handle.attrs["private"].dtype == np.int8 and handle.attrs["schema_version"] == SCHEMA_VERSION == 4
+        assert handle.attrs["private"].dtype == np.int8 and handle.attrs["schema_version"] == SCHEMA_VERSION == 5
         assert handle.attrs["release"] == "flatten" and handle.attrs["local_only"] == 0
+        assert handle.attrs["generator"] == "PCG64"  # the fixture's run is seeded
+    with h5py.File(path, "r+") as handle:  # what version 4 wrote: no generator (every writer used PCG64)
+        handle.attrs["schema_version"] = 4
+        del handle.attrs["generator"]
+    assert read_client_file(path).metadata.generator == "PCG64"
     with h5py.File(path, "r+") as handle:  # what version 1 wrote: a numpy-bool enum, no release/local_only
         handle.attrs["private"] = np.bool_(False)
         handle.attrs["schema_version"] = 1
@@ -94,13 +99,19 @@ def test_booleans_are_int8_and_version_1_files_still_read(run: Path, tmp_path: P
     with open_client_file(path) as (_, metadata, rows):
         assert metadata.schema_version == 1 and not metadata.private and rows["train"] == 16
         assert metadata.release == "flatten" and not metadata.local_only  # versions 1 and 2: flatten, shared
+        assert metadata.generator == "PCG64"
     with h5py.File(path, "r+") as handle:  # version 3 must carry the attributes version 3 added
         handle.attrs["schema_version"] = 3
     with pytest.raises(FormatError, match="missing attribute 'release'"):
         read_client_file(path)
-    with h5py.File(path, "r+") as handle:
+    with h5py.File(path, "r+") as handle:  # version 5 must carry the generator
         handle.attrs["schema_version"] = 5
-    with pytest.raises(FormatError, match="'schema_version' is 5, this reader supports 1, 2, 3, 4"):
+        handle.attrs["release"], handle.attrs["local_only"] = "flatten", np.int8(0)
+    with pytest.raises(FormatError, match="missing attribute 'generator'"):
+        read_client_file(path)
+    with h5py.File(path, "r+") as handle:
+        handle.attrs["schema_version"] = 6
+    with pytest.raises(FormatError, match="'schema_version' is 6, this reader supports 1, 2, 3, 4, 5"):
         read_client_file(path)
 
 
