@@ -183,3 +183,28 @@ def test_validate_run_names_the_first_problem(run: Path, tmp_path: Path) -> None
     assert check.listed[0].error is not None and "listed in the manifest but missing" in str(check.listed[0].error)
     shutil.rmtree(target)
     assert "no manifest" in str(check_run_dir(target).manifest_error) and check_run_dir(target).files == ()
+
+
+def test_available_memory_is_psutils_figure_capped_by_the_cgroup(tmp_path: Path, monkeypatch) -> None:
+    import collections
+
+    import psutil
+
+    from ldpfl.contract import memory
+
+    figure = collections.namedtuple("svmem", "available")
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: figure(5000))
+    monkeypatch.setattr(memory, "_CGROUP", tmp_path)
+    assert memory.available_memory() == (5000, "available memory per psutil")  # no cgroup files
+    (tmp_path / "memory.max").write_text("max\n")
+    assert memory.available_memory()[0] == 5000  # a cgroup without a limit
+    (tmp_path / "memory.max").write_text("3000\n")
+    (tmp_path / "memory.current").write_text("1000\n")
+    assert memory.available_memory() == (2000, "the cgroup's memory.max less memory.current")
+    (tmp_path / "memory.current").write_text("9000\n")
+    assert memory.available_memory()[0] == 0  # over the limit: nothing left
+    (tmp_path / "memory.max").write_text("100000\n")
+    assert memory.available_memory()[0] == 5000  # the system's figure is the smaller
+    assert memory.memory_shortfall(4000) is None
+    assert memory.memory_shortfall(6000) == ("needs at least 5.9 KiB of memory, but only 4.9 KiB is available "
+                                             "(available memory per psutil)")

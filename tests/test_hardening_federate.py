@@ -54,7 +54,7 @@ def temporaries(directory: Path) -> list[str]:
 
 def test_second_federation_into_the_same_out_is_refused(run_dir, tmp_path) -> None:
     out = tmp_path / "out"
-    with outdir.locked(out):  # a federation holding the directory (flock: any other open file conflicts)
+    with outdir.locked(out):  # a federation holding the directory (another lock of the same file conflicts)
         line = one_line_error(invoke(str(run_dir), *FAST, "--rounds", "1", "--out", str(out)))
         assert "another ldpfl federate is writing into" in line and "--out" in line, line
         assert not (out / "config.json").exists()  # the refused run wrote nothing
