@@ -1,4 +1,4 @@
-"""``ldpfl inspect``: a thin command over :func:`ldpfl.inspect.inspect_path`.
+"""``ldpfl inspect``: a thin command over :func:`ldpfl.inspection.inspect_path`.
 
 Imports neither TensorFlow nor torch; matplotlib loads only with ``--plot``.
 """
@@ -11,7 +11,7 @@ import click
 
 from ldpfl.contract.jsonout import echo_json
 
-from .inspect import inspect_path
+from .inspection import inspect_path
 
 
 @click.command("inspect")

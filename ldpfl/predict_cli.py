@@ -1,4 +1,4 @@
-"""``ldpfl predict``: the command line of ``ldpfl.predict`` (issue 16 item 5).
+"""``ldpfl predict``: the command line of ``ldpfl.prediction`` (issue 16 item 5).
 
 Light at import time (click); TensorFlow (a CNN extractor) and torch load inside the command.
 """
@@ -113,7 +113,7 @@ def predict_command(run_dir: Path | None, client_index: int | None, model_path: 
     CSV goes to stdout).
     """
     from ldpfl.contract.write_targets import check_write_target
-    from ldpfl.predict import PredictError
+    from ldpfl.prediction import PredictError
 
     reader_options = {k: v for k, v in reader.items() if k in READER_OPTIONS and v is not None}
     if out_path is not None and (not str(out_path).strip() or out_path.suffix.lower() not in OUT_SUFFIXES):
@@ -143,7 +143,7 @@ def _run(run_dir: Path | None, client_index: int | None, model_path: Path | None
          dataset: str | None, data: str | None, data_dir: str | None, split: str | None, randomized: bool,
          seed: int | None, released: Path | None, out_path: Path | None, batch_size: int, threads: int | None,
          as_json: bool, quiet: bool, reader_options: dict[str, Any]) -> None:
-    from ldpfl import predict as pr
+    from ldpfl import prediction as pr
 
     if threads is not None:
         for variable in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):

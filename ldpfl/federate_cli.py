@@ -9,10 +9,10 @@ from pathlib import Path
 
 import click
 
-from . import budgets
-from .perturbation import SIGN_MODES, TARGETS, perturbation_names, perturbation_wiring
-from .runtime import apply_runtime_defaults
-from .strategies import strategy_class, strategy_names
+from ldpfl.stage2_federate import budgets
+from ldpfl.stage2_federate.perturbation import SIGN_MODES, TARGETS, perturbation_names, perturbation_wiring
+from ldpfl.stage2_federate.runtime import apply_runtime_defaults
+from ldpfl.stage2_federate.strategies import strategy_class, strategy_names
 
 _HIDDEN_HELP = "Hidden layer sizes, e.g. 2048 (default, LDPFL's DNN) or 512,256; 'none' = logistic regression."
 
@@ -207,7 +207,7 @@ def federate_command(run_dir: Path, presets: tuple[str, ...], out_dir: Path | No
     if engine != "flower" and (cpus_per_client is not None or client_timeout is not None):
         raise click.UsageError("--cpus-per-client and --client-timeout apply to --engine flower only")
     apply_runtime_defaults()  # before torch loads: huge pages, sleeping OpenMP threads (see runtime.py)
-    from .config import FederationConfig
+    from ldpfl.stage2_federate.config import FederationConfig
 
     config = FederationConfig(**options)
     if engine == "flower":
@@ -215,7 +215,7 @@ def federate_command(run_dir: Path, presets: tuple[str, ...], out_dir: Path | No
                                 overwrite=overwrite, keep_checkpoint=keep_checkpoint, cpus_per_client=cpus_per_client,
                                 client_timeout=client_timeout)
     else:
-        from .federation import run_federation  # imports torch
+        from ldpfl.stage2_federate.federation import run_federation  # imports torch
 
         result = run_federation(run_dir, config, out_dir=out_dir, resume=resume, progress=not quiet and not as_json,
                                 overwrite=overwrite, keep_checkpoint=keep_checkpoint)
@@ -226,11 +226,11 @@ def federate_command(run_dir: Path, presets: tuple[str, ...], out_dir: Path | No
         return
     if quiet:
         return
-    from .outputs import summary_table
+    from ldpfl.stage2_federate.outputs import summary_table
 
     click.echo(summary_table(result.history))
     if result.privacy_ledger is not None:
-        from .ledger import ledger_lines
+        from ldpfl.stage2_federate.ledger import ledger_lines
 
         click.echo("\n".join(ledger_lines(result.privacy_ledger)))
     final = result.final_accuracy
@@ -241,13 +241,13 @@ def federate_command(run_dir: Path, presets: tuple[str, ...], out_dir: Path | No
 def _run_on_flower(run_dir: Path, config: object, *, cpus_per_client: int | None, client_timeout: float | None,
                    **kwargs: object) -> object:
     """``--engine flower``: Flower's simulation engine; its failures become one ``Error:`` line."""
-    from .flower_engine import FlowerMissingError, require_flower
+    from ldpfl.stage2_federate.flower_engine import FlowerMissingError, require_flower
 
     try:
         require_flower()
     except FlowerMissingError as error:
         raise click.ClickException(str(error)) from None
-    from .flower_engine.launch import FlowerOptions, FlowerRunError, run_flower
+    from ldpfl.stage2_federate.flower_engine.launch import FlowerOptions, FlowerRunError, run_flower
 
     options = FlowerOptions(cpus_per_client=cpus_per_client or 1, round_timeout=client_timeout or 600.0)
     try:

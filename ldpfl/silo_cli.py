@@ -78,7 +78,7 @@ def data_options(silo: dict[str, Any]) -> dict[str, Any]:
 def explicit_parameters(epsilon: float | None, alpha: float | None, integer_bits: int | None,
                         fraction_bits: int | None, params: tuple[str, ...]) -> dict[str, Any]:
     """Return the mechanism parameters given on the command line (not the IV-D defaults)."""
-    from ldpfl.stage1_features.cli import parse_param
+    from ldpfl.export_cli import parse_param
 
     given = {k: v for k, v in (("epsilon", epsilon), ("alpha", alpha), ("integer_bits", integer_bits),
                                ("fraction_bits", fraction_bits)) if v is not None}
@@ -211,7 +211,7 @@ def plan_command(data: str | None, name: str | None, label_column: str | None, i
     """
     from ldpfl.contract.jsonout import echo_json
     from ldpfl.contract.plan import write_plan
-    from ldpfl.stage1_features.cli import mechanism_parameters
+    from ldpfl.export_cli import mechanism_parameters
     from ldpfl.stage1_features.export_config import ExportConfig
     from ldpfl.stage1_features.export_plan import describe_privacy, make_plan
     from ldpfl.stage1_features.own_data import default_name

@@ -13,13 +13,13 @@ from typing import Any
 
 import click
 
+from ldpfl.release_cli import check_from_models, release_options
+from ldpfl.silo_cli import explicit_parameters, own_data_options, silo_config
 from ldpfl.stage1_features import cnn
 from ldpfl.stage1_features.datasets import dataset_names
 from ldpfl.stage1_features.export_config import exportable_mechanisms
 from ldpfl.stage1_features.keras_backend import DEVICES, KERAS_BACKENDS
 from ldpfl.stage1_features.partition import PARTITION_KINDS
-from ldpfl.stage1_features.release_cli import check_from_models, release_options
-from ldpfl.stage1_features.silo_cli import explicit_parameters, own_data_options, silo_config
 
 MECHANISM_CHOICES = exportable_mechanisms()
 DEDICATED = {"epsilon": "--epsilon", "alpha": "--alpha", "integer_bits": "-m", "fraction_bits": "-n"}
