@@ -32,10 +32,6 @@ from .progress import ProgressCallback, report
 RUNS_DIR = "runs"
 """Where an export goes without ``out``: ``runs/<dataset>``, as ``ldpfl export`` does."""
 
-SOURCE_FIELDS = ("dataset", "clients", "max_clients", "partition", "beta", "unb", "shards_per_client",
-                 "test_fraction", "extractor", "epochs", "batch_size", "augment", "limit")
-"""The data settings that ``from_models`` takes from its source run (``ldpfl.release_cli.SOURCE_OPTIONS``)."""
-
 
 def export(config: ExportConfig | None = None, /, *, out: StrPath | None = None,
            plan: SharedPlan | StrPath | None = None, progress: ProgressCallback | None = None,
@@ -72,12 +68,12 @@ def export(config: ExportConfig | None = None, /, *, out: StrPath | None = None,
     ValueError, OSError
         Other bad input (a dataset's files missing), or writing failed.
     """
+    if config is not None and (fields or plan is not None):
+        raise ParameterError("give `config` or its fields as keyword arguments (with `plan`), not both")
+    if (config.from_models if config is not None else fields.get("from_models")) is not None and out is None:
+        raise ParameterError("`from_models` writes a new run: give its directory with `out`")
     if config is None:
         config = config_from_fields(fields, plan)
-    elif fields or plan is not None:
-        raise ParameterError("give `config` or its fields as keyword arguments (with `plan`), not both")
-    if config.from_models is not None and out is None:
-        raise ParameterError("`from_models` writes a new run: give its directory with `out`")
     target = Path(out) if out is not None else child_path(RUNS_DIR, config.dataset, "dataset")
     from ldpfl.stage1_features.export import run_export
 
@@ -100,7 +96,7 @@ def config_from_fields(fields: ExportFields, plan: SharedPlan | StrPath | None =
     values = dict(given)
     values["mechanism_params"] = {**DEFAULT_MECHANISM_PARAMS, **dict(given.get("mechanism_params") or {})}
     data = given.get("data")
-    if data is not None:
+    if data is not None and (plan is None or "dataset" in given):  # with a plan: the plan's name by default
         from ldpfl.stage1_features.own_data import default_name
 
         values["dataset"] = check_name(given.get("dataset") or default_name(data), "dataset")
@@ -131,8 +127,7 @@ def _check_source(from_models: str, given: dict[str, Any]) -> None:
     """Refuse data settings given here that contradict the ``from_models`` source run's (its records apply)."""
     from ldpfl.stage1_features.from_models import read_source_run, source_conflicts
 
-    problems = source_conflicts(read_source_run(from_models),
-                                {k: given[k] for k in SOURCE_FIELDS if k in given})
+    problems = source_conflicts(read_source_run(from_models), given)  # the data settings (SOURCE_SETTINGS) only
     if problems:
         raise ParameterError(f"`from_models` releases the records of {from_models}, whose settings apply: "
                              f"{'; '.join(problems)}; leave these out")

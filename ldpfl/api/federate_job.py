@@ -168,11 +168,11 @@ def federate(run_dir: StrPath, config: FederationConfig | None = None, /, *, eng
         from ldpfl.stage2_federate.flower_engine.launch import FlowerOptions, run_flower
 
         options = FlowerOptions(cpus_per_client=cpus_per_client or 1, round_timeout=client_timeout or 600.0)
-        record: FederationResult = run_flower(run_dir, config, options=options, **hooks)
+        record: FederationResult = run_flower(Path(run_dir), config, options=options, **hooks)
     else:
         from ldpfl.stage2_federate.federation import run_federation  # imports torch
 
-        record = run_federation(run_dir, config, **hooks)
+        record = run_federation(Path(run_dir), config, **hooks)
     return _result(Path(run_dir), engine, config, record)
 
 

@@ -227,7 +227,7 @@ def _predict(run_dir: StrPath | None, released: StrPath | None, *, client_index:
             warnings = pr.check_model(model, meta, str(released))  # before the bar: an error is one line
         guarantee = stored_or_computed(meta, records=sum(rows.values()))
         with _counter(progress, progress_bars, rows.get(split or "test")) as bar:
-            result = pr.predict_released(released, model, split=split or "test", batch_rows=batch_size,
+            result = pr.predict_released(Path(released), model, split=split or "test", batch_rows=batch_size,
                                          progress=bar)
     else:
         silo = pr.open_silo(base, client_index)
