@@ -22,9 +22,9 @@ are public under it. Parts:
 Composition (Dwork and Roth 2014, Theorem 3.16; adaptive composition holds for all of them): pure parts add. When
 a DP-SGD part is present, everything is also composed with dp-accounting's PLD accountant under REPLACE_ONE:
 the DP-SGD event as it ran (``PoissonSampledDpEvent`` of a ``GaussianDpEvent``, T times), each k-RR part (the
-labels, and a predicted class released by ``krr``) as the ``RandomizedResponseDpEvent`` it is, and each other pure ε part as binary randomized response at ε, which
-dominates every ε-DP mechanism (Kairouz, Oh, Viswanath 2015, Theorem 4). The guarantee is the smaller of the two
-valid figures, and ``method`` says which one it is.
+labels, and a predicted class released by ``krr``) as the ``RandomizedResponseDpEvent`` it is, and each other
+pure ε part as binary randomized response at ε, which dominates every ε-DP mechanism (Kairouz, Oh, Viswanath
+2015, Theorem 4). The guarantee is the smaller of the two valid figures, and ``method`` says which one it is.
 
 This module imports numpy-level code only; dp-accounting loads when a DP-SGD part is composed.
 """
