@@ -158,9 +158,8 @@ def federate(run_dir: StrPath, config: FederationConfig | None = None, /, *, eng
         note = f"test accuracy {accuracy:.4f}" if isinstance(accuracy, float) and math.isfinite(accuracy) else ""
         report(progress, "federate", "round", int(record["round"]), rounds, note)
 
-    hooks: dict[str, Any] = {"out_dir": out, "resume": resume, "overwrite": overwrite,
-                             "keep_checkpoint": keep_checkpoint, "progress": progress_bars, "on_warning": on_warning,
-                             "on_round": on_round if progress is not None else None}
+    target = None if out is None else Path(out)
+    rounds_done = on_round if progress is not None else None
     if engine == "flower":
         from ldpfl.stage2_federate.flower_engine import require_flower
 
@@ -168,11 +167,16 @@ def federate(run_dir: StrPath, config: FederationConfig | None = None, /, *, eng
         from ldpfl.stage2_federate.flower_engine.launch import FlowerOptions, run_flower
 
         options = FlowerOptions(cpus_per_client=cpus_per_client or 1, round_timeout=client_timeout or 600.0)
-        record: FederationResult = run_flower(Path(run_dir), config, options=options, **hooks)
+        record: FederationResult = run_flower(Path(run_dir), config, out_dir=target, resume=resume,
+                                              progress=progress_bars, overwrite=overwrite,
+                                              keep_checkpoint=keep_checkpoint, options=options, on_warning=on_warning,
+                                              on_round=rounds_done)
     else:
         from ldpfl.stage2_federate.federation import run_federation  # imports torch
 
-        record = run_federation(Path(run_dir), config, **hooks)
+        record = run_federation(Path(run_dir), config, out_dir=target, resume=resume, progress=progress_bars,
+                                overwrite=overwrite, keep_checkpoint=keep_checkpoint, on_warning=on_warning,
+                                on_round=rounds_done)
     return _result(Path(run_dir), engine, config, record)
 
 

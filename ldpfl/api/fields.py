@@ -39,6 +39,7 @@ class ExportFields(TypedDict, total=False):
     store_input_density: bool
     clients_parallel: int
     keras_backend: str | None
+    device: str
     overwrite: bool
     seed: int | None
     release: str
