@@ -334,6 +334,11 @@ def stored_or_computed(meta: Any, *, records: int) -> ReleaseGuarantee:
     return file_guarantee(meta, records=records)
 
 
+def weakest(guarantees: Iterable[ReleaseGuarantee]) -> ReleaseGuarantee | None:
+    """Return the weakest of ``guarantees`` (the largest ε, then δ): a run's figure; None when there is none."""
+    return max(guarantees, key=lambda g: (g.epsilon, g.delta), default=None)
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # A federation's guarantee (metrics.json)
 
@@ -364,8 +369,9 @@ def federation_guarantee(privacy: Sequence[Mapping[str, Any]], ledger: Mapping[s
             row["updates_only"] = {"epsilon": json_number(eps), "delta": float(accounted.get("delta") or 0.0),
                                    "method": "the privacy ledger (local DP over the client's whole vector)"}
         clients.append(row)
-    worst = max((ReleaseGuarantee.from_dict(e["release_guarantee"]) for e in privacy),
-                key=lambda g: (g.epsilon, g.delta))
+    worst = weakest(ReleaseGuarantee.from_dict(e["release_guarantee"]) for e in privacy)
+    if worst is None:
+        raise ValueError("a federation's guarantee needs at least one client")
     return {"epsilon": json_number(worst.epsilon), "delta": worst.delta, "private": worst.private,
             "scope": FEDERATION_SCOPE, "notes": [CLEAN_METRICS_NOTE] if clean_metrics else [], "clients": clients,
             "parts": [p.to_dict() for p in worst.parts]}

@@ -159,8 +159,8 @@ def run_demo(out: str | Path = "runs/demo", *, clients: int = 2, epochs: int = 3
     from ldpfl.stage1_features.export_config import ExportConfig
     from ldpfl.stage2_federate.federation import FederationConfig, run_federation
 
-    from .inspect import inspect_path
     from .inspect_plot import write_plot
+    from .inspection import inspect_path
 
     run_dir = Path(out)
     echo(f"== 1/3 export: MNIST-5k, {clients} clients, MNIST CNN for {epochs} epochs, "
@@ -212,7 +212,7 @@ def run_private(run_dir: Path, *, clients: int, epochs: int, rounds: int, local_
     from ldpfl.stage1_features.export_config import ExportConfig
     from ldpfl.stage2_federate.federation import FederationConfig, run_federation
 
-    from .inspect import inspect_path
+    from .inspection import inspect_path
 
     echo(f"== private configuration: a DP-SGD CNN (eps {PRIVATE_CNN_EPSILON:g}, delta {PRIVATE_CNN_DELTA:g}); each "
          f"record releases its predicted class, {PRIVATE_MECHANISM} (eps {PRIVATE_EPSILON:g}), and its label, krr "

@@ -14,7 +14,7 @@ from ldpfl.mechanisms import PACKED_BITS
 from ldpfl.mechanisms.randomness import describe_randomness
 
 if TYPE_CHECKING:
-    from ldpfl.inspect import Inspection
+    from ldpfl.inspection import Inspection
 
 def _fmt(x: float | None, digits: int = 4) -> str:
     if x is None or (isinstance(x, float) and math.isnan(x)):

@@ -224,10 +224,12 @@ def print_warning(message: str) -> None:
 
 
 def follow(submit: Daemon, status_path: Path, daemons: Sequence[Daemon], *, rounds: int, options: FlowerOptions,
-           progress: bool, on_warning: Callable[[str], None] | None = print_warning) -> dict[str, Any]:
+           progress: bool, on_warning: Callable[[str], None] | None = print_warning,
+           on_round: Callable[[Mapping[str, Any]], None] | None = None) -> dict[str, Any]:
     """Wait for the ServerApp's final status; raise :class:`FlowerRunError` on an error, a stall or a lost run.
 
-    Shows the rounds as they complete, and passes each round's warning line to ``on_warning`` once.
+    Shows the rounds as they complete, passes each round's warning line to ``on_warning`` once, and the
+    last completed round (``round``, ``test_accuracy``) to ``on_round`` whenever the ServerApp reports a new one.
     """
     from tqdm.auto import tqdm
 
@@ -251,6 +253,8 @@ def follow(submit: Daemon, status_path: Path, daemons: Sequence[Daemon], *, roun
                 shown = int(status["round"])
                 if status.get("test_accuracy") is not None:
                     bar.set_postfix(test_acc=f"{status['test_accuracy']:.4f}")
+                if on_round is not None:
+                    on_round({"round": shown, "test_accuracy": status.get("test_accuracy")})
             if status.get("state") in ("done", "error"):
                 end = time.monotonic() + 10.0  # let Flower end the run itself; it may not (a hung client)
                 while submit.running and time.monotonic() < end:
@@ -312,10 +316,12 @@ def _result(out_dir: Path, status: Mapping[str, Any], keep_checkpoint: bool) -> 
 def run_flower(run_dir: str | Path, config: FederationConfig, *, out_dir: str | Path | None = None,
                resume: bool = False, progress: bool = True, overwrite: bool = False, keep_checkpoint: bool = False,
                options: FlowerOptions = FlowerOptions(),
-               on_warning: Callable[[str], None] | None = print_warning) -> Any:
+               on_warning: Callable[[str], None] | None = print_warning,
+               on_round: Callable[[Mapping[str, Any]], None] | None = None) -> Any:
     """Run (or resume) the federation of ``run_dir`` in Flower's simulation engine; same outputs as the local one.
 
-    Parameters are those of ``federation.run_federation`` plus ``options`` (CPUs per client, time limits).
+    Parameters are those of ``federation.run_federation`` plus ``options`` (CPUs per client, time limits);
+    ``on_round`` gets the last completed round and its test accuracy whenever the ServerApp reports a new one.
     Each simulated client opens only its own file; client selection and dropouts come from the run's
     seeded server Generator, so a seeded run equals the local engine's (same selections; accuracies to
     float tolerance).
@@ -359,7 +365,7 @@ def run_flower(run_dir: str | Path, config: FederationConfig, *, out_dir: str | 
             submit = submit_run(work, env, values, federation=federation)
             daemons.append(submit)
             status = follow(submit, status_path, daemons, rounds=config.rounds, options=options, progress=progress,
-                            on_warning=on_warning)
+                            on_warning=on_warning, on_round=on_round)
         finally:
             stop_all(daemons)
             shutil.rmtree(work, ignore_errors=True)

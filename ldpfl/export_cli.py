@@ -1,7 +1,7 @@
 """``ldpfl export``: stage 1 of LDPFL as one command (Algorithm 1 lines 1-10).
 
-A thin click command: it parses and checks options, builds an ``ExportConfig`` and calls
-``ldpfl.stage1_features.export.run_export``. At import time it loads click and numpy-level modules only
+A thin click command: it parses and checks options, builds an ``ExportConfig`` and calls the API's
+``ldpfl.export`` (``ldpfl.api.export_job``) with it. At import time it loads click and numpy-level modules only
 (the registries of datasets, partitions, extractors and mechanisms); TensorFlow loads when a CNN trains.
 """
 
@@ -13,13 +13,13 @@ from typing import Any
 
 import click
 
+from ldpfl.release_cli import check_from_models, release_options
+from ldpfl.silo_cli import explicit_parameters, own_data_options, silo_config
 from ldpfl.stage1_features import cnn
 from ldpfl.stage1_features.datasets import dataset_names
 from ldpfl.stage1_features.export_config import exportable_mechanisms
 from ldpfl.stage1_features.keras_backend import DEVICES, KERAS_BACKENDS
 from ldpfl.stage1_features.partition import PARTITION_KINDS
-from ldpfl.stage1_features.release_cli import check_from_models, release_options
-from ldpfl.stage1_features.silo_cli import explicit_parameters, own_data_options, silo_config
 
 MECHANISM_CHOICES = exportable_mechanisms()
 DEDICATED = {"epsilon": "--epsilon", "alpha": "--alpha", "integer_bits": "-m", "fraction_bits": "-n"}
@@ -210,7 +210,7 @@ def export_command(dataset: str, data_dir: str | None, clients: int, max_clients
       ldpfl export --plan plan.json --data scans.npz --client-index 0 --clients 3 --out export_a
       ldpfl export --plan plan.json --data records.csv --label-column diagnosis --client-index 2 --clients 3
     """
-    from ldpfl.stage1_features.export import run_export
+    from ldpfl.api.export_job import export
     from ldpfl.stage1_features.export_config import ExportConfig
 
     for name, value in (("--epsilon", epsilon), ("--alpha", alpha)):
@@ -233,7 +233,7 @@ def export_command(dataset: str, data_dir: str | None, clients: int, max_clients
         from ldpfl.contract.names import child_path
 
         out = child_path("runs", config.dataset, "name")
-    result = run_export(config, out, progress=not quiet)
+    result = export(config, out=out, progress_bars=not quiet)
     for note in result.notes:
         click.echo(f"warning: {note}", err=True)
     if as_json:
