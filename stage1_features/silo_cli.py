@@ -150,11 +150,8 @@ def silo_config(ctx: click.Context, config: Any, silo: dict[str, Any], explicit:
         given["label_epsilon"] = config.label_epsilon
     plan.require_agreement(given, plan_path)
     changes.update(dataset=plan.dataset, extractor=plan.extractor, mechanism=plan.mechanism.name,
-                   mechanism_params=plan_mechanism_parameters(plan), plan=plan)
-    if hasattr(config, "release"):
-        changes["release"] = plan.release
-    if hasattr(config, "label_epsilon"):
-        changes["label_epsilon"] = plan.label_epsilon
+                   mechanism_params=plan_mechanism_parameters(plan), plan=plan, release=plan.release,
+                   label_epsilon=plan.label_epsilon)
     return dataclasses.replace(config, **changes)
 
 
@@ -233,19 +230,10 @@ def plan_command(data: str | None, name: str | None, label_column: str | None, i
                             "x_key": x_key, "y_key": y_key, "scale": scale})
     if class_list is not None:
         options["classes"] = class_list
-    fields = {f.name for f in dataclasses.fields(ExportConfig)}
-    config_kwargs: dict[str, Any] = {
-        "dataset": name or default_name(data), "data": data, "data_options": options, "extractor": extractor,
-        "mechanism": mechanism,
-        "mechanism_params": mechanism_parameters(epsilon, alpha, integer_bits, fraction_bits, params),
-    }
-    if label_epsilon is not None:
-        config_kwargs["label_epsilon"] = label_epsilon
-    if "release" in fields:
-        config_kwargs["release"] = release
-    elif release != "flatten":
-        raise click.BadParameter("this export releases the flatten layer only", param_hint="--release")
-    export = make_plan(ExportConfig(**config_kwargs))
+    export = make_plan(ExportConfig(
+        dataset=name or default_name(data), data=data, data_options=options, extractor=extractor, mechanism=mechanism,
+        mechanism_params=mechanism_parameters(epsilon, alpha, integer_bits, fraction_bits, params), release=release,
+        label_epsilon=label_epsilon))
     plan = build_plan(export, class_list)
     write_plan(plan, out)
     if as_json:

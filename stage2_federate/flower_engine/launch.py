@@ -30,7 +30,6 @@ from typing import Any
 
 import tomli_w
 
-from ldpfl.contract.jsonout import json_ready
 from ldpfl.contract.layout import FEDERATION_DIR
 from ldpfl.contract.run_dir import validate_run
 from ldpfl.contract.version import package_version
@@ -402,8 +401,3 @@ def run_on_superlink(address: str, config: FederationConfig, *, num_clients: int
             stop_all(daemons)
             shutil.rmtree(work, ignore_errors=True)
     return _result(target, status, keep_checkpoint)
-
-
-def describe_result(result: Any) -> dict[str, Any]:
-    """Return ``result.to_dict()`` with the engine named (for ``--json``)."""
-    return json_ready({**result.to_dict(), "engine": "flower"})
