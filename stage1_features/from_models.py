@@ -92,10 +92,6 @@ class SourceRun:
         except (FormatError, OSError) as error:
             raise ExportError(f"`from_models`: cannot read the training record of {path} ({error})") from None
 
-    def releases_so_far(self) -> int:
-        """Return how many releases of the records the source's history holds (the most over its clients)."""
-        return max((len(h) for h in self.history.values()), default=1)
-
     def total_epsilon(self, index: int) -> float | None:
         """Return the per-record ε of client ``index``'s releases so far (basic composition)."""
         return total_epsilon(self.history.get(index, []))

@@ -190,16 +190,14 @@ def build_plan(export: Any, classes: Sequence[str] | None = None) -> SharedPlan:
         ``export_plan.make_plan`` of the export's settings with a sample silo's ``data``: the extractor,
         r and the mechanism are resolved exactly as the silos' exports will resolve them.
     classes : sequence of str, optional
-        The class list; default: the sample's class names (``0 .. C-1`` for data without names).
+        The class list; default: the sample's class names (own data always has them: the labels as text, or
+        the class folders).
     """
     dataset = export.dataset
-    names = tuple(classes) if classes is not None else getattr(dataset, "class_names", None)
-    if names is None:
-        names = tuple(str(k) for k in range(dataset.num_classes))
-    return SharedPlan(dataset=dataset.name, classes=tuple(names), extractor=export.extractor,
+    names = tuple(classes) if classes is not None else tuple(dataset.class_names)
+    return SharedPlan(dataset=dataset.name, classes=names, extractor=export.extractor,
                       input_shape=plan_input_shape(export.extractor, dataset.input_shape), features=export.features,
-                      mechanism=export.spec, release=str(getattr(export.config, "release", DEFAULT_RELEASE)),
-                      label_epsilon=getattr(export.config, "label_epsilon", None))
+                      mechanism=export.spec, release=export.config.release, label_epsilon=export.config.label_epsilon)
 
 
 __all__ = ["DATA_OPTIONS", "apply_plan", "build_plan", "load_export_data", "plan_input_shape",

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import tomli_w
 import torch
 from federate_files import write_run
 
@@ -32,7 +33,6 @@ from ldpfl.stage2_federate.flower_engine.protocol import (
     app_pyproject,
     read_config,
     run_config,
-    toml_table,
 )
 from ldpfl.stage2_federate.flower_engine.server_side import plan_from_summaries
 from ldpfl.stage2_federate.plan import plan_federation
@@ -86,7 +86,7 @@ CONFIG = dict(rounds=3, clients_per_round=2, hidden=(16,), device="cpu", drop_pe
 def test_run_config_round_trips_the_configuration_and_its_seed() -> None:
     config = FederationConfig(**CONFIG)
     values = run_config(config, num_clients=3, out_dir="/x", resume=True)
-    parsed = tomllib.loads(toml_table(values))
+    parsed = tomllib.loads(tomli_w.dumps(values))  # as launch.submit_run writes it
     assert parsed == values and parsed["num-clients"] == 3 and parsed["resume"] is True
     again = read_config(parsed)
     assert again == config and again.seed == 1

@@ -28,7 +28,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from ldpfl.contract.jsonout import json_ready
+import tomli_w
+
 from ldpfl.contract.layout import FEDERATION_DIR
 from ldpfl.contract.run_dir import validate_run
 from ldpfl.contract.version import package_version
@@ -38,7 +39,7 @@ from .. import outputs as out
 from ..config import FederationConfig
 from . import require_flower
 from .processes import Daemon, stop_all
-from .protocol import app_pyproject, run_config, toml_table
+from .protocol import app_pyproject, run_config
 
 CONNECTION = "ldpfl"
 CLIENT_STATE_DIR = ".flower-clients"  # simulation: each client's resume state, under the output directory
@@ -82,7 +83,8 @@ def write_app(directory: str | Path) -> Path:
     """Write the ldpfl Flower app (a ``pyproject.toml`` naming ldpfl's ServerApp and ClientApp) into ``directory``."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    (directory / "pyproject.toml").write_text(app_pyproject(package_version().split("+")[0] or "0.0.0"))
+    (directory / "pyproject.toml").write_text(app_pyproject(package_version().split("+")[0] or "0.0.0"),
+                                              encoding="utf-8")
     return directory
 
 
@@ -93,8 +95,8 @@ def flower_env(home: Path, *, address: str | None = None, insecure: bool = True,
     if address is not None:
         connection: dict[str, Any] = {"address": address}
         connection.update({"root-certificates": root_certificates} if root_certificates else {"insecure": insecure})
-        (home / "config.toml").write_text(f'[superlink]\ndefault = "{CONNECTION}"\n\n[superlink.{CONNECTION}]\n'
-                                          + toml_table(connection))
+        (home / "config.toml").write_text(tomli_w.dumps({"superlink": {"default": CONNECTION, CONNECTION: connection}}),
+                                          encoding="utf-8")
     env = dict(os.environ, FLWR_HOME=str(home), FLWR_DISABLE_UPDATE_CHECK="1", FLWR_TELEMETRY_ENABLED="0",
                FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION="1",
                PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]))
@@ -281,7 +283,7 @@ def submit_run(work: Path, env: Mapping[str, str], values: Mapping[str, Any], *,
     """Write the app and its run configuration under ``work`` and start ``flwr run APP ldpfl --stream``."""
     app = write_app(work / "app")
     config_file = work / "run-config.toml"
-    config_file.write_text(toml_table(values))
+    config_file.write_text(tomli_w.dumps(dict(values)), encoding="utf-8")
     argv = [_bin("flwr"), "run", str(app), CONNECTION, "--stream", "--run-config", str(config_file)]
     if federation:
         argv += ["--federation-config", " ".join(f"{k}={v}" for k, v in federation.items())]
@@ -405,8 +407,3 @@ def run_on_superlink(address: str, config: FederationConfig, *, num_clients: int
             stop_all(daemons)
             shutil.rmtree(work, ignore_errors=True)
     return _result(target, status, keep_checkpoint)
-
-
-def describe_result(result: Any) -> dict[str, Any]:
-    """Return ``result.to_dict()`` with the engine named (for ``--json``)."""
-    return json_ready({**result.to_dict(), "engine": "flower"})
