@@ -241,7 +241,8 @@ def test_stop_kills_descendants_in_other_sessions(tmp_path, marked) -> None:
             "time.sleep(300)\n")
     daemon = Daemon("tree", [sys.executable, "-c", code], env=dict(os.environ), log=tmp_path / "log", cwd=tmp_path)
     deadline = time.monotonic() + 20
-    while len(daemon.pids) < 2 and time.monotonic() < deadline:
+    # the grandchild calls setsid between fork and exec: a snapshot may see its pid before its own session
+    while (len(daemon.pids) < 2 or len(daemon.groups) < 2) and time.monotonic() < deadline:
         daemon.snapshot()
         time.sleep(0.05)
     assert len(daemon.pids) == 2 and len(daemon.groups) == 2  # the grandchild lives in its own session
