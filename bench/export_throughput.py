@@ -14,15 +14,17 @@ Each phase runs in its own process, so its peak RSS (``ru_maxrss``) is its own:
   batches, released in 256-row steps and written once per batch. Fixed-point encode (m = 4, n = 5,
   eq. 14) → UER (ε = 0.5, α = 10, eq. 17) → pack bits → write into an HDF5 client file (Fletcher-32,
   the real ``ClientFileWriter``). ``--rows`` rows are streamed by cycling through the feature pool, so
-  no prediction time is included. Timed once without tracing; run again under tracemalloc for the
-  peak; a third pass times each stage.
+  no prediction time is included. Timed without tracing, ``--stream-repeats`` times with the seeded
+  generator (PCG64) and as many with the default secure one (AES-CTR, or ChaCha20 without AES-NI),
+  alternating (medians); run again under tracemalloc for the peak; a last pass times each stage.
 * ``float64``: the reference implementation's approach for the same rows: every flatten feature of the
   dataset held in RAM as float64 (tracemalloc peak and RSS). Its per-bit Python randomizer is also timed
   on ``--reference-rows`` rows (a re-implementation of its algorithm: string formatting per value and one
   ``random.random()`` per bit).
 
 The last line is ``export_rows_per_s=<x> train_samples_per_s=<y> predict_samples_per_s=<z>
-stream_peak_mib=<a> float64_peak_mib=<b> reference_rows_per_s=<c>``.
+stream_peak_mib=<a> float64_peak_mib=<b> reference_rows_per_s=<c> secure_export_rows_per_s=<s>
+secure_over_pcg64=<s/x>``.
 """
 
 from __future__ import annotations
@@ -126,9 +128,22 @@ def phase_stream(args: argparse.Namespace) -> dict:
         return time.perf_counter() - start
 
     stages = {"encode": 0.0, "randomize": 0.0, "pack": 0.0, "write": 0.0}
+    secure_name = mechanisms.make_randomness().generator_name
+    seconds: dict[str, list[float]] = {"PCG64": [], secure_name: []}
+    cpu: dict[str, list[float]] = {"PCG64": [], secure_name: []}  # process CPU time: robust to a busy machine
     with tempfile.TemporaryDirectory(dir=args.tmp) as tmp:
-        total = export_path(Path(tmp) / "client_000.h5", np.random.default_rng(1))  # timed, no tracing
-        size = (Path(tmp) / "client_000.h5").stat().st_size
+        for repeat in range(args.stream_repeats):  # timed, no tracing; the two generators in turn
+            for name in seconds:
+                path = Path(tmp) / f"timed_{name}_{repeat}.h5"
+                rng = (np.random.default_rng(1 + repeat) if name == "PCG64"
+                       else mechanisms.make_randomness().generator())  # what an unseeded export draws from
+                started = time.process_time()
+                seconds[name].append(export_path(path, rng))
+                cpu[name].append(time.process_time() - started)
+                size = path.stat().st_size
+                path.unlink()
+        total, secure_total = (float(np.median(seconds[name])) for name in ("PCG64", secure_name))
+        cpu_ratio = float(np.median(cpu["PCG64"]) / np.median(cpu[secure_name]))
         tracemalloc.start()  # the same path again, for its peak of Python/numpy allocations
         export_path(Path(tmp) / "client_001.h5", np.random.default_rng(2))
         _, peak = tracemalloc.get_traced_memory()
@@ -155,6 +170,9 @@ def phase_stream(args: argparse.Namespace) -> dict:
                 start += len(packed)
             writer.commit()
     return {"rows": args.rows, "seconds": total, "rows_per_s": args.rows / total,
+            "secure_generator": secure_name, "secure_seconds": secure_total,
+            "secure_rows_per_s": args.rows / secure_total, "all_seconds": seconds, "all_cpu_seconds": cpu,
+            "secure_over_pcg64_cpu": cpu_ratio,
             "bits_per_s": args.rows * R * 10 / total, "stage_seconds": stages, "file_mib": size / MIB,
             "tracemalloc_peak_mib": peak / MIB, "rss_mib": rss_mib(), "release_rows": RELEASE_ROWS}
 
@@ -211,6 +229,7 @@ def main() -> None:
     parser.add_argument("--predict-rows", type=int, default=10_000)
     parser.add_argument("--pool", type=int, default=4096, help="real CNN feature rows reused by later phases")
     parser.add_argument("--reference-rows", type=int, default=20)
+    parser.add_argument("--stream-repeats", type=int, default=3, help="timed stream passes per generator")
     parser.add_argument("--tmp", default=None, help="directory for the temporary HDF5 file")
     parser.add_argument("--phase", choices=sorted(PHASES), default=None, help=argparse.SUPPRESS)
     parser.add_argument("--pool-file", default=None, help=argparse.SUPPRESS)
@@ -239,6 +258,13 @@ def main() -> None:
     print(f"encode+randomize+pack+write (UER, r=1152, m=4, n=5): {stream['rows']} rows in {stream['seconds']:.2f} s "
           f"= {stream['rows_per_s']:.0f} rows/s ({stream['bits_per_s'] / 1e6:.0f} Mbit/s; {stages}); "
           f"file {stream['file_mib']:.0f} MiB")
+    secure_ratio = stream["secure_rows_per_s"] / stream["rows_per_s"]
+    print(f"the same with {stream['secure_generator']} (an unseeded export): {stream['secure_rows_per_s']:.0f} rows/s "
+          f"= {secure_ratio:.2f} x PCG64 (medians of wall time), {stream['secure_over_pcg64_cpu']:.2f} x (medians of "
+          "CPU time) (target >= 0.7); wall / CPU seconds per pass: "
+          + "; ".join(f"{k} " + ", ".join(f"{v:.2f}/{c:.2f}" for v, c in zip(vs, stream["all_cpu_seconds"][k],
+                                                                           strict=True))
+                      for k, vs in stream["all_seconds"].items()))
     print(f"memory, streaming: tracemalloc peak {stream['tracemalloc_peak_mib']:.1f} MiB, process peak RSS "
           f"{stream['rss_mib']:.0f} MiB")
     print(f"memory, reference (all {ref['rows']} x {R} features as float64): array {ref['float64_array_mib']:.0f} MiB,"
@@ -249,7 +275,9 @@ def main() -> None:
     print(f"export_rows_per_s={stream['rows_per_s']:.0f} train_samples_per_s={cnn['train_samples_per_s']:.0f} "
           f"predict_samples_per_s={cnn['predict_samples_per_s']:.0f} "
           f"stream_peak_mib={stream['tracemalloc_peak_mib']:.1f} float64_peak_mib={ref['tracemalloc_peak_mib']:.0f} "
-          f"reference_rows_per_s={ref['reference_rows_per_s']:.2f}")
+          f"reference_rows_per_s={ref['reference_rows_per_s']:.2f} "
+          f"secure_export_rows_per_s={stream['secure_rows_per_s']:.0f} secure_over_pcg64={secure_ratio:.3f} "
+          f"secure_over_pcg64_cpu={stream['secure_over_pcg64_cpu']:.3f}")
 
 
 if __name__ == "__main__":

@@ -6,12 +6,15 @@ Run from the repository root:
 
 It times three things on one pinned core:
 * ``UER.randomize`` over the whole 60,000 × 11,520 uint8 bit matrix (α = 10, ε = 0.5, m = 4, n = 5,
-  r = 1152); input generation is not timed;
+  r = 1152); input generation is not timed. It runs with the seeded generator (PCG64) and with the default
+  secure one (AES-CTR, or ChaCha20 without AES-NI), alternating, in the same run;
 * a naive per-bit Python loop (one ``rng.random()`` per bit, compared with the class probability) over a
   slice of the same input;
-* numpy's raw uniform float32 draw rate, ``rng.random(n, dtype=np.float32)``.
+* numpy's raw uniform float32 draw rate, ``rng.random(n, dtype=np.float32)``, and the 64-bit word rate
+  (``randomness.random_words``, what the threshold samplers draw), for both generators.
 
-The last line is ``uer_bits_per_s=<x> naive_bits_per_s=<y> raw_draws_per_s=<z>``.
+The last line is ``uer_bits_per_s=<x> naive_bits_per_s=<y> raw_draws_per_s=<z> secure_uer_bits_per_s=<s>
+secure_over_pcg64=<s/x>``.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from ldpfl import mechanisms as mech  # noqa: E402
+from ldpfl.mechanisms.randomness import random_words  # noqa: E402
 
 PAPER = {"epsilon": 0.5, "alpha": 10.0, "integer_bits": 4, "fraction_bits": 5, "features": 1152}
 INPUT_DENSITY = 0.3  # share of 1s in the input bits (does not change UER's speed: it has no branches)
@@ -89,19 +93,28 @@ def main() -> None:
     x = make_input(args.rows, width, rng)
     print(f"input generated in {time.perf_counter() - t:.1f} s (not timed below); density {x.mean():.3f}")
 
-    # UER over the full matrix.
-    seconds = []
+    # UER over the full matrix, with PCG64 and the secure generator in turn (run-to-run noise hits both).
+    secure = mech.make_randomness().generator()  # what an unseeded run draws from
+    secure_name = mech.make_randomness().generator_name
+    seconds: dict[str, list[float]] = {"PCG64": [], secure_name: []}
+    cpu: dict[str, list[float]] = {"PCG64": [], secure_name: []}  # process CPU time: robust to a busy machine
     for _ in range(args.repeats):
-        t = time.perf_counter()
-        y = uer.randomize(x, rng=rng)
-        seconds.append(time.perf_counter() - t)
-        del y
-    uer_rate = x.size / statistics.median(seconds)
-    print(
-        f"UER.randomize, {args.repeats} runs: "
-        + ", ".join(f"{s:.2f} s" for s in seconds)
-        + f" -> median {uer_rate:.3e} bits/s (best {x.size / min(seconds):.3e})"
-    )
+        for name, generator in (("PCG64", rng), (secure_name, secure)):
+            t, c = time.perf_counter(), time.process_time()
+            y = uer.randomize(x, rng=generator)
+            seconds[name].append(time.perf_counter() - t)
+            cpu[name].append(time.process_time() - c)
+            del y
+    rates = {name: x.size / statistics.median(times) for name, times in seconds.items()}
+    uer_rate, secure_rate = rates["PCG64"], rates[secure_name]
+    for name, times in seconds.items():
+        print(f"UER.randomize ({name}), {args.repeats} runs: " + ", ".join(f"{s:.2f} s" for s in times)
+              + f" -> median {rates[name]:.3e} bits/s (best {x.size / min(times):.3e})")
+    best = min(seconds["PCG64"]) / min(seconds[secure_name])
+    cpu_ratio = statistics.median(cpu["PCG64"]) / statistics.median(cpu[secure_name])
+    print(f"UER {secure_name} / PCG64 = {secure_rate / uer_rate:.2f} (medians of wall time), {best:.2f} (best runs), "
+          f"{cpu_ratio:.2f} (medians of CPU time; median CPU s: PCG64 {statistics.median(cpu['PCG64']):.3f}, "
+          f"{secure_name} {statistics.median(cpu[secure_name]):.3f}) (target >= 0.7)")
 
     # Naive per-bit loop over a slice of the same input (row-major, whole records first).
     flat = x.reshape(-1)[: args.naive_bits]
@@ -114,18 +127,27 @@ def main() -> None:
     naive_rate = flat.size / (time.perf_counter() - t)
     print(f"naive per-bit Python loop over {flat.size:,} bits: {naive_rate:.3e} bits/s")
 
-    # numpy's raw float32 uniform draw rate.
-    t = time.perf_counter()
-    rng.random(args.raw_draws, dtype=np.float32)
-    raw_rate = args.raw_draws / (time.perf_counter() - t)
-    print(f"rng.random({args.raw_draws:,}, dtype=float32): {raw_rate:.3e} draws/s")
+    # numpy's raw float32 uniform draw rate and the 64-bit word rate, for both generators.
+    raw = {}
+    for name, generator in (("PCG64", rng), (secure_name, secure)):
+        t = time.perf_counter()
+        generator.random(args.raw_draws, dtype=np.float32)
+        raw[name] = args.raw_draws / (time.perf_counter() - t)
+        t = time.perf_counter()
+        random_words(args.raw_draws // 2, generator)
+        words = args.raw_draws // 2 / (time.perf_counter() - t)
+        print(f"{name}: rng.random({args.raw_draws:,}, dtype=float32): {raw[name]:.3e} draws/s; "
+              f"random_words({args.raw_draws // 2:,}): {words:.3e} words/s")
+    raw_rate = raw["PCG64"]
 
     print(
         f"UER / naive = {uer_rate / naive_rate:.0f}x (target >= 200x); "
         f"UER {uer_rate / 1e6:.0f} Mbit/s (target >= 300); "
         f"UER / raw float32 draws = {uer_rate / raw_rate:.2f}"
     )
-    print(f"uer_bits_per_s={uer_rate:.4g} naive_bits_per_s={naive_rate:.4g} raw_draws_per_s={raw_rate:.4g}")
+    print(f"uer_bits_per_s={uer_rate:.4g} naive_bits_per_s={naive_rate:.4g} raw_draws_per_s={raw_rate:.4g} "
+          f"secure_uer_bits_per_s={secure_rate:.4g} secure_over_pcg64={secure_rate / uer_rate:.3f} "
+          f"secure_over_pcg64_best={best:.3f} secure_over_pcg64_cpu={cpu_ratio:.3f}")
 
 
 if __name__ == "__main__":

@@ -23,8 +23,8 @@ from __future__ import annotations
 import os
 import re
 import shutil
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,7 @@ from ldpfl.contract.atomic import TMP_MARK, fsync_directory, fsync_file
 from ldpfl.contract.digest import sha256_file
 from ldpfl.contract.manifest import FileRecord, write_manifest
 from ldpfl.contract.plan import PLAN_FILE, SharedPlan, read_plan, write_plan
+from ldpfl.contract.release_guarantee import ReleaseGuarantee, stored_or_computed, weakest
 from ldpfl.contract.run_dir import files_off_plan, validate_run
 from ldpfl.contract.schema import ClientMetadata, FormatError, compare_metadata
 
@@ -54,11 +55,24 @@ class GatherResult:
         Each client index and the source file it came from.
     plan_fingerprint : str or None
         The shared plan's fingerprint (``None`` when no source carries a plan).
+    release_guarantees : mapping of int to ReleaseGuarantee
+        Each client file's ``release_guarantee`` (everything it releases about one record), by client index.
     """
 
     run_dir: Path
     files: tuple[tuple[int, Path], ...]
     plan_fingerprint: str | None
+    release_guarantees: Mapping[int, ReleaseGuarantee] = field(default_factory=dict)
+
+    @property
+    def release_guarantee(self) -> ReleaseGuarantee | None:
+        """Return the weakest client file's guarantee (the run's figure)."""
+        return weakest(self.release_guarantees.values())
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the JSON summary (``ldpfl gather --json``)."""
+        return {"run_dir": str(self.run_dir), "plan_fingerprint": self.plan_fingerprint,
+                "files": [{"client_index": i, "source": str(p)} for i, p in self.files]}
 
 
 def gather_runs(sources: Sequence[str | os.PathLike[str]], out_dir: str | os.PathLike[str], *,
@@ -156,8 +170,10 @@ def gather_runs(sources: Sequence[str | os.PathLike[str]], out_dir: str | os.Pat
         fsync_directory(out.parent if str(out.parent) else ".")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    guarantees = {record.client_index: stored_or_computed(metadata, records=sum(record.rows.values()))
+                  for _, record, metadata in gathered}
     return GatherResult(out, tuple((record.client_index, path) for path, record, _ in gathered),
-                        None if shared is None else shared.fingerprint)
+                        None if shared is None else shared.fingerprint, guarantees)
 
 
 def remove_stale_gathers(out: str | os.PathLike[str]) -> list[str]:

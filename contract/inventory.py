@@ -38,6 +38,7 @@ ATTRIBUTES: Mapping[str, str] = {
     "dataset": PUBLIC, "num_classes": PUBLIC, "class_names": PUBLIC, "client_index": PUBLIC,
     "client_count": PUBLIC, "partition": PUBLIC, "plan_fingerprint": PUBLIC, "extractor": PUBLIC,
     "input_shape": PUBLIC, "release": PUBLIC, "local_only": PUBLIC, "randomness": PUBLIC,
+    "generator": PUBLIC,
     # the mechanism and its report (parameters fixed by the plan)
     "integer_bits": PUBLIC, "fraction_bits": PUBLIC, "bits_per_value": PUBLIC, "features": PUBLIC,
     "feature_width": PUBLIC, "feature_format": PUBLIC, "mechanism": PUBLIC, "mechanism_parameters": PUBLIC,

@@ -1,35 +1,25 @@
 """How much memory this process may still use, decided before a large allocation.
 
-The figure is the kernel's ``MemAvailable`` (``/proc/meminfo``), capped by the cgroup's limit when the
-process runs in one (cgroup v2 ``memory.max`` less ``memory.current``), else the free pages that
-``os.sysconf`` reports; ``None`` where none of these is known (then no check refuses anything).
+The figure is the memory the system can give without swapping, ``psutil.virtual_memory().available``
+(the kernel's ``MemAvailable`` on Linux), capped by the cgroup's limit when the process runs in one
+(cgroup v2 ``memory.max`` less ``memory.current``); ``None`` where neither is known (then no check
+refuses anything).
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
-_MEMINFO = Path("/proc/meminfo")
+import psutil
+
 _CGROUP = Path("/sys/fs/cgroup")
 
 
-def _meminfo_available() -> int | None:
+def _system_available() -> int | None:
     try:
-        for line in _MEMINFO.read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
+        return int(psutil.virtual_memory().available)
+    except (OSError, psutil.Error):  # psutil cannot read the figure on this system
         return None
-    return None
-
-
-def _sysconf_available() -> int | None:
-    try:
-        pages, size = os.sysconf("SC_AVPHYS_PAGES"), os.sysconf("SC_PAGE_SIZE")
-    except (AttributeError, OSError, ValueError):
-        return None
-    return pages * size if pages > 0 and size > 0 else None
 
 
 def _cgroup_headroom() -> int | None:
@@ -51,9 +41,7 @@ def available_memory() -> tuple[int | None, str]:
     tuple
         (bytes, or ``None`` when unknown; a short description of the source).
     """
-    figure, source = _meminfo_available(), "MemAvailable in /proc/meminfo"
-    if figure is None:
-        figure, source = _sysconf_available(), "free pages per os.sysconf"
+    figure, source = _system_available(), "available memory per psutil"
     headroom = _cgroup_headroom()
     if headroom is not None and (figure is None or headroom < figure):
         figure, source = headroom, "the cgroup's memory.max less memory.current"

@@ -21,10 +21,10 @@ are public under it. Parts:
 
 Composition (Dwork and Roth 2014, Theorem 3.16; adaptive composition holds for all of them): pure parts add. When
 a DP-SGD part is present, everything is also composed with dp-accounting's PLD accountant under REPLACE_ONE:
-the DP-SGD event as it ran (``PoissonSampledDpEvent`` of a ``GaussianDpEvent``, T times), each k-RR part as the
-``RandomizedResponseDpEvent`` it is, and each other pure ε part as binary randomized response at ε, which
-dominates every ε-DP mechanism (Kairouz, Oh, Viswanath 2015, Theorem 4). The guarantee is the smaller of the two
-valid figures, and ``method`` says which one it is.
+the DP-SGD event as it ran (``PoissonSampledDpEvent`` of a ``GaussianDpEvent``, T times), each k-RR part (the
+labels, and a predicted class released by ``krr``) as the ``RandomizedResponseDpEvent`` it is, and each other
+pure ε part as binary randomized response at ε, which dominates every ε-DP mechanism (Kairouz, Oh, Viswanath
+2015, Theorem 4). The guarantee is the smaller of the two valid figures, and ``method`` says which one it is.
 
 This module imports numpy-level code only; dp-accounting loads when a DP-SGD part is composed.
 """
@@ -36,7 +36,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ldpfl.contract.release_point import LABEL
 from ldpfl.mechanisms.report import format_epsilon, json_number, number_from_json
+
+KRR_MECHANISM = "krr"
 
 NEIGHBOURS = "replace one record (its values and its label); n is public"
 
@@ -145,11 +148,22 @@ class ReleaseGuarantee:
 # Parts
 
 
-def features_part(mechanism: str, release: str, epsilon: float | None, delta: float = 0.0) -> GuaranteePart:
-    """Return the part of the record's own released values: the file's exact per-record ε (None: unknown, ∞)."""
+def features_part(mechanism: str, release: str, epsilon: float | None, delta: float = 0.0, *,
+                  categories: int | None = None) -> GuaranteePart:
+    """Return the part of the record's own released values: the file's exact per-record ε (None: unknown, ∞).
+
+    ``categories``: the values are one of k classes released by k-RR (``krr`` on the ``label`` release). For
+    neighbours whose classes differ, its privacy loss is exactly k-RR's; for equal classes it is 0. So the
+    accountant takes it as the k-RR it is, which composes tighter than binary RR at the same ε.
+    """
     eps = math.inf if epsilon is None else float(epsilon)
-    return GuaranteePart(FEATURES, f"the record's {release} values, randomized", mechanism, eps, float(delta),
-                         {"pure_epsilon": json_number(eps)} if not delta else {})
+    if delta:
+        event: dict[str, Any] = {}
+    elif categories is not None and math.isfinite(eps):
+        event = {"krr": eps, "num_classes": int(categories)}
+    else:
+        event = {"pure_epsilon": json_number(eps)}
+    return GuaranteePart(FEATURES, f"the record's {release} values, randomized", mechanism, eps, float(delta), event)
 
 
 def labels_part(label_release: Mapping[str, Any] | None) -> GuaranteePart:
@@ -282,7 +296,9 @@ def file_parts(meta: Any, *, records: int, history: Iterable[Mapping[str, Any]] 
     report = meta.privacy_report
     features_eps = number_from_json(report.get("exact_epsilon_per_record"), name="exact_epsilon_per_record",
                                     optional=True)
-    feature = features_part(meta.mechanism, meta.release, features_eps, float(report.get("exact_delta") or 0.0))
+    k_rr = meta.mechanism == KRR_MECHANISM and meta.release == LABEL
+    feature = features_part(meta.mechanism, meta.release, features_eps, float(report.get("exact_delta") or 0.0),
+                            categories=meta.num_classes if k_rr else None)
     history = list(history)
     parts = [feature, labels_part(meta.label_release)]
     # group privacy covers every release that went through the same extractor: this one and the earlier ones
@@ -318,6 +334,11 @@ def stored_or_computed(meta: Any, *, records: int) -> ReleaseGuarantee:
     return file_guarantee(meta, records=records)
 
 
+def weakest(guarantees: Iterable[ReleaseGuarantee]) -> ReleaseGuarantee | None:
+    """Return the weakest of ``guarantees`` (the largest ε, then δ): a run's figure; None when there is none."""
+    return max(guarantees, key=lambda g: (g.epsilon, g.delta), default=None)
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # A federation's guarantee (metrics.json)
 
@@ -348,8 +369,9 @@ def federation_guarantee(privacy: Sequence[Mapping[str, Any]], ledger: Mapping[s
             row["updates_only"] = {"epsilon": json_number(eps), "delta": float(accounted.get("delta") or 0.0),
                                    "method": "the privacy ledger (local DP over the client's whole vector)"}
         clients.append(row)
-    worst = max((ReleaseGuarantee.from_dict(e["release_guarantee"]) for e in privacy),
-                key=lambda g: (g.epsilon, g.delta))
+    worst = weakest(ReleaseGuarantee.from_dict(e["release_guarantee"]) for e in privacy)
+    if worst is None:
+        raise ValueError("a federation's guarantee needs at least one client")
     return {"epsilon": json_number(worst.epsilon), "delta": worst.delta, "private": worst.private,
             "scope": FEDERATION_SCOPE, "notes": [CLEAN_METRICS_NOTE] if clean_metrics else [], "clients": clients,
             "parts": [p.to_dict() for p in worst.parts]}

@@ -30,17 +30,19 @@ from ldpfl.contract.jsonout import json_default
 from ldpfl.contract.release_point import FLATTEN, parse_release
 from ldpfl.contract.version import package_version
 from ldpfl.mechanisms.base import FEATURE_FORMATS, FLOAT32, PACKED_BITS
+from ldpfl.mechanisms.randomness import GENERATORS, PCG64, UNRECORDED, randomness_label
 from ldpfl.mechanisms.registry import mechanism_class, mechanism_names
 from ldpfl.mechanisms.report import PrivacyReport
 from ldpfl.mechanisms.spec import ENCODING_KEYS, MechanismSpec
 
 SCHEMA = "ldpfl-features"
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 """Written by this code. Version 2 stores the derived boolean ``private`` as int8 0/1 (version 1: numpy bool);
 version 3 adds the attributes ``release`` and ``local_only`` (and the optional ``class_names``,
 ``plan_fingerprint``); version 4 adds ``label_release``, ``extractor_training`` and ``release_guarantee``
-(issue 22: one per-record guarantee over everything the file releases)."""
-SUPPORTED_SCHEMA_VERSIONS = (1, 2, 3, 4)
+(issue 22: one per-record guarantee over everything the file releases); version 5 adds ``generator``, the bit
+generator the noise came from (issue 23: ``AES-CTR`` or ``ChaCha20`` unseeded, ``PCG64`` seeded)."""
+SUPPORTED_SCHEMA_VERSIONS = (1, 2, 3, 4, 5)
 """Read by this code (client files and manifests)."""
 SPLITS = ("train", "test")
 
@@ -70,9 +72,11 @@ OPTIONAL_ATTRIBUTES = ("class_names", "plan_fingerprint", *OPTIONAL_JSON_ATTRIBU
 ``class_names`` is a JSON list of the class names (class k is ``class_names[k]``, own data: issue 16);
 ``plan_fingerprint`` is the fingerprint of the shared plan the file was exported with (``ldpfl.contract.plan``)."""
 
-DEFAULTED_ATTRIBUTES: dict[str, Any] = {"release": FLATTEN, "local_only": False}
-"""Attributes of version 3 that files of versions 1 and 2 lack; such files are read with these values
-(they hold LDPFL's flatten features and are meant to be shared). Version-3 files must carry them."""
+DEFAULTED_ATTRIBUTES: dict[str, tuple[int, Any]] = {"release": (3, FLATTEN), "local_only": (3, False),
+                                                    "generator": (5, PCG64)}
+"""Attribute -> (the version that added it, the value older files are read with). Files of versions 1 and 2 hold
+LDPFL's flatten features and are meant to be shared; every writer before version 5 drew its noise from PCG64
+(seeded from the user's seed or from the OS). Files of the adding version and later must carry the attribute."""
 
 RUN_CONSISTENT_ATTRIBUTES = ("dataset", "num_classes", "client_count", "extractor", "integer_bits", "fraction_bits",
                              "features", "feature_format", "mechanism", "class_names", "plan_fingerprint", "release")
@@ -139,6 +143,13 @@ class ClientMetadata:
     label_release: Mapping[str, Any] | None = None
     extractor_training: Mapping[str, Any] | None = None
     release_guarantee: Mapping[str, Any] | None = None
+    generator: str = UNRECORDED
+    """The bit generator of the noise (``mechanisms.randomness.GENERATORS``); ``unspecified`` if not known."""
+
+    @property
+    def randomness_label(self) -> str:
+        """Return ``csprng (AES-CTR)``, ``seeded (PCG64)``, ...: the mode and the generator."""
+        return randomness_label(self.randomness, self.generator)
 
     @property
     def bits_per_value(self) -> int:
@@ -234,7 +245,8 @@ class ClientMetadata:
             if f.name not in attrs:
                 if f.name in OPTIONAL_ATTRIBUTES:
                     continue
-                if f.name in DEFAULTED_ATTRIBUTES and _scalar_int(version) < 3:
+                if f.name in DEFAULTED_ATTRIBUTES and _scalar_int(version) < DEFAULTED_ATTRIBUTES[f.name][0]:
+                    kwargs[f.name] = DEFAULTED_ATTRIBUTES[f.name][1]
                     continue
                 raise FormatError(path, f"missing attribute {f.name!r}")
             value = attrs[f.name]
@@ -277,6 +289,8 @@ class ClientMetadata:
                 self.privacy()
             except ValueError as error:
                 problems.append(f"attribute 'privacy_report' is malformed ({error})")
+        if self.generator not in (*GENERATORS, UNRECORDED):
+            problems.append(f"attribute 'generator' is {self.generator!r}, expected one of {', '.join(GENERATORS)}")
         if self.feature_format not in FEATURE_FORMATS:
             problems.append(f"attribute 'feature_format' is {self.feature_format!r}, expected one of {FEATURE_FORMATS}")
         if not 0 <= self.integer_bits <= MAX_ENCODING_BITS or not 0 <= self.fraction_bits <= MAX_ENCODING_BITS:

@@ -25,10 +25,10 @@ DEBUG_VARIABLE = "LDPFL_DEBUG"
 
 # Subcommands load on demand, so `ldpfl mechanisms` and `ldpfl inspect` never pay for TensorFlow or torch.
 LAZY_COMMANDS = {
-    "export": "ldpfl.stage1_features.cli:export_command",
-    "plan": "ldpfl.stage1_features.silo_cli:plan_command",
+    "export": "ldpfl.export_cli:export_command",
+    "plan": "ldpfl.silo_cli:plan_command",
     "gather": "ldpfl.gather_cli:gather_command",
-    "federate": "ldpfl.stage2_federate.cli:federate_command",
+    "federate": "ldpfl.federate_cli:federate_command",
     "predict": "ldpfl.predict_cli:predict_command",
     "inspect": "ldpfl.inspect_cli:inspect_command",
     "mechanisms": "ldpfl.mechanisms_cli:mechanisms_command",

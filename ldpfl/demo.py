@@ -21,6 +21,8 @@ from typing import Any
 
 import click
 
+from ldpfl.mechanisms.randomness import UNRECORDED, randomness_label
+
 PRIVATE_RELEASE = "label"
 PRIVATE_MECHANISM = "krr"
 PRIVATE_EPSILON = 2.0
@@ -69,6 +71,8 @@ class DemoResult:
     plots: list[Path]
     inspection_ok: bool
     private: PrivateRun | None = None
+    release_guarantee: dict[str, Any] | None = None  # the weakest client's, over everything its file releases
+    generator: str = UNRECORDED  # the noise's bit generator (``AES-CTR``, ``ChaCha20``, ``PCG64``)
 
     def to_dict(self) -> dict[str, Any]:
         """Return a JSON-ready summary (the ``--json`` output)."""
@@ -80,8 +84,10 @@ class DemoResult:
             "nominal_epsilon": self.nominal_epsilon,
             "exact_epsilon_per_record": self.exact_epsilon_per_record,
             "randomness": self.randomness,
+            "generator": self.generator,
             "plots": [str(p) for p in self.plots],
             "inspection_ok": self.inspection_ok,
+            "release_guarantee": self.release_guarantee,
         }
 
     def format_text(self) -> str:
@@ -91,6 +97,7 @@ class DemoResult:
 
         exact = self.exact_epsilon_per_record
         exact_text = f"{exact:,.1f}" if isinstance(exact, float) and math.isfinite(exact) else str(exact)
+        guarantee = self.release_guarantee or {}
         lines = [
             "",
             "== ldpfl demo: summary ==",
@@ -98,9 +105,11 @@ class DemoResult:
             + ", ".join(f"client {i}: {pct(a)}" for i, a in enumerate(self.local_accuracies)),
             "global test accuracy      "
             + ", ".join(f"r{i + 1}: {pct(a)}" for i, a in enumerate(self.round_accuracies)),
-            f"privacy (UER)             nominal epsilon {self.nominal_epsilon}  |  exact epsilon per record "
-            f"{exact_text}  (see docs/privacy.md)",
-            f"randomness                {self.randomness}",
+            f"release guarantee         epsilon {guarantee.get('epsilon', 'n/a')} per record over everything the "
+            "files release (clear labels and a non-DP CNN: inf; see docs/privacy.md)",
+            f"features alone (UER)      nominal epsilon {self.nominal_epsilon}  |  exact epsilon per record "
+            f"{exact_text}  (one part of the guarantee)",
+            f"randomness                {randomness_label(self.randomness, self.generator)}",
             f"files                     {self.run_dir}/client_*.h5, {self.run_dir}/manifest.json",
             f"federation outputs        {self.run_dir}/federation/ (metrics.csv, metrics.json, model.pt)",
             "plots                     " + ", ".join(str(p) for p in self.plots),
@@ -150,8 +159,8 @@ def run_demo(out: str | Path = "runs/demo", *, clients: int = 2, epochs: int = 3
     from ldpfl.stage1_features.export_config import ExportConfig
     from ldpfl.stage2_federate.federation import FederationConfig, run_federation
 
-    from .inspect import inspect_path
     from .inspect_plot import write_plot
+    from .inspection import inspect_path
 
     run_dir = Path(out)
     echo(f"== 1/3 export: MNIST-5k, {clients} clients, MNIST CNN for {epochs} epochs, "
@@ -188,9 +197,11 @@ def run_demo(out: str | Path = "runs/demo", *, clients: int = 2, epochs: int = 3
         nominal_epsilon=report.get("nominal_epsilon"),
         exact_epsilon_per_record=report.get("exact_epsilon_per_record"),
         randomness=export.randomness,
+        generator=export.privacy.generator,
         plots=plots,
         inspection_ok=inspection.ok,
         private=private_run,
+        release_guarantee=weakest_guarantee(run_dir),
     )
 
 
@@ -201,7 +212,7 @@ def run_private(run_dir: Path, *, clients: int, epochs: int, rounds: int, local_
     from ldpfl.stage1_features.export_config import ExportConfig
     from ldpfl.stage2_federate.federation import FederationConfig, run_federation
 
-    from .inspect import inspect_path
+    from .inspection import inspect_path
 
     echo(f"== private configuration: a DP-SGD CNN (eps {PRIVATE_CNN_EPSILON:g}, delta {PRIVATE_CNN_DELTA:g}); each "
          f"record releases its predicted class, {PRIVATE_MECHANISM} (eps {PRIVATE_EPSILON:g}), and its label, krr "

@@ -1,5 +1,7 @@
 """``ldpfl gather``: the exports of separate silos into one run directory (issue 16; ``ldpfl.contract.gather``).
 
+A thin command over the API's ``ldpfl.gather`` (``ldpfl.api.gather_job``).
+
 Light at import time (click); no TensorFlow, no torch.
 """
 
@@ -30,16 +32,13 @@ def gather_command(sources: tuple[Path, ...], out: Path, plan_path: Path | None,
     Example:
       ldpfl gather export_a export_b export_c --out run && ldpfl federate run && ldpfl inspect run
     """
-    from ldpfl.contract.gather import gather_runs
-    from ldpfl.contract.plan import read_plan
+    from ldpfl.api.gather_job import gather
 
-    plan = None if plan_path is None else read_plan(plan_path)
-    result = gather_runs(sources, out, plan=plan)
+    result = gather(sources, out=out, plan=plan_path)
     if as_json:
         from ldpfl.contract.jsonout import echo_json
 
-        echo_json({"run_dir": str(result.run_dir), "plan_fingerprint": result.plan_fingerprint,
-                   "files": [{"client_index": i, "source": str(p)} for i, p in result.files]})
+        echo_json(result.to_dict())
         return
     click.echo(f"run directory  {result.run_dir}  ({len(result.files)} client files"
                + (f", plan {result.plan_fingerprint}" if result.plan_fingerprint else "") + ")")

@@ -171,13 +171,6 @@ class BitStatistics:
         """1s per position over every split, shape (r*l,)."""
         return np.sum(list(self.ones.values()), axis=0, dtype=np.int64)
 
-    @property
-    def position_density(self) -> np.ndarray:
-        """Observed density per position over every split, shape (r, l) (NaN without rows)."""
-        rows = self.total_rows
-        density = self.total_ones / rows if rows else np.full(self.features * self.bits_per_value, np.nan)
-        return density.reshape(self.features, self.bits_per_value)
-
     def to_dict(self) -> dict[str, Any]:
         """Return a JSON-ready dict (the counts per position are left out)."""
         return {"rows": dict(self.rows), "features": self.features, "bits_per_value": self.bits_per_value,

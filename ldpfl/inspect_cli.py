@@ -1,4 +1,4 @@
-"""``ldpfl inspect``: a thin command over :func:`ldpfl.inspect.inspect_path`.
+"""``ldpfl inspect``: a thin command over the API's ``ldpfl.inspect`` (``ldpfl.api.inspect_job``).
 
 Imports neither TensorFlow nor torch; matplotlib loads only with ``--plot``.
 """
@@ -11,7 +11,7 @@ import click
 
 from ldpfl.contract.jsonout import echo_json
 
-from .inspect import inspect_path
+from .api.inspect_job import inspect
 
 
 @click.command("inspect")
@@ -49,23 +49,17 @@ def inspect_command(path: Path, as_json: bool, details: bool, plot_path: Path | 
       ldpfl inspect runs/mnist --details --plot mnist.png
       ldpfl inspect runs/mnist --json > report.json
     """
-    if plot_path is not None:  # never onto the inspected file or a run's artifact (issue 24)
-        from ldpfl.contract.write_targets import check_write_target
-
-        check_write_target(plot_path, "plot", [path])
-    result = inspect_path(path)
+    found = inspect(path, plot=plot_path)
+    result = found.report
     single_error = result.kind == "file" and result.files[0].error is not None
     if as_json:
-        echo_json(result.to_dict())
+        echo_json(found.to_dict())
     elif not single_error:
-        click.echo(result.format_text(details=details))
-    if plot_path is not None:
-        if any(f.metadata is not None and (f.bits or f.floats) for f in result.files):
-            from .inspect_plot import write_plot
-
-            click.echo(f"wrote {write_plot(result, plot_path)}", err=as_json)
-        else:
-            click.echo(f"no plot written to {plot_path}: no file could be read", err=True)
+        click.echo(found.format_text(details=details))
+    if found.plot is not None:
+        click.echo(f"wrote {found.plot}", err=as_json)
+    elif plot_path is not None:
+        click.echo(f"no plot written to {plot_path}: no file could be read", err=True)
     for line in result.error_lines():
         click.echo(f"Error: {' '.join(line.split())}", err=True)
-    return result.exit_code
+    return found.exit_code

@@ -1,4 +1,4 @@
-"""``ldpfl inspect --plot``: one PNG summarizing an :class:`~ldpfl.inspect.Inspection`.
+"""``ldpfl inspect --plot``: one PNG summarizing an :class:`~ldpfl.inspection.Inspection`.
 
 Panels, top to bottom:
 
@@ -21,8 +21,8 @@ import numpy as np
 
 from ldpfl.contract.atomic import atomic_write
 
-from .inspect import Inspection
 from .inspect_file import FileReport
+from .inspection import Inspection
 
 DPI = 110
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from ldpfl.contract.file_checks import EPS_KEYS, as_float, mechanism_problems, privacy_problems
 from ldpfl.contract.schema import ClientMetadata
-from ldpfl.mechanisms.randomness import RANDOMNESS_DESCRIPTIONS
+from ldpfl.mechanisms.randomness import describe_randomness
 
 __all__ = ["EPS_KEYS", "PrivacySummary", "as_float", "file_mechanism", "privacy_summary"]
 
@@ -33,13 +33,14 @@ class PrivacySummary:
     record: str
     probabilities: Mapping[str, Any]
     randomness: str
+    generator: str  # the bit generator of the noise (``AES-CTR``, ``ChaCha20``, ``PCG64``)
     recomputed: Mapping[str, float | None] | None  # None: the mechanism could not be rebuilt
     agrees: bool | None
 
     def to_dict(self) -> dict[str, Any]:
-        """Return a JSON-ready dict (with the description of the randomness mode)."""
+        """Return a JSON-ready dict (with the description of the randomness mode and generator)."""
         return dataclasses.asdict(self) | {
-            "randomness_description": RANDOMNESS_DESCRIPTIONS.get(self.randomness, "unspecified")}
+            "randomness_description": describe_randomness(self.randomness, self.generator)}
 
 
 def file_mechanism(metadata: ClientMetadata) -> tuple[Any | None, list[str]]:
@@ -59,6 +60,7 @@ def privacy_summary(metadata: ClientMetadata, mechanism: Any | None) -> tuple[Pr
     summary = PrivacySummary(
         mechanism=metadata.mechanism, private=stored.private, **values, coordinate=stored.coordinate,
         record=stored.record, probabilities=dict(stored.probabilities), randomness=metadata.randomness,
+        generator=metadata.generator,
         recomputed=recomputed, agrees=None if recomputed is None else not problems,
     )
     return summary, problems

@@ -11,10 +11,10 @@ from ldpfl.contract.schema import SPLITS
 from ldpfl.inspect_file import OK, FileReport
 from ldpfl.inspect_privacy import as_float
 from ldpfl.mechanisms import PACKED_BITS
-from ldpfl.mechanisms.randomness import RANDOMNESS_DESCRIPTIONS
+from ldpfl.mechanisms.randomness import describe_randomness
 
 if TYPE_CHECKING:
-    from ldpfl.inspect import Inspection
+    from ldpfl.inspection import Inspection
 
 def _fmt(x: float | None, digits: int = 4) -> str:
     if x is None or (isinstance(x, float) and math.isnan(x)):
@@ -74,7 +74,7 @@ def file_lines(report: FileReport) -> list[str]:
         encoding,
         f"  features    {meta.feature_format} ({unit})",
         f"  mechanism   {meta.mechanism} ({params})",
-        f"  randomness  {meta.randomness}: {RANDOMNESS_DESCRIPTIONS.get(meta.randomness, 'unspecified')}",
+        f"  randomness  {meta.randomness_label}: {describe_randomness(meta.randomness, meta.generator)}",
         f"  local acc   {_fmt(meta.local_accuracy)}" + ("" if meta.local_only else " (local-only: not shared)"),
         f"  written     {meta.created_utc} by ldpfl {meta.package_version}, schema v{meta.schema_version}",
     ]
@@ -137,7 +137,8 @@ def _stage2_ledger_lines(ledger: Mapping[str, Any] | None) -> list[str]:
     if ledger is None:
         return []
     if not ledger.get("adds_privacy_loss", True):
-        return ["  privacy ledger  stage 2 adds nothing (perturbation none); the exact eps/record above is all"]
+        return ["  privacy ledger  stage 2 adds no perturbation; its updates are covered by the release "
+                "guarantee above only where they are functions of released values (k-RR labels), not of clear labels"]
     lines = [f"  privacy ledger  stage 2, each client over its uploads ({ledger.get('accountant')}):"]
     for row in ledger.get("clients", ()):
         eps = row.get("epsilon")

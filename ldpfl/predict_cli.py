@@ -1,21 +1,15 @@
-"""``ldpfl predict``: the command line of ``ldpfl.predict`` (issue 16 item 5).
+"""``ldpfl predict``: the command line of the API's ``ldpfl.predict`` (``ldpfl.api.predict_job``; issue 16 item 5).
 
-Light at import time (click); TensorFlow (a CNN extractor) and torch load inside the command.
+A thin command: it maps the flags to the function's arguments and prints the result. Light at import time
+(click); TensorFlow (a CNN extractor) and torch load inside the command.
 """
 
 from __future__ import annotations
 
-import csv
-import io
-import json
-import os
-import sys
 from pathlib import Path
 from typing import Any
 
 import click
-
-OUT_SUFFIXES = (".csv", ".json")
 
 _EPILOG = """\b
 Examples:
@@ -112,158 +106,27 @@ def predict_command(run_dir: Path | None, client_index: int | None, model_path: 
     dataset or file), or --out FILE (.csv or .json). With labels, the accuracy is printed (stderr when the
     CSV goes to stdout).
     """
-    from ldpfl.contract.write_targets import check_write_target
-    from ldpfl.predict import PredictError
+    from ldpfl.api.predict_job import predict
 
     reader_options = {k: v for k, v in reader.items() if k in READER_OPTIONS and v is not None}
-    if out_path is not None and (not str(out_path).strip() or out_path.suffix.lower() not in OUT_SUFFIXES):
-        raise PredictError(f"`out` must name a .csv or .json file, got {str(out_path)!r}")
-    if out_path is not None:  # never onto an input or a run's artifact (issue 24)
-        check_write_target(out_path, "out", [run_dir, released, model_path, cnn_path, data])
-    if seed is not None and not randomized:
-        raise PredictError("`seed` applies to `randomized` only")
-    if released is not None:
-        extra = [name for name, value in (("RUN_DIR", run_dir), ("`client_index`", client_index),
-                                          ("`dataset`", dataset), ("`data`", data), ("`cnn`", cnn_path),
-                                          ("`randomized`", randomized or None)) if value is not None]
-        extra += [f"`{name}`" for name in sorted(reader_options)]
-        if extra:
-            raise PredictError(f"`released` predicts the rows stored in a client file: leave out {', '.join(extra)}")
-        if split == "all":
-            raise PredictError("`split` of a client file is train or test")
-    elif run_dir is None:
-        raise PredictError("give RUN_DIR (the silo's export directory), or `released`")
-    elif data is None and reader_options:
-        raise PredictError(f"`{sorted(reader_options)[0]}` applies to own data: add `data`")
-    _run(run_dir, client_index, model_path, cnn_path, dataset, data, data_dir, split, randomized, seed, released,
-         out_path, batch_size, threads, as_json, quiet, reader_options)
+    result = predict(run_dir, client_index=client_index, model=model_path, cnn=cnn_path, dataset=dataset, data=data,
+                     data_dir=data_dir, data_options=reader_options, split=split, randomized=randomized,
+                     seed=seed, released=released, out=out_path, batch_size=batch_size, threads=threads,
+                     progress_bars=not quiet, on_warning=_warn)
+    if as_json:
+        from ldpfl.contract.jsonout import echo_json
 
-
-def _run(run_dir: Path | None, client_index: int | None, model_path: Path | None, cnn_path: Path | None,
-         dataset: str | None, data: str | None, data_dir: str | None, split: str | None, randomized: bool,
-         seed: int | None, released: Path | None, out_path: Path | None, batch_size: int, threads: int | None,
-         as_json: bool, quiet: bool, reader_options: dict[str, Any]) -> None:
-    from ldpfl import predict as pr
-
-    if threads is not None:
-        for variable in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-            os.environ[variable] = str(threads)
-    import torch
-
-    if threads is not None:
-        torch.set_num_threads(threads)
-    base = released.parent if released is not None else run_dir
-    assert base is not None
-    model_path = model_path if model_path is not None else pr.default_model_path(base)
-    if not model_path.is_file():
-        raise pr.PredictError(f"no federated model at {model_path}: run ldpfl federate on the run first, or pass "
-                              "`model`")
-    model = pr.load_global_model(model_path)
-    warnings: list[str] = []
-    if released is not None:
-        from ldpfl.contract.client_reader import open_client_file
-
-        with open_client_file(released) as (_handle, meta, rows):
-            warnings = pr.check_model(model, meta, str(released))  # before the bar: an error is one line
-        with _progress(quiet, rows.get(split or "test")) as bar:
-            result = pr.predict_released(released, model, split=split or "test", batch_rows=batch_size,
-                                         progress=bar)
-    else:
-        assert run_dir is not None
-        silo = pr.open_silo(run_dir, client_index)
-        warnings = pr.check_inputs(silo, model, cnn_path)
-        from ldpfl.stage1_features import cnn
-
-        if cnn.is_cnn(silo.metadata.extractor):
-            cnn.import_keras(threads)
-        records = pr.silo_records(silo, dataset=dataset, data=data, data_options=reader_options or None,
-                                  data_dir=data_dir, split=split)
-        rng = None
-        if randomized:
-            from ldpfl import mechanisms
-            randomness = mechanisms.make_randomness(seed)
-            rng = randomness.generator()
-            _warn(_randomized_warning(silo, len(records.rows), model, randomness.mode))
-        with _progress(quiet, len(records.rows)) as bar:
-            result = pr.predict_silo(silo, records, model, randomized=randomized, rng=rng, cnn_path=cnn_path,
-                                     batch_rows=batch_size, progress=bar)
-    for warning in dict.fromkeys([*warnings, *result.warnings]):
-        _warn(warning)
-    _emit(result, out_path, as_json, quiet)
-
-
-def _progress(quiet: bool, total: int | None) -> Any:
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, desc="predict", unit="record", file=sys.stderr, disable=quiet, dynamic_ncols=True,
-                leave=False)
+        echo_json(result.to_dict())
+        return
+    if out_path is None:
+        click.echo(result.csv_text(), nl=False)
+    if not quiet:
+        for line in summary_lines(dict(result.summary)):
+            click.echo(line, err=out_path is None)
 
 
 def _warn(message: str) -> None:
     click.echo(f"Warning: {' '.join(message.split())}", err=True)
-
-
-def _randomized_warning(silo: Any, rows: int, model: Any, mode: str) -> str:
-    from ldpfl.contract.release_guarantee import stored_or_computed
-
-    report = silo.metadata.privacy_report
-    epsilon = report.get("exact_epsilon_per_record")
-    evaluated = ", ".join((model.trained_on or {}).get("evaluated_on") or ["(not recorded)"])
-    seeded = ", seeded: NO privacy against anyone who knows the seed" if mode == "seeded" else ""
-    guarantee = stored_or_computed(silo.metadata, records=rows)
-    return (f"--randomized releases these {rows} records again through mechanism {silo.metadata.mechanism!r} "
-            f"(exact ε = {epsilon} per record for the values alone{seeded}; the file's {guarantee.headline()}): "
-            "keep the predictions on the silo, or count this release in the records' privacy budget. The global "
-            f"model was trained on randomized releases and evaluated on: {evaluated}.")
-
-
-def _rows(result: Any) -> list[dict[str, Any]]:
-    names = result.class_names
-    rows = []
-    for i, (index, predicted) in enumerate(zip(result.index.tolist(), result.predicted.tolist(), strict=True)):
-        row: dict[str, Any] = {"index": index, "predicted_class": predicted}
-        if names is not None:
-            row["class_name"] = names[predicted]
-        if result.labels is not None:
-            row["label"] = int(result.labels[i])
-        rows.append(row)
-    return rows
-
-
-def _csv_text(rows: list[dict[str, Any]], columns: list[str]) -> str:
-    buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=columns, lineterminator="\n")
-    writer.writeheader()
-    writer.writerows(rows)
-    return buffer.getvalue()
-
-
-def _columns(result: Any) -> list[str]:
-    return ["index", "predicted_class", *(["class_name"] if result.class_names is not None else []),
-            *(["label"] if result.labels is not None else [])]
-
-
-def _emit(result: Any, out_path: Path | None, as_json: bool, quiet: bool) -> None:
-    from ldpfl.contract.atomic import atomic_write_text
-    from ldpfl.contract.jsonout import echo_json, json_ready
-
-    rows = _rows(result)
-    summary = dict(result.summary)
-    if out_path is not None:
-        if out_path.suffix.lower() == ".json":
-            text = json.dumps(json_ready({"summary": summary, "predictions": rows}), indent=1) + "\n"
-        else:
-            text = _csv_text(rows, _columns(result))
-        atomic_write_text(out_path, text)
-        summary["out"] = str(out_path)
-    if as_json:
-        echo_json(summary | ({} if out_path is not None else {"predictions": rows}))
-        return
-    if out_path is None:
-        click.echo(_csv_text(rows, _columns(result)), nl=False)
-    if not quiet:
-        for line in summary_lines(summary):
-            click.echo(line, err=out_path is None)
 
 
 def summary_lines(summary: dict[str, Any]) -> list[str]:

@@ -4,7 +4,8 @@ Probabilities become integer thresholds on 32-bit uniform draws: out = 1 iff u <
 T = round(p · 2^32). The privacy report is computed from T / 2^32, the probabilities the code really
 uses, not from the real-valued p.
 
-Speed: one raw 64-bit PCG64 draw yields two 32-bit uniforms; the per-position threshold is
+Speed: one uniform 64-bit word (``randomness.random_words``: full 64 bits from any numpy bit generator,
+MT19937 included) yields two 32-bit uniforms; the per-position threshold is
 T0 + bit · (T1 - T0) in wrapping uint32 arithmetic (no ``np.where``), and rows are processed in
 cache-sized chunks.
 """
@@ -21,6 +22,7 @@ import numpy as np
 from .base import PACKED_BITS, Mechanism, param, require_generator
 from .calibration import BitClass, bit_epsilon
 from .encoding import FixedPointEncoding
+from .randomness import random_words
 from .report import PrivacyReport
 from .validation import require_bits, require_choice, require_epsilon, require_record_size
 
@@ -46,7 +48,7 @@ def randomize_bits(bits: np.ndarray, threshold_if_zero: np.ndarray, threshold_if
     for start in range(0, flat.shape[0], rows):
         chunk = flat[start:start + rows]
         n = chunk.size
-        uniforms = rng.bit_generator.random_raw((n + 1) // 2).view(np.uint32)[:n].reshape(chunk.shape)
+        uniforms = random_words((n + 1) // 2, rng).view(np.uint32)[:n].reshape(chunk.shape)
         thresholds = chunk * step
         thresholds += threshold_if_zero
         np.less(uniforms, thresholds, out=out[start:start + rows].view(np.bool_))

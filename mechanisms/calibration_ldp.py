@@ -19,7 +19,7 @@ and the benchmark all call these; no formula is written twice. Paper keys:
 The paper texts are not in /work/shared/papers; formulas are cited by section, algorithm and lemma, and
 each is checked by tests/test_ldp_mechanisms.py (unbiasedness, variance, probability ratios).
 
-Quantization. Every sampler compares a raw 64-bit draw u (uniform on [0, 2^64)) with an integer
+Quantization. Every sampler compares a uniform 64-bit word u (uniform on [0, 2^64)) with an integer
 threshold T: the event has probability exactly T / 2^64. ``quantize64`` picks T for a probability p and
 keeps 1 <= T <= 2^64 - 1, so both outcomes stay possible and the exact ε stays finite. Each privacy
 report computes its ε from these integers, not from the real-valued p.

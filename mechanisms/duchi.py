@@ -40,7 +40,7 @@ class Duchi(BoundedMechanism):
     uniform on the chosen half. For even d a draw with σ s·v < 0 is rejected and redrawn (ties are kept):
     uniform on the half with its ties, acceptance ≥ 1/2, rounds over the rejected rows only.
 
-    Exact ε: u = 0 iff w < T for a raw 64-bit w with T = round(2^64/(e^ε + 1)); the kernel from v gives each
+    Exact ε: u = 0 iff w < T for a uniform 64-bit word w with T = round(2^64/(e^ε + 1)); the kernel from v gives each
     tuple probability (1 - T/2^64)/N, T/(2^64 N) or 1/N (ties), N = |T±|. The output law for x is a mixture
     of these over v, and at the vertices x ∈ {-1, 1}^d, v = x deterministically, so the worst ratio is
     exactly (2^64 - T)/T.

@@ -28,7 +28,7 @@ from .report import PrivacyReport
 class KRR(CategoricalMechanism):
     """Keep the value with p = e^ε/(e^ε + k - 1), else report one of the k - 1 others uniformly.
 
-    Sampling: the value changes iff u < T for a raw 64-bit draw u, with T = round((1 - p)·2^64); the new
+    Sampling: the value changes iff u < T for a uniform 64-bit word u, with T = round((1 - p)·2^64); the new
     value is an exact uniform integer over the k - 1 others. So P(keep) = 1 - T/2^64 and each other value
     has probability T/(2^64 (k - 1)); the exact ε is ln((2^64 - T)(k - 1)/T) (``report``).
 
@@ -57,10 +57,15 @@ class KRR(CategoricalMechanism):
         return self.change_threshold / THRESHOLD_SCALE / (self.categories - 1)
 
     def randomize_labels(self, labels: np.ndarray, *, rng: np.random.Generator) -> np.ndarray:
-        """Randomize integer labels in [0, k) of any shape; returns labels of the same shape and dtype."""
+        """Randomize integer labels in [0, k) of any shape; returns labels of the same shape.
+
+        The dtype is the input's, widened when it cannot hold k - 1 (int8 labels with k = 200 come back as
+        int16): a report may be any of the k values, not only those of the input's dtype.
+        """
         rng = require_generator(rng)
         labels = require_labels(labels, self.categories)
-        return self._randomize(labels.reshape(-1).astype(np.int64), rng).reshape(labels.shape).astype(labels.dtype)
+        dtype = np.promote_types(labels.dtype, np.min_scalar_type(self.categories - 1))
+        return self._randomize(labels.reshape(-1).astype(np.int64), rng).reshape(labels.shape).astype(dtype)
 
     def _randomize(self, flat: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         change = np.flatnonzero(bernoulli64(self.change_threshold, flat.size, rng))
@@ -72,7 +77,9 @@ class KRR(CategoricalMechanism):
 
     def _randomize_one_hot(self, labels: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         out = self._randomize(labels.reshape(-1), rng)
-        return np.eye(self.categories, dtype=np.uint8)[out].reshape(*labels.shape, self.categories)
+        rows = np.zeros((out.size, self.categories), dtype=np.uint8)  # the output itself, no k x k matrix
+        rows[np.arange(out.size), out] = 1
+        return rows.reshape(*labels.shape, self.categories)
 
     def estimate_counts(self, reported_labels: np.ndarray) -> np.ndarray:
         """Unbiased count of each of the k values among the inputs, from n reported labels (WBLJ17 Sec. 3)."""

@@ -9,9 +9,10 @@ Two domains, declared as ``DOMAIN``:
   outside are clipped into it first (``duchi``, ``piecewise``, ``hybrid``, ``laplace``). float32 is kept,
   other numbers give float64.
 
-Sampling is exact in integers: a Bernoulli event of probability T/2^64 is ``u < T`` for a raw 64-bit draw u
-(``bernoulli64``), uniform choices use ``Generator.integers`` (exact bounded integers), and real inputs
-enter the continuous-output mechanisms only through ``secure_noise.randomized_round``. No output is a
+Sampling is exact in integers: a Bernoulli event of probability T/2^64 is ``u < T`` for a uniform 64-bit word
+u (``bernoulli64``; ``randomness.random_words`` gives 64 uniform bits from any numpy bit generator), uniform
+choices use ``Generator.integers`` (exact bounded integers), and real inputs enter the continuous-output
+mechanisms only through ``secure_noise.randomized_round``. No output is a
 float computed from the input's bits, so the reports' ε hold for what is released (Mironov, CCS 2012).
 """
 
@@ -24,6 +25,7 @@ import numpy as np
 
 from .base import FLOAT32, Mechanism, param, require_generator
 from .calibration_ldp import THRESHOLD_SCALE
+from .randomness import random_words
 from .report import PrivacyReport
 from .validation import require_epsilon, require_int_in_range, require_real_array
 
@@ -51,7 +53,7 @@ def require_ldp_epsilon(name: str, value: float) -> float:
 
 def bernoulli64(threshold: int | np.ndarray, size: int, rng: np.random.Generator) -> np.ndarray:
     """``size`` Bernoulli trials, True with probability exactly T / 2^64 (T an int or a uint64 array)."""
-    raw = rng.bit_generator.random_raw(size)
+    raw = random_words(size, rng)
     if isinstance(threshold, np.ndarray):
         return raw < threshold
     return raw < np.uint64(threshold)
@@ -68,9 +70,9 @@ def probability_thresholds(p: np.ndarray) -> np.ndarray:
 
 
 def random_signs(rows: int, width: int, rng: np.random.Generator) -> np.ndarray:
-    """Draw a (rows, width) bool array of independent fair bits (True = +1) from raw 64-bit draws."""
+    """Draw a (rows, width) bool array of independent fair bits (True = +1) from uniform 64-bit words."""
     n = rows * width
-    words = rng.bit_generator.random_raw((n + 63) // 64)
+    words = random_words((n + 63) // 64, rng)
     bits = np.unpackbits(words.view(np.uint8), count=n, bitorder="little")
     return bits.view(np.bool_).reshape(rows, width)
 
@@ -157,7 +159,7 @@ class LDPMechanism(Mechanism):
                 sigma: float | None = None, exact_delta: float = 0.0, thresholds: bool = True) -> PrivacyReport:
         if thresholds:
             notes = (*notes, "probabilities are quantized to 64-bit integer thresholds (an event of probability "
-                             "T/2^64 is u < T for a raw 64-bit draw u); the exact epsilon uses those integers")
+                             "T/2^64 is u < T for a uniform 64-bit word u); the exact epsilon uses those integers")
         return PrivacyReport(
             mechanism=self.NAME, source=self.SOURCE, parameters=self.parameters(),
             nominal_epsilon=self.epsilon, nominal_delta=0.0,

@@ -19,7 +19,7 @@ from .clipping import clip_elementwise
 from .real import RealMechanism, pure_report
 from .registry import register
 from .report import PrivacyReport
-from .validation import require_finite_positive, require_open_unit_interval, require_real_array
+from .validation import require_finite_positive, require_open_unit_interval
 
 
 @register
@@ -77,7 +77,7 @@ class LDPSign(RealMechanism):
         the sign against that law's fixed float threshold, so every input's law stays a mixture of the two
         endpoint laws that the report is computed from (``ldpsign_epsilon_per_coordinate``).
         """
-        x = require_real_array(x)
+        x = self.records(x)
         rng = require_generator(rng)
         dtype = np.float32 if x.dtype == np.float32 else np.float64
         low, high = ldpsign_plus_one_thresholds(self.clip, self.sigma)

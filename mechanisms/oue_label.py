@@ -35,7 +35,7 @@ class OUELabel(CategoricalMechanism):
 
     The value's own bit is 1 with p = 1/2, every other bit is 1 with q = 1/(e^ε + 1).
 
-    Sampling: a bit is 1 iff u < T for a raw 64-bit draw u, with T_p = 2^63 (p = 1/2 exactly) and
+    Sampling: a bit is 1 iff u < T for a uniform 64-bit word u, with T_p = 2^63 (p = 1/2 exactly) and
     T_q = round(q·2^64). Exact ε per record: two inputs differ in two positions, and the worst output
     (1 at the first, 0 at the second) has ratio p(1 - q)/((1 - p) q) with the quantized p, q.
 

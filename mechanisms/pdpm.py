@@ -22,7 +22,7 @@ from .clipping import clip_to_interval
 from .real import RealMechanism, pure_report
 from .registry import register
 from .report import PrivacyReport
-from .validation import require_finite, require_finite_positive, require_real_array
+from .validation import require_finite, require_finite_positive
 
 
 @register
@@ -75,10 +75,10 @@ class PDPM(RealMechanism):
         thresholds. Whatever float rounding does to (1+t)/2, every input's law stays a mixture of the two
         endpoint laws the report is computed from (``pdpm_exact_epsilon``).
         """
-        x = require_real_array(x)
+        x = self.records(x)
         rng = require_generator(rng)
         dtype = np.float32 if x.dtype == np.float32 else np.float64
-        centred = clip_to_interval(x.astype(np.float64), *self.safe_range) - self.center  # Algorithm 2 l.1-6
+        centred = clip_to_interval(x, *self.safe_range) - self.center  # Algorithm 2 l.1-6
         t = pdpm_position(centred, self.safe_range_length)
         right = rng.random(x.shape) < (1.0 + t) / 2.0  # exactly always at t = 1, never at t = -1
         (left_high, left_low), (right_high, right_low) = pdpm_thresholds(self.epsilon)

@@ -39,6 +39,20 @@ class RealMechanism(Mechanism):
         if self.dim is not None:
             require_record_size("dim", self.dim)
 
+    def records(self, x: np.ndarray) -> np.ndarray:
+        """Return ``x`` as a real array of records on its last axis, as the report assumes.
+
+        Refuses (one-line ``ValueError``) a 0-d value, which has no record axis, and, when ``dim`` is declared,
+        records of another width: the per-record ε is that of ``dim`` coordinates.
+        """
+        x = require_real_array(x)
+        if x.ndim == 0:
+            raise ValueError(f"{self.NAME} takes records on the last axis of a batch-first array, got a 0-d value")
+        if self.dim is not None and x.shape[-1] != self.dim:
+            raise ValueError(f"{self.NAME} was declared with dim = {self.dim} values per record (its report's "
+                             f"per-record epsilon), got records of {x.shape[-1]} values (shape {x.shape})")
+        return x
+
 
 @dataclass(frozen=True)
 class GaussianBase(RealMechanism):
@@ -122,7 +136,7 @@ class GaussianBase(RealMechanism):
         The float64 result is an exact multiple of g; casting it to float32 is post-processing of the
         released integer.
         """
-        x = require_real_array(x)
+        x = self.records(x)
         rng = require_generator(rng)
         dtype = np.float32 if x.dtype == np.float32 else np.float64
         grid = self.grid
@@ -204,7 +218,7 @@ class ElementwiseClippedGaussian(GaussianBase):
         return float(self.clip)
 
     def preprocess(self, x: np.ndarray) -> np.ndarray:
-        """Clip each coordinate to [-c, c] (WU 3.1)."""
+        """Clip each coordinate to [-c, c] (WU 3.1), in float64."""
         return clip_elementwise(x, self.clip)
 
     def coordinate_sensitivity_steps(self) -> int:

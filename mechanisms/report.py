@@ -15,9 +15,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .randomness import RANDOMNESS_DESCRIPTIONS
+from .randomness import GENERATORS, RANDOMNESS_DESCRIPTIONS, UNRECORDED, describe_randomness, randomness_label
 
-NOT_GIVEN = "unspecified"
+NOT_GIVEN = UNRECORDED
 
 
 def json_number(value: float | None) -> float | str | None:
@@ -57,7 +57,7 @@ def format_epsilon(value: Any, *, digits: int = 4, infinite: str = "inf (not pri
     return f"{float(value):.{digits}g}"
 
 
-_TEXT_KEYS = ("mechanism", "source", "coordinate", "record", "randomness")
+_TEXT_KEYS = ("mechanism", "source", "coordinate", "record", "randomness", "generator")
 _NUMBER_KEYS = ("nominal_delta", "exact_delta")
 _OPTIONAL_NUMBER_KEYS = ("nominal_epsilon", "exact_epsilon_per_coordinate", "exact_epsilon_per_record", "sigma",
                          "sensitivity")
@@ -82,17 +82,28 @@ class PrivacyReport:
     probabilities: Mapping[str, Any] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
     randomness: str = NOT_GIVEN
+    generator: str = NOT_GIVEN
 
     @property
     def private(self) -> bool:
         """False when the per-record ε is infinite (the output is not private)."""
         return self.exact_epsilon_per_record is None or math.isfinite(self.exact_epsilon_per_record)
 
-    def with_randomness(self, mode: str) -> PrivacyReport:
-        """Return the same report, labelled with the randomness mode (``csprng`` or ``seeded``)."""
+    def with_randomness(self, mode: str, generator: str = NOT_GIVEN) -> PrivacyReport:
+        """Return the same report, labelled with the randomness mode (``csprng`` or ``seeded``) and generator.
+
+        ``generator`` names the bit generator (``AES-CTR``, ``ChaCha20``, ``PCG64``: ``Randomness.generator_name``).
+        """
         if mode not in RANDOMNESS_DESCRIPTIONS:
             raise ValueError(f"randomness mode must be one of {sorted(RANDOMNESS_DESCRIPTIONS)}, got {mode!r}")
-        return dataclasses.replace(self, randomness=mode)
+        if generator not in (NOT_GIVEN, *GENERATORS):
+            raise ValueError(f"generator must be one of {', '.join(GENERATORS)}, got {generator!r}")
+        return dataclasses.replace(self, randomness=mode, generator=generator)
+
+    @property
+    def randomness_label(self) -> str:
+        """Return ``csprng (AES-CTR)``, ``seeded (PCG64)``, ...: the mode and the generator."""
+        return randomness_label(self.randomness, self.generator)
 
     def to_dict(self) -> dict[str, Any]:
         """Return a JSON-ready dict; infinite ε becomes the string ``"inf"``."""
@@ -103,7 +114,7 @@ class PrivacyReport:
         out["parameters"] = dict(self.parameters)
         out["probabilities"] = json.loads(json.dumps(self.probabilities, default=float))
         out["notes"] = list(self.notes)
-        out["randomness_description"] = RANDOMNESS_DESCRIPTIONS.get(self.randomness, NOT_GIVEN)
+        out["randomness_description"] = describe_randomness(self.randomness, self.generator)
         return out
 
     def to_json(self) -> str:
@@ -164,6 +175,9 @@ class PrivacyReport:
         if "randomness" in kwargs and kwargs["randomness"] not in (NOT_GIVEN, *RANDOMNESS_DESCRIPTIONS):
             raise ValueError(f"privacy report key 'randomness' must be one of "
                              f"{', '.join([NOT_GIVEN, *RANDOMNESS_DESCRIPTIONS])}, got {kwargs['randomness']!r}")
+        if "generator" in kwargs and kwargs["generator"] not in (NOT_GIVEN, *GENERATORS):
+            raise ValueError(f"privacy report key 'generator' must be one of "
+                             f"{', '.join([NOT_GIVEN, *GENERATORS])}, got {kwargs['generator']!r}")
         return cls(**kwargs)
 
     def format_text(self) -> str:
@@ -192,6 +206,7 @@ class PrivacyReport:
             lines.append(f"sensitivity          {self.sensitivity:g}")
         for name, value in self.probabilities.items():
             lines.append(f"{name:<20} {value}")
-        lines.append(f"randomness           {RANDOMNESS_DESCRIPTIONS.get(self.randomness, NOT_GIVEN)}")
+        lines.append(f"randomness           {self.randomness_label}: "
+                     f"{describe_randomness(self.randomness, self.generator)}")
         lines.extend(f"note: {n}" for n in self.notes)
         return "\n".join(lines)

@@ -17,7 +17,9 @@ Randomness: one root ``SeedSequence`` (the user's ``--seed`` or the OS CSPRNG). 
 with ``Generator.spawn`` into three independent streams: hold-out split, CNN training, randomization.
 So a client's output does not depend on which process runs it or in which order (``--clients-parallel``
 gives the same files as a sequential run), and the randomization draws do not depend on how much
-randomness the training consumed. The seed itself is never written anywhere; only the mode is.
+randomness the training consumed. Without a seed every stream is the secure generator (AES-CTR, or ChaCha20
+without AES-NI), with one PCG64 (``mechanisms.randomness``). The seed itself is never written anywhere; only
+the mode and the generator's name are.
 
 Decisions (documented here because the paper is silent):
 
@@ -74,7 +76,7 @@ from ldpfl.stage1_features.export_config import (
     ExportConfig,
     ExportError,
 )
-from ldpfl.stage1_features.export_manifest import kept_local_records, manifest_info
+from ldpfl.stage1_features.export_manifest import client_guarantees, kept_local_records, manifest_info
 from ldpfl.stage1_features.export_plan import ExportPlan, make_client_partition, make_plan
 from ldpfl.stage1_features.export_results import ClientSummary, ExportResult
 from ldpfl.stage1_features.export_run_dir import (
@@ -95,11 +97,12 @@ from ldpfl.stage1_features.export_worker import (
     init_worker,
     progress_bar,
 )
-from ldpfl.stage1_features.keras_backend import select_keras_backend
+from ldpfl.stage1_features.keras_backend import keras_backend, select_device, select_keras_backend
 from ldpfl.stage1_features.release import noise_variance
 
 
-def run_export(config: ExportConfig, out_dir: str | os.PathLike[str], *, progress: bool = True) -> ExportResult:
+def run_export(config: ExportConfig, out_dir: str | os.PathLike[str], *, progress: bool = True,
+               on_progress: Callable[[int, int], None] | None = None) -> ExportResult:
     """Run (or resume) the export of ``config`` into ``out_dir`` (LDPFL Algorithm 1 lines 1-10).
 
     Parameters
@@ -111,11 +114,15 @@ def run_export(config: ExportConfig, out_dir: str | os.PathLike[str], *, progres
         are kept, missing ones are done; ``config.overwrite`` starts over.
     progress : bool
         tqdm bars on stderr (per client, per epoch, per release).
+    on_progress : callable, optional
+        Called with (clients finished, clients to export) once the run directory is ready (the verified
+        clients count as finished) and after each client's file is listed in the manifest.
 
     Returns
     -------
     ExportResult
-        Run directory, manifest path, privacy report and one ``ClientSummary`` per client.
+        Run directory, manifest path, privacy report, one ``ClientSummary`` per client and each client
+        file's ``release_guarantee``.
 
     Raises
     ------
@@ -130,6 +137,7 @@ def run_export(config: ExportConfig, out_dir: str | os.PathLike[str], *, progres
     if (cnn.is_cnn(cnn.resolve_extractor(config.extractor, config.dataset)) or config.from_models is not None
             or config.dp_budget() is not None):
         select_keras_backend(config.keras_backend)  # before Keras is imported here or in spawned workers
+        select_device(keras_backend(), config.device)
     plan = make_plan(config)
     config = plan.config  # from_models: with the source run's data settings
     source = plan.source
@@ -166,7 +174,8 @@ def run_export(config: ExportConfig, out_dir: str | os.PathLike[str], *, progres
             partition_sha = sha256_file(run_dir / PARTITION_FILE)
         run_info = {
             "tool": TOOL, "dataset": plan.dataset.name, "client_count": config.clients,
-            "randomness": plan.randomness.mode, "package_version": package_version(),
+            "randomness": plan.randomness.mode, "generator": plan.randomness.generator_name,
+            "package_version": package_version(),
             "config": config.public_dict(), "fingerprint": plan.fingerprint(), "extractor": plan.extractor,
             "features": plan.features, "feature_format": plan.feature_format, "release": str(plan.release),
             "from_models": None if source is None else str(source.run_dir.resolve()),
@@ -184,6 +193,9 @@ def run_export(config: ExportConfig, out_dir: str | os.PathLike[str], *, progres
             write_manifest(run_dir, list(records.values()), info)
 
         manifest()  # lists adopted files at once
+        total = len(config.exported_clients())
+        if on_progress is not None:
+            on_progress(len(records), total)
         pending = [i for i in config.exported_clients() if i not in kept]
         tasks = [_task(plan, run_dir, i, clients[i], partition_desc or {}, progress,
                        None if holdouts is None else holdouts[i]) for i in pending]
@@ -198,8 +210,10 @@ def run_export(config: ExportConfig, out_dir: str | os.PathLike[str], *, progres
                 "new", outcome.model_file, round(outcome.seconds, 3),
                 None if outcome.train_samples_per_s is None else round(outcome.train_samples_per_s, 1))
             manifest()  # the parent alone writes it
+            if on_progress is not None:
+                on_progress(len(records), total)
 
-        bar = progress_bar(total=len(config.exported_clients()), initial=len(kept), desc="clients", unit="client",
+        bar = progress_bar(total=total, initial=len(kept), desc="clients", unit="client",
                            position=0, disable=not progress)
         with bar:
             if config.clients_parallel > 1 and len(tasks) > 1:
@@ -209,10 +223,12 @@ def run_export(config: ExportConfig, out_dir: str | os.PathLike[str], *, progres
                     bar.set_postfix_str(f"client {task.index}")
                     finished(export_client(task, plan.dataset))
                     bar.update(1)
+        guarantees = client_guarantees(run_dir, records)
     return ExportResult(run_dir, run_dir / MANIFEST_NAME, plan.dataset.name, plan.extractor, config.mechanism,
                         plan.feature_format, plan.features, plan.feature_width, plan.privacy,
                         plan.randomness.mode, [summaries[i] for i in sorted(summaries)],
-                        time.perf_counter() - started, tuple(notes), str(plan.release), dict(plan.label_release))
+                        time.perf_counter() - started, tuple(notes), str(plan.release), dict(plan.label_release),
+                        guarantees)
 
 
 def _task(plan: ExportPlan, run_dir: Path, index: int, indices: np.ndarray, partition: Mapping[str, Any],
@@ -254,7 +270,8 @@ def _training_info(config: ExportConfig) -> dict[str, Any]:
 def fresh_holdouts_of(plan: ExportPlan, clients: list[np.ndarray]) -> list[tuple[np.ndarray, np.ndarray]]:
     """Each client's hold-out split (IV-C), drawn from its own stream as its worker would, to be stored."""
     streams = plan.randomness.child_sequences(plan.config.clients)
-    return [client_holdout(clients[i], plan.config.test_fraction, streams[i]) for i in range(len(clients))]
+    return [client_holdout(clients[i], plan.config.test_fraction, streams[i], plan.randomness.mode)
+            for i in range(len(clients))]
 
 
 def _run_parallel(tasks: list[ClientTask], config: ExportConfig, plan: ExportPlan,

@@ -17,7 +17,7 @@ from ldpfl import mechanisms
 from ldpfl.contract.plan import SharedPlan
 from ldpfl.mechanisms.base import ParameterError
 from ldpfl.stage1_features import cnn
-from ldpfl.stage1_features.keras_backend import KERAS_BACKENDS
+from ldpfl.stage1_features.keras_backend import DEVICES, KERAS_BACKENDS
 
 DEFAULT_MECHANISM_PARAMS: dict[str, Any] = {"epsilon": 0.5, "alpha": 10.0, "integer_bits": 4, "fraction_bits": 5}
 """LDPFL IV-D: "we maintained m, n, α, and ε at 4, 5, 10, and 0.5"."""
@@ -93,6 +93,7 @@ class ExportConfig:
     store_input_density: bool = False
     clients_parallel: int = 1
     keras_backend: str | None = None  # None: TensorFlow, or jax under DP-SGD (resolved at construction)
+    device: str = "auto"  # keras_backend.DEVICES; how the work runs, not what it computes: not in the manifest
     overwrite: bool = False
     seed: int | None = None
     release: str = "flatten"
@@ -110,6 +111,8 @@ class ExportConfig:
     def __post_init__(self) -> None:
         _int_at_least("clients", self.clients, 1)
         _int_at_least("clients_parallel", self.clients_parallel, 1)
+        if self.device not in DEVICES:
+            raise ParameterError(f"`device` must be one of {', '.join(DEVICES)}, got {self.device!r}")
         _int_at_least("shards_per_client", self.shards_per_client, 1)
         if self.max_clients is not None and _int_at_least("max_clients", self.max_clients, 1) < self.clients:
             raise ValueError(f"max_clients (N_h) must be >= clients ({self.clients}), got {self.max_clients}")
@@ -214,9 +217,9 @@ class ExportConfig:
                                                 defaults=DEFAULT_MECHANISM_PARAMS)
 
     def public_dict(self) -> dict[str, Any]:
-        """Return the config as written to the manifest: everything but the seed."""
+        """Return the config as written to the manifest: everything but the seed and the device."""
         out = dataclasses.asdict(dataclasses.replace(self, plan=None))
-        del out["seed"]
+        del out["seed"], out["device"]
         out["mechanism_params"] = dict(self.mechanism_params)
         out["data_options"] = {k: list(v) if isinstance(v, tuple) else v for k, v in self.data_options.items()}
         out["plan"] = None if self.plan is None else self.plan.fingerprint

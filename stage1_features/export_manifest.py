@@ -16,7 +16,7 @@ from typing import Any
 from ldpfl.contract.client_reader import open_client_file
 from ldpfl.contract.layout import client_stem, local_file_name
 from ldpfl.contract.manifest import FileRecord
-from ldpfl.contract.release_guarantee import stored_or_computed
+from ldpfl.contract.release_guarantee import ReleaseGuarantee, stored_or_computed
 from ldpfl.contract.release_history import RELEASE_HISTORY_KEY, ReleaseEntry, history_json
 from ldpfl.contract.run_dir import check_client_file
 
@@ -33,13 +33,18 @@ def own_entry(plan: Any, record: FileRecord) -> ReleaseEntry:
                         report.exact_epsilon_per_record, plan.randomness.mode, dict(plan.label_release))
 
 
-def guarantees_of(run_dir: Path, records: Mapping[int, FileRecord]) -> dict[str, Any]:
-    """Return each finished client's ``release_guarantee`` as its file states it (``{"client_000": {...}}``)."""
+def client_guarantees(run_dir: Path, records: Mapping[int, FileRecord]) -> dict[int, ReleaseGuarantee]:
+    """Return each finished client's ``release_guarantee`` as its file states it, by client index."""
     out = {}
     for index, record in sorted(records.items()):
         with open_client_file(run_dir / record.path) as (_, meta, rows):
-            out[client_stem(index)] = stored_or_computed(meta, records=sum(rows.values())).to_dict()
+            out[index] = stored_or_computed(meta, records=sum(rows.values()))
     return out
+
+
+def guarantees_of(run_dir: Path, records: Mapping[int, FileRecord]) -> dict[str, Any]:
+    """Return each finished client's ``release_guarantee`` as its file states it (``{"client_000": {...}}``)."""
+    return {client_stem(index): guarantee.to_dict() for index, guarantee in client_guarantees(run_dir, records).items()}
 
 
 def manifest_info(run_info: Mapping[str, Any], plan: Any, records: Mapping[int, FileRecord],

@@ -145,7 +145,7 @@ def make_plan(config: ExportConfig) -> ExportPlan:
     planned_labels = None if config.plan is None else config.plan.label_epsilon
     if config.plan is not None and config.label_epsilon != planned_labels:
         raise ParameterError(f"`label_epsilon` = {config.label_epsilon} contradicts the plan ({planned_labels})")
-    privacy = spec.report().with_randomness(randomness.mode)
+    privacy = spec.report().with_randomness(randomness.mode, randomness.generator_name)
     notes = release_notes(point, dataset.num_classes)
     labels = dict(CLEAR_LABELS)
     if config.label_epsilon is not None:  # issue 22 item 2: k-RR of each label, its own stream

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ldpfl import mechanisms
+from ldpfl.contract.release_guarantee import ReleaseGuarantee, weakest
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,13 @@ class ExportResult:
     notes: tuple[str, ...] = ()
     release: str = "flatten"
     label_release: dict[str, Any] | None = None  # the files' label_release attribute (None: clear)
+    release_guarantees: Mapping[int, ReleaseGuarantee] = dataclasses.field(default_factory=dict)
+    """Each client file's ``release_guarantee`` by client index: everything it releases about one record."""
+
+    @property
+    def release_guarantee(self) -> ReleaseGuarantee | None:
+        """Return the weakest client file's guarantee (the largest (ε, δ)); None before any client is finished."""
+        return weakest(self.release_guarantees.values())
 
     @property
     def new(self) -> int:
@@ -67,7 +75,7 @@ class ExportResult:
             "exact_epsilon_per_record": report.get("exact_epsilon_per_record"),
             "exact_epsilon_per_coordinate": report.get("exact_epsilon_per_coordinate"),
             "private": self.privacy.private,
-            "randomness": self.randomness, "seconds": round(self.seconds, 3),
+            "randomness": self.randomness, "generator": self.privacy.generator, "seconds": round(self.seconds, 3),
             "clients": [c.to_dict() for c in self.clients],
             "new": self.new, "reused": len(self.clients) - self.new, "notes": list(self.notes),
             "label_release": self.label_release or {"mechanism": "clear"},

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from filelock import FileLock, Timeout
 
 from ldpfl.contract.atomic import TMP_MARK, atomic_path
 from ldpfl.contract.digest import sha256_file
@@ -55,28 +56,23 @@ def model_file_name(index: int) -> str:
 
 @contextlib.contextmanager
 def locked(run_dir: Path) -> Iterator[None]:
-    """Hold the run directory for one export at a time (an advisory lock the kernel drops when a process dies).
+    """Hold the run directory for one export at a time (``filelock``: a lock the system drops when a process dies).
 
     Then wait until no worker of an earlier, killed export is alive (``worker_guard``).
     """
+    lock = FileLock(run_dir / LOCK_FILE, blocking=False)
     try:
-        import fcntl
-    except ImportError:  # pragma: no cover - not on POSIX: no lock
-        yield
-        return
-    handle = open(run_dir / LOCK_FILE, "a+")  # noqa: SIM115
+        lock.acquire()
+    except Timeout:
+        raise ExportError(f"another ldpfl export is running in {run_dir}; wait for it to finish") from None
     try:
-        try:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise ExportError(f"another ldpfl export is running in {run_dir}; wait for it to finish") from None
         try:
             wait_for_stale_workers(run_dir)  # the workers of a killed export, before anything is examined
         except TimeoutError as error:
             raise ExportError(str(error)) from None
         yield
     finally:
-        handle.close()
+        lock.release()
 
 
 def prepare_run_dir(out_dir: str | os.PathLike[str]) -> Path:

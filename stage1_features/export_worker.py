@@ -28,6 +28,7 @@ from ldpfl.contract.release_guarantee import file_guarantee
 from ldpfl.contract.release_point import ReleasePoint, parse_release
 from ldpfl.contract.schema import ClientMetadata, label_histogram
 from ldpfl.contract.version import package_version
+from ldpfl.mechanisms.randomness import stream_generator
 from ldpfl.stage1_features import cnn, cnn_release
 from ldpfl.stage1_features.dp_training import NO_TRAINING, non_private_training
 from ldpfl.stage1_features.export_config import ExportError
@@ -92,27 +93,30 @@ class ClientOutcome:
     local_record: FileRecord | None = None  # keep_clean_test: client_NNN.local.h5 (never shared)
 
 
-def client_streams(stream: np.random.SeedSequence, release_number: int = 1) -> tuple[np.random.Generator, ...]:
+def client_streams(stream: np.random.SeedSequence, mode: str, release_number: int = 1
+                   ) -> tuple[np.random.Generator, ...]:
     """Return a client's (hold-out, training, release) generators, from its child stream of the root.
 
-    The client's stream is split with ``Generator.spawn``: children 0 (hold-out split), 1 (CNN training)
-    and 2 (release). Release n > 1 (``from_models``) uses child 1 + n, so no release repeats another's draws.
+    ``mode`` is the run's randomness mode: PCG64 when ``seeded``, the secure generator when ``csprng``
+    (``mechanisms.randomness.stream_generator``). The client's stream is split with ``Generator.spawn``:
+    children 0 (hold-out split), 1 (CNN training) and 2 (release). Release n > 1 (``from_models``) uses
+    child 1 + n, so no release repeats another's draws.
     """
-    client_rng = np.random.Generator(np.random.PCG64(stream))  # = randomness.child_generators(N)[i]
+    client_rng = stream_generator(stream, mode)  # = randomness.child_generators(N)[i]
     holdout_rng, train_rng, release_rng = client_rng.spawn(3)
     if release_number > 1:
         child = np.random.SeedSequence(stream.entropy, spawn_key=(*stream.spawn_key, 1 + int(release_number)),
                                        pool_size=stream.pool_size)
-        release_rng = np.random.Generator(np.random.PCG64(child))
+        release_rng = stream_generator(child, mode)
     return holdout_rng, train_rng, release_rng
 
 
-def client_holdout(indices: np.ndarray, test_fraction: float, stream: np.random.SeedSequence
+def client_holdout(indices: np.ndarray, test_fraction: float, stream: np.random.SeedSequence, mode: str
                    ) -> tuple[np.ndarray, np.ndarray]:
     """Return a client's (train, test) rows (IV-C: 90 % / 10 %), drawn from its hold-out stream."""
     from ldpfl.stage1_features.partition import holdout_split
 
-    return holdout_split(indices, test_fraction, client_streams(stream)[0])
+    return holdout_split(indices, test_fraction, client_streams(stream, mode)[0])
 
 
 _DATASETS: dict[str, Any] = {}
@@ -141,7 +145,7 @@ def export_client(task: ClientTask, dataset: Any = None) -> ClientOutcome:
 
     start = time.perf_counter()
     dataset = dataset if dataset is not None else _cached_dataset(task)
-    holdout_rng, train_rng, release_rng = client_streams(task.stream, task.release_number)
+    holdout_rng, train_rng, release_rng = client_streams(task.stream, task.randomness, task.release_number)
     if task.holdout is not None:  # fixed by the parent (stored in partition.npz, or the source run's)
         train_idx, test_idx = (np.asarray(a, dtype=np.int64) for a in task.holdout)
     else:
@@ -233,7 +237,7 @@ def export_client(task: ClientTask, dataset: Any = None) -> ClientOutcome:
         input_shape=input_shape, integer_bits=layout.integer_bits, fraction_bits=layout.fraction_bits,
         features=spec.features, feature_format=layout.feature_format,
         mechanism=spec.name, mechanism_parameters=layout.mechanism_parameters,
-        privacy_report=task.privacy.to_dict(), randomness=task.randomness,
+        privacy_report=task.privacy.to_dict(), randomness=task.randomness, generator=task.privacy.generator,
         label_histograms={s: label_histogram(released[s], dataset.num_classes) for s in splits},  # released only
         local_accuracy=None, package_version=package_version(),  # accuracy on clear records: local-only
         class_names=getattr(dataset, "class_names", None), plan_fingerprint=task.plan_fingerprint,
@@ -298,7 +302,7 @@ def write_clean_test(task: ClientTask, metadata: ClientMetadata, spec: mechanism
         metadata, integer_bits=layout.integer_bits, fraction_bits=layout.fraction_bits,
         feature_format=layout.feature_format, mechanism=identity.NAME,
         mechanism_parameters=layout.mechanism_parameters,
-        privacy_report=identity.report().with_randomness(task.randomness).to_dict(),
+        privacy_report=identity.report().with_randomness(task.randomness, task.privacy.generator).to_dict(),
         label_histograms={"train": [0] * metadata.num_classes, "test": list(test_histogram)},
         label_release=dict(CLEAR_LABELS), local_only=True)
     path = Path(task.run_dir) / local_file_name(task.index)

@@ -25,6 +25,7 @@ first release's draws (children ``(i, 0)``, ``(i, 1)`` are the hold-out and trai
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from ldpfl.contract.client_reader import open_client_file
+from ldpfl.contract.label_release import label_epsilon
 from ldpfl.contract.layout import MANIFEST_NAME, PARTITION_FILE, client_file_name
 from ldpfl.contract.manifest import FileRecord, read_manifest
 from ldpfl.contract.release_history import ReleaseEntry, history_from_manifest, total_epsilon
@@ -89,10 +91,6 @@ class SourceRun:
                 return dict(record) if record is not None else non_private_training(rows["train"])
         except (FormatError, OSError) as error:
             raise ExportError(f"`from_models`: cannot read the training record of {path} ({error})") from None
-
-    def releases_so_far(self) -> int:
-        """Return how many releases of the records the source's history holds (the most over its clients)."""
-        return max((len(h) for h in self.history.values()), default=1)
 
     def total_epsilon(self, index: int) -> float | None:
         """Return the per-record ε of client ``index``'s releases so far (basic composition)."""
@@ -195,20 +193,30 @@ def check_models(source: SourceRun, clients: list[int]) -> None:
                           f"{', '.join(map(str, unlisted[:5]))}: that export is not finished")
 
 
-def source_labels(source: SourceRun, index: int) -> dict[str, np.ndarray]:
-    """Return client ``index``'s labels per split in the source file, in row order."""
+def source_labels(source: SourceRun, index: int) -> tuple[dict[str, np.ndarray], bool]:
+    """Return client ``index``'s labels per split in the source file, in row order, and whether they are clear.
+
+    Labels released by k-RR (``label_release``) are randomized: only their number per split can be compared.
+    """
     path = source.file_path(index)
     try:
-        with open_client_file(path) as (handle, _meta, _rows):
-            return {split: np.asarray(handle[split]["labels"][()], dtype=np.int64) for split in ("train", "test")}
-    except (FormatError, OSError) as error:
+        with open_client_file(path) as (handle, meta, _rows):
+            labels = {split: np.asarray(handle[split]["labels"][()], dtype=np.int64) for split in ("train", "test")}
+            return labels, label_epsilon(meta.label_release) == math.inf
+    except (FormatError, OSError, ValueError) as error:
         raise ExportError(f"`from_models`: cannot read the labels of {path} ({error})") from None
 
 
 def check_holdout(source: SourceRun, index: int, train: np.ndarray, test: np.ndarray, y: np.ndarray,
                   *, redrawn: bool) -> None:
-    """Refuse a hold-out split whose labels, row by row, are not those of the source's client file."""
-    labels = source_labels(source, index)
+    """Refuse a hold-out split whose labels, row by row, are not those of the source's client file.
+
+    Where the source released its labels by k-RR, the rows per split must match (the stored partition's
+    SHA-256 is checked against the manifest before this).
+    """
+    labels, clear = source_labels(source, index)
+    if not clear and len(labels["train"]) == len(train) and len(labels["test"]) == len(test) and not redrawn:
+        return
     if np.array_equal(labels["train"], y[train]) and np.array_equal(labels["test"], y[test]):
         return
     if redrawn:
@@ -244,7 +252,8 @@ def source_partition(source: SourceRun, plan: Any) -> tuple[list[np.ndarray], di
             raise ExportError(f"`from_models`: {source.run_dir} was exported from the OS CSPRNG before hold-out "
                               f"splits were stored in {PARTITION_FILE}: its clients' test splits cannot be recovered")
         streams = plan.randomness.child_sequences(config.clients)
-        holdouts = [client_holdout(clients[i], config.test_fraction, streams[i]) for i in range(config.clients)]
+        holdouts = [client_holdout(clients[i], config.test_fraction, streams[i], plan.randomness.mode)
+                    for i in range(config.clients)]
     for i in config.exported_clients():
         check_holdout(source, i, holdouts[i][0], holdouts[i][1], plan.dataset.y, redrawn=redrawn)
     described = source.info.get("partition")

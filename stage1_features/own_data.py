@@ -130,11 +130,6 @@ class OwnDataset(Dataset):
         if len(self.class_names) != self.num_classes:
             raise ValueError(f"{self.name}: {len(self.class_names)} class names for {self.num_classes} classes")
 
-    @property
-    def is_image(self) -> bool:
-        """Return whether the samples are images (height, width, channels)."""
-        return len(self.input_shape) == 3
-
     def label_counts(self) -> dict[str, int]:
         """Return the number of records of each class, by class name."""
         counts = np.bincount(self.y, minlength=self.num_classes)

@@ -20,15 +20,19 @@ No TensorFlow: the extractor's width comes from ``cnn.flatten_width``.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ldpfl import mechanisms
 from ldpfl.contract.plan import DEFAULT_RELEASE, SharedPlan
 from ldpfl.stage1_features import cnn
+
+if TYPE_CHECKING:
+    from ldpfl.stage1_features.export_config import ExportConfig
 
 DATA_OPTIONS = ("x_key", "y_key", "label_column", "image_size", "color_mode", "scale", "classes")
 """Keyword arguments of ``load_own_data`` that an export passes through (``ExportConfig.data_options``)."""
@@ -126,6 +130,33 @@ def plan_mechanism_parameters(plan: SharedPlan) -> dict[str, Any]:
     return {k: v for k, v in plan.mechanism.recorded_parameters().items() if k != record}
 
 
+def apply_plan(config: ExportConfig, plan: SharedPlan, given: Mapping[str, Any],
+               source: str | os.PathLike[str] = "the plan") -> ExportConfig:
+    """Return ``config`` with every setting ``plan`` fixes; refuse ``given`` settings that contradict it.
+
+    Parameters
+    ----------
+    config : ExportConfig
+        A silo's export of its own ``data``.
+    plan : SharedPlan
+        The shared plan (``ldpfl plan``).
+    given : mapping
+        The settings the user chose, by plan setting name (``dataset``, ``extractor``, ``mechanism``,
+        ``mechanism_parameters``, ``release``, ``label_epsilon``); the others come from the plan.
+    source : path or str
+        The plan file, named in the message.
+
+    Raises
+    ------
+    PlanMismatch
+        A given setting contradicts the plan (a ``ParameterError`` naming each setting).
+    """
+    plan.require_agreement(given, source)
+    return dataclasses.replace(config, dataset=plan.dataset, extractor=plan.extractor, mechanism=plan.mechanism.name,
+                               mechanism_params=plan_mechanism_parameters(plan), plan=plan, release=plan.release,
+                               label_epsilon=plan.label_epsilon)
+
+
 def plan_settings(*, dataset: Any, extractor: str, features: int, spec: mechanisms.MechanismSpec,
                   release: str = DEFAULT_RELEASE) -> dict[str, Any]:
     """Return an export's resolved settings as ``ldpfl.contract.plan.SETTINGS`` names them."""
@@ -142,7 +173,7 @@ def require_plan(plan: SharedPlan, source: str | os.PathLike[str], **resolved: A
 
     ``resolved`` as for :func:`plan_settings`. Raises ``ValueError`` naming the data and every
     contradiction in plain words: the command-line options were already checked against the plan
-    (``silo_cli.silo_config``), so what is left comes from the data (input shape, r, classes).
+    (``ldpfl.silo_cli.silo_config``), so what is left comes from the data (input shape, r, classes).
     """
     found = plan.contradictions(plan_settings(**resolved))
     if found:
@@ -159,17 +190,15 @@ def build_plan(export: Any, classes: Sequence[str] | None = None) -> SharedPlan:
         ``export_plan.make_plan`` of the export's settings with a sample silo's ``data``: the extractor,
         r and the mechanism are resolved exactly as the silos' exports will resolve them.
     classes : sequence of str, optional
-        The class list; default: the sample's class names (``0 .. C-1`` for data without names).
+        The class list; default: the sample's class names (own data always has them: the labels as text, or
+        the class folders).
     """
     dataset = export.dataset
-    names = tuple(classes) if classes is not None else getattr(dataset, "class_names", None)
-    if names is None:
-        names = tuple(str(k) for k in range(dataset.num_classes))
-    return SharedPlan(dataset=dataset.name, classes=tuple(names), extractor=export.extractor,
+    names = tuple(classes) if classes is not None else tuple(dataset.class_names)
+    return SharedPlan(dataset=dataset.name, classes=names, extractor=export.extractor,
                       input_shape=plan_input_shape(export.extractor, dataset.input_shape), features=export.features,
-                      mechanism=export.spec, release=str(getattr(export.config, "release", DEFAULT_RELEASE)),
-                      label_epsilon=getattr(export.config, "label_epsilon", None))
+                      mechanism=export.spec, release=export.config.release, label_epsilon=export.config.label_epsilon)
 
 
-__all__ = ["DATA_OPTIONS", "build_plan", "load_export_data", "plan_input_shape",
+__all__ = ["DATA_OPTIONS", "apply_plan", "build_plan", "load_export_data", "plan_input_shape",
            "plan_mechanism_parameters", "plan_settings", "require_plan", "resolve_extractor", "silo_partition"]

@@ -7,9 +7,11 @@ is killed, its workers must not go on writing client files unsupervised next to 
 * each worker asks the kernel for SIGKILL when its parent dies (Linux ``prctl(PR_SET_PDEATHSIG)``
   through ctypes), and a watchdog thread polls ``os.getppid()`` as a fallback (other systems, or a
   parent that died before the request was made);
-* each worker holds a *shared* lock on ``.export.workers.lock`` for its whole life; a rerun, once it
-  holds the run lock, takes that lock *exclusively*, which waits until every worker of the dead export
-  has exited (:func:`wait_for_stale_workers`), and then releases it again for its own workers;
+* each worker holds a *read* lock on ``.export.workers.lock`` for its whole life; a rerun, once it
+  holds the run lock, takes that lock for *writing*, which waits until every worker of the dead export
+  has exited (:func:`wait_for_stale_workers`), and then releases it again for its own workers. The lock
+  is ``filelock.ReadWriteLock`` (SQLite's file locking: on every platform, dropped by the kernel when
+  a process dies);
 * before renaming a finished client file into place, a worker checks that its parent is still the one
   that started it (:func:`require_parent`), and the rename itself cannot replace a file that appeared
   meanwhile (``ldpfl.contract.atomic.link_durably``).
@@ -17,7 +19,6 @@ is killed, its workers must not go on writing client files unsupervised next to 
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import ctypes.util
 import os
@@ -26,7 +27,8 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import IO
+
+from filelock import ReadWriteLock, Timeout
 
 WORKERS_LOCK = ".export.workers.lock"
 WATCHDOG_SECONDS = 0.5
@@ -34,7 +36,7 @@ STALE_WAIT_SECONDS = 120.0
 PR_SET_PDEATHSIG = 1
 
 _parent_pid: int | None = None
-_worker_lock: IO[str] | None = None
+_worker_lock: ReadWriteLock | None = None
 
 
 def _request_death_signal() -> bool:
@@ -56,7 +58,7 @@ def _watch(parent_pid: int) -> None:
 
 
 def die_with_parent(parent_pid: int, run_dir: str | os.PathLike[str] | None = None) -> None:
-    """Bind this worker's life to ``parent_pid`` (death signal, watchdog) and take the workers' shared lock.
+    """Bind this worker's life to ``parent_pid`` (death signal, watchdog) and take the workers' read lock.
 
     Call it first thing in the worker initializer. The worker ignores SIGINT: a Ctrl-C on the terminal
     reaches every process of the group, and the parent alone reports it (one line) and kills the workers.
@@ -69,7 +71,14 @@ def die_with_parent(parent_pid: int, run_dir: str | os.PathLike[str] | None = No
         os.kill(os.getpid(), signal.SIGKILL)
     threading.Thread(target=_watch, args=(_parent_pid,), name="ldpfl-parent-watchdog", daemon=True).start()
     if run_dir is not None:
-        _worker_lock = _lock(Path(run_dir) / WORKERS_LOCK, shared=True, wait=None)
+        _worker_lock = hold_workers_lock(run_dir)
+
+
+def hold_workers_lock(run_dir: str | os.PathLike[str]) -> ReadWriteLock:
+    """Take a read lock on ``run_dir``'s workers lock and return it (held while the returned lock is kept)."""
+    lock = ReadWriteLock(Path(run_dir) / WORKERS_LOCK, is_singleton=False)
+    lock.acquire_read()
+    return lock
 
 
 def parent_alive() -> bool:
@@ -83,29 +92,6 @@ def require_parent(what: str) -> None:
         raise RuntimeError(f"the export that started this worker has died; {what} is not committed")
 
 
-def _lock(path: Path, *, shared: bool, wait: float | None) -> IO[str] | None:
-    """Open ``path`` and flock it; wait at most ``wait`` seconds (``None``: forever). Return the handle or None."""
-    try:
-        import fcntl
-    except ImportError:  # pragma: no cover - not on POSIX: no lock
-        return None
-    handle = open(path, "a+")  # noqa: SIM115 - returned, held by the caller
-    mode = fcntl.LOCK_SH if shared else fcntl.LOCK_EX
-    if wait is None:
-        fcntl.flock(handle.fileno(), mode)
-        return handle
-    deadline = time.monotonic() + wait
-    while True:
-        try:
-            fcntl.flock(handle.fileno(), mode | fcntl.LOCK_NB)
-            return handle
-        except BlockingIOError:
-            if time.monotonic() >= deadline:
-                handle.close()
-                return None
-            time.sleep(0.1)
-
-
 def wait_for_stale_workers(run_dir: str | os.PathLike[str], timeout: float = STALE_WAIT_SECONDS) -> None:
     """Wait until no worker of an earlier export of ``run_dir`` is alive (call holding the run lock).
 
@@ -114,18 +100,12 @@ def wait_for_stale_workers(run_dir: str | os.PathLike[str], timeout: float = STA
     TimeoutError
         Workers still hold their lock after ``timeout`` seconds (they should have died with their parent).
     """
-    handle = _lock(Path(run_dir) / WORKERS_LOCK, shared=False, wait=timeout)
-    if handle is None and _has_flock():
-        raise TimeoutError(f"worker processes of an earlier ldpfl export still hold {Path(run_dir) / WORKERS_LOCK} "
-                           f"after {timeout:.0f} s; wait for them to exit (or end them) and rerun")
-    if handle is not None:
-        with contextlib.suppress(OSError):
-            handle.close()  # released at once: this export's own workers take it shared
-
-
-def _has_flock() -> bool:
+    lock = ReadWriteLock(Path(run_dir) / WORKERS_LOCK, is_singleton=False)
     try:
-        import fcntl  # noqa: F401
-    except ImportError:  # pragma: no cover
-        return False
-    return True
+        with lock.write_lock(timeout=timeout):
+            pass  # released at once: this export's own workers take it for reading
+    except Timeout:
+        raise TimeoutError(f"worker processes of an earlier ldpfl export still hold {Path(run_dir) / WORKERS_LOCK} "
+                           f"after {timeout:.0f} s; wait for them to exit (or end them) and rerun") from None
+    finally:
+        lock.close()

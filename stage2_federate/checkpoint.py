@@ -1,7 +1,7 @@
 """The federation checkpoint: model, every random stream, the history so far; resumable only as configured.
 
 The checkpoint holds the state of every generator, from which each client's perturbation noise can be
-recomputed (PCG64 can be stepped backwards): it is seed-equivalent, and ``run_federation`` deletes it
+recomputed (it holds each generator's key or seed): it is seed-equivalent, and ``run_federation`` deletes it
 once a run completes unless asked to keep it.
 """
 

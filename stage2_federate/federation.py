@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -138,7 +138,8 @@ def _print_warning(message: str) -> None:
 def run_federation(run_dir: str | Path, config: FederationConfig, *, out_dir: str | Path | None = None,
                    resume: bool = False, progress: bool = True, overwrite: bool = False,
                    keep_checkpoint: bool = False,
-                   on_warning: Callable[[str], None] | None = _print_warning) -> FederationResult:
+                   on_warning: Callable[[str], None] | None = _print_warning,
+                   on_round: Callable[[Mapping[str, Any]], None] | None = None) -> FederationResult:
     """Run (or resume) a federation over the client files in ``run_dir``; write the outputs to ``out_dir``.
 
     Parameters
@@ -160,12 +161,14 @@ def run_federation(run_dir: str | Path, config: FederationConfig, *, out_dir: st
     keep_checkpoint
         Keep ``checkpoint.pt`` once the run completes (it allows ``resume`` with more rounds). Off by
         default: it holds the state of every generator, from which each client's perturbation noise can
-        be recomputed (PCG64 can be stepped backwards), so it is seed-equivalent and, like a seed, is not
+        be recomputed (it holds each generator's key or seed), so it is seed-equivalent and, like a seed, is not
         left among the outputs. An interrupted run always keeps its last checkpoint for ``resume``.
     on_warning
         Called with one line for each round in which clients were excluded or no upload survived (the
         lines are also in ``FederationResult.warnings``); by default printed to stderr as ``Warning: ...``.
         ``None``: not printed.
+    on_round
+        Called with each round's record once its metrics and checkpoint are written.
 
     The run holds a lock on ``out_dir`` (a second run into it is refused) and removes the outputs'
     temporary files there when it starts and when it completes (``ldpfl.stage2_federate.outdir``). The
@@ -187,12 +190,14 @@ def run_federation(run_dir: str | Path, config: FederationConfig, *, out_dir: st
     }
     with outdir.locked(target_dir):
         return _run_locked(run_dir, config, target_dir, paths, resume=resume, progress=progress,
-                           overwrite=overwrite, keep_checkpoint=keep_checkpoint, on_warning=on_warning)
+                           overwrite=overwrite, keep_checkpoint=keep_checkpoint, on_warning=on_warning,
+                           on_round=on_round)
 
 
 def _run_locked(run_dir: Path, config: FederationConfig, target_dir: Path, paths: dict[str, Path], *,
                 resume: bool, progress: bool, overwrite: bool, keep_checkpoint: bool,
-                on_warning: Callable[[str], None] | None) -> FederationResult:
+                on_warning: Callable[[str], None] | None,
+                on_round: Callable[[Mapping[str, Any]], None] | None) -> FederationResult:
     """Run the body of :func:`run_federation`, holding the lock on ``target_dir``."""
     outdir.remove_temporaries(target_dir)  # left by a process killed mid-write
     checkpoint_path = paths["checkpoint"]
@@ -249,6 +254,8 @@ def _run_locked(run_dir: Path, config: FederationConfig, target_dir: Path, paths
                     on_warning(warning)
             bar.update(1)
             bar.set_postfix(test_acc=_fmt(record["test_accuracy"]))
+            if on_round is not None:
+                on_round(record)
     finally:
         bar.close()
     write_metrics()

@@ -1,7 +1,7 @@
 """The federation's output directory: one run at a time, and no temporary file left behind.
 
-``run_federation`` holds :func:`locked` on the output directory for the whole run (an advisory
-``flock`` that the kernel drops when the process dies, like the export's lock on its run directory), so
+``run_federation`` holds :func:`locked` on the output directory for the whole run (a ``filelock`` lock
+that the system drops when the process dies, like the export's lock on its run directory), so
 two runs never mix their outputs. Under the lock, any temporary file of an output (``.NAME.<pid>.<token>.tmp``,
 see ``ldpfl.contract.atomic``) belongs to a process that died mid-write: :func:`remove_temporaries` deletes
 them when a run starts (fresh or resumed) and when it completes. A half-written ``.checkpoint.pt.*.tmp``
@@ -14,6 +14,8 @@ import contextlib
 import os
 from collections.abc import Iterator
 from pathlib import Path
+
+from filelock import FileLock, Timeout
 
 from ldpfl.contract.atomic import TMP_MARK
 from ldpfl.mechanisms.base import ParameterError
@@ -43,29 +45,23 @@ def locked(out_dir: str | os.PathLike[str]) -> Iterator[Path]:
     out_dir = Path(out_dir)
     created = not out_dir.exists()
     out_dir.mkdir(parents=True, exist_ok=True)
+    lock_path = out_dir / LOCK_FILE
+    lock = FileLock(lock_path, blocking=False)
     try:
-        import fcntl
-    except ImportError:  # pragma: no cover - not on POSIX: no lock
+        lock.acquire()
+    except Timeout:
+        raise ParameterError(f"another ldpfl federate is writing into {out_dir}; wait for it to finish or "
+                             "choose another `out_dir`") from None
+    try:
         yield out_dir
-        return
-    lock = out_dir / LOCK_FILE
-    handle = open(lock, "a+")  # noqa: SIM115 - held for the whole block
-    try:
-        try:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise ParameterError(f"another ldpfl federate is writing into {out_dir}; wait for it to finish or "
-                                 "choose another `out_dir`") from None
-        try:
-            yield out_dir
-        except BaseException:
-            if created and {p.name for p in out_dir.iterdir()} == {LOCK_FILE}:
-                with contextlib.suppress(OSError):
-                    lock.unlink()
-                    out_dir.rmdir()
-            raise
+    except BaseException:
+        if created and {p.name for p in out_dir.iterdir()} == {LOCK_FILE}:
+            with contextlib.suppress(OSError):
+                lock_path.unlink()  # still held: no other run can take the lock of a file about to vanish
+                out_dir.rmdir()
+        raise
     finally:
-        handle.close()
+        lock.release()
 
 
 def remove_temporaries(out_dir: str | os.PathLike[str]) -> list[str]:

@@ -26,6 +26,7 @@ import numpy as np
 
 from ldpfl import mechanisms as mech
 from ldpfl.mechanisms.base import PARAMETERS, UPDATE, FederationWiring, ParameterError, require_generator
+from ldpfl.mechanisms.randomness import UNRECORDED
 
 from . import aggregation as agg
 
@@ -133,9 +134,9 @@ class ClientPerturbation:
         vector = local - global_vector if self.target == UPDATE else local
         return self.mechanism.randomize(vector, rng=rng)
 
-    def report(self, randomness_mode: str) -> dict[str, Any]:
+    def report(self, randomness_mode: str, generator: str = UNRECORDED) -> dict[str, Any]:
         """Return the mechanism's privacy report (``PrivacyReport.to_dict``), plus the client and the target."""
-        report = self.mechanism.report().with_randomness(randomness_mode).to_dict()
+        report = self.mechanism.report().with_randomness(randomness_mode, generator).to_dict()
         report.update(client=self.client, target=self.target, noise_scale=self.noise_scale,
                       release="one upload per round the client is selected; the composition over the rounds "
                               "is metrics.json's privacy_ledger")

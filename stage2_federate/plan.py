@@ -19,7 +19,7 @@ from ldpfl import mechanisms as mech
 from ldpfl.contract.file_checks import float32_overflow
 from ldpfl.contract.release_guarantee import stored_or_computed
 from ldpfl.mechanisms.base import ParameterError
-from ldpfl.mechanisms.randomness import RANDOMNESS_DESCRIPTIONS
+from ldpfl.mechanisms.randomness import describe_randomness
 
 from . import budgets
 from .config import DEFAULT_LR, DEVICES, FederationConfig
@@ -170,11 +170,15 @@ class FederationPlan:
     record: dict[str, Any]
 
     def relabel_randomness(self, mode: str) -> None:
-        """Label the records with ``mode`` (a resumed run keeps the mode it started with)."""
-        self.record["randomness"] = mode
-        for report in self.privacy:
-            report["randomness"] = mode
-            report["randomness_description"] = RANDOMNESS_DESCRIPTIONS[mode]
+        """Label the records with ``mode`` and the streams' generator (a resumed run keeps those it started with)."""
+        relabel(self.record, self.privacy, mode, self.streams.generator_name)
+
+
+def relabel(record: dict[str, Any], privacy: list[dict[str, Any]], mode: str, generator: str) -> None:
+    """Label a run's record and its privacy reports with the randomness ``mode`` and ``generator``."""
+    record.update(randomness=mode, generator=generator)
+    for report in privacy:
+        report.update(randomness=mode, generator=generator, randomness_description=describe_randomness(mode, generator))
 
 
 def resolved_settings(*, device: torch.device, training: LocalTraining, dim: int, target: str, rule: ServerRule,
@@ -223,7 +227,7 @@ def plan_federation(run_dir: Path, config: FederationConfig) -> FederationPlan:
                              config.batch_size, label_noise)
     privacy = []
     for c in clients:
-        report = perturbations[c.index].report(randomness.mode)
+        report = perturbations[c.index].report(randomness.mode, randomness.generator_name)
         report.update(file=c.path.name, feature_privacy=dict(c.metadata.privacy_report),
                       feature_mechanism=c.metadata.mechanism,
                       release_guarantee=stored_or_computed(c.metadata, records=len(c.train) + len(c.test)).to_dict())
@@ -232,6 +236,7 @@ def plan_federation(run_dir: Path, config: FederationConfig) -> FederationPlan:
     record = {
         **config.to_dict(),
         "randomness": randomness.mode,
+        "generator": randomness.generator_name,
         "resolved": resolved_settings(device=device, training=training, dim=dim, target=target, rule=rule,
                                       plan=plan, budgeted=budgeted, perturbations=perturbations,
                                       strategy=strategy, threads=torch.get_num_threads()),

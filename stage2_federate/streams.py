@@ -3,8 +3,10 @@
 The root (the user's seed or the OS CSPRNG, ``ldpfl.mechanisms.make_randomness``) gives independent streams:
 the server's numpy Generator (selection, dropouts, ω), a torch Generator for the initialization, and per
 client a numpy Generator (its perturbation, the root's child i) and a torch Generator (its shuffles and
-dropout masks, that child's child 0). ``state``/``restore`` round-trip them exactly, so a resumed run
-equals an uninterrupted one bit for bit (at a fixed thread count and device).
+dropout masks, that child's child 0). The numpy Generators are the secure generator without a seed and PCG64
+with one (``Randomness.stream``). ``state``/``restore`` round-trip them exactly (as JSON-safe values,
+``mechanisms.randomness.portable_state``), so a resumed run equals an uninterrupted one bit for bit (at a
+fixed thread count and device).
 
 The torch Generators live on the CPU whatever device the run computes on: the initial model, the
 shuffles and the dropout masks are drawn there and moved (``model.build_model``, ``data.ClientSplit.batches``,
@@ -25,6 +27,7 @@ import numpy as np
 import torch
 
 from ldpfl import mechanisms as mech
+from ldpfl.mechanisms.randomness import generator_name_of, portable_state, restore_state
 
 # Spawn keys of the server's streams, beyond any client index.
 SERVER_KEY = 2**31
@@ -53,19 +56,24 @@ class Streams:
 
         client_seqs = randomness.child_sequences(clients)  # client i's stream is the root's child i
         return cls(
-            server=np.random.Generator(np.random.PCG64(child(SERVER_KEY))),
+            server=randomness.stream(child(SERVER_KEY)),
             init=torch_generator(child(INIT_KEY)),
-            perturb=[np.random.Generator(np.random.PCG64(s)) for s in client_seqs],
+            perturb=[randomness.stream(s) for s in client_seqs],
             train=[torch_generator(np.random.SeedSequence(s.entropy, spawn_key=(*s.spawn_key, 0)))
                    for s in client_seqs],
         )
 
+    @property
+    def generator_name(self) -> str:
+        """The bit generator of the perturbation streams (``AES-CTR``, ``ChaCha20``, ``PCG64``), as restored."""
+        return generator_name_of(self.server)
+
     def state(self) -> dict[str, Any]:
         """Every generator's state (for the checkpoint)."""
         return {
-            "server": self.server.bit_generator.state,
+            "server": portable_state(self.server),
             "init": self.init.get_state(),
-            "perturb": [g.bit_generator.state for g in self.perturb],
+            "perturb": [portable_state(g) for g in self.perturb],
             "train": [g.get_state() for g in self.train],
         }
 
@@ -74,9 +82,8 @@ class Streams:
         if len(state["perturb"]) != len(self.perturb) or len(state["train"]) != len(self.train):
             raise ValueError(f"the checkpoint holds random streams for {len(state['perturb'])} clients, "
                              f"this run has {len(self.perturb)}")
-        self.server.bit_generator.state = state["server"]
+        self.server = restore_state(self.server, state["server"])
         self.init.set_state(state["init"])
-        for generator, saved in zip(self.perturb, state["perturb"], strict=True):
-            generator.bit_generator.state = saved
+        self.perturb = [restore_state(g, saved) for g, saved in zip(self.perturb, state["perturb"], strict=True)]
         for torch_generator, saved in zip(self.train, state["train"], strict=True):
             torch_generator.set_state(saved)

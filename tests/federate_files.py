@@ -69,7 +69,7 @@ def write_run(run_dir: str | Path, *, clients: int = 4, rows: int = 64, features
             integer_bits=INTEGER_BITS if spec.encoding else 0, fraction_bits=FRACTION_BITS if spec.encoding else 0,
             features=r, feature_format=feature_format, mechanism=spec.name,
             mechanism_parameters=spec.recorded_parameters(), privacy_report=spec.report().to_dict(),
-            randomness="seeded",
+            randomness="seeded", generator="PCG64",
             label_histograms={s: label_histogram(splits[s][1], NUM_CLASSES) for s in splits},
         )
         path = run_dir / client_file_name(index)

@@ -85,8 +85,13 @@ def test_booleans_are_int8_and_version_1_files_still_read(run: Path, tmp_path: P
     path = tmp_path / "client_000.h5"
     shutil.copyfile(run / client_file_name(0), path)
     with h5py.File(path, "r") as handle:
-        assert handle.attrs["private"].dtype == np.int8 and handle.attrs["schema_version"] == SCHEMA_VERSION == 4
+        assert handle.attrs["private"].dtype == np.int8 and handle.attrs["schema_version"] == SCHEMA_VERSION == 5
         assert handle.attrs["release"] == "flatten" and handle.attrs["local_only"] == 0
+        assert handle.attrs["generator"] == "PCG64"  # the fixture's run is seeded
+    with h5py.File(path, "r+") as handle:  # what version 4 wrote: no generator (every writer used PCG64)
+        handle.attrs["schema_version"] = 4
+        del handle.attrs["generator"]
+    assert read_client_file(path).metadata.generator == "PCG64"
     with h5py.File(path, "r+") as handle:  # what version 1 wrote: a numpy-bool enum, no release/local_only
         handle.attrs["private"] = np.bool_(False)
         handle.attrs["schema_version"] = 1
@@ -94,13 +99,19 @@ def test_booleans_are_int8_and_version_1_files_still_read(run: Path, tmp_path: P
     with open_client_file(path) as (_, metadata, rows):
         assert metadata.schema_version == 1 and not metadata.private and rows["train"] == 16
         assert metadata.release == "flatten" and not metadata.local_only  # versions 1 and 2: flatten, shared
+        assert metadata.generator == "PCG64"
     with h5py.File(path, "r+") as handle:  # version 3 must carry the attributes version 3 added
         handle.attrs["schema_version"] = 3
     with pytest.raises(FormatError, match="missing attribute 'release'"):
         read_client_file(path)
-    with h5py.File(path, "r+") as handle:
+    with h5py.File(path, "r+") as handle:  # version 5 must carry the generator
         handle.attrs["schema_version"] = 5
-    with pytest.raises(FormatError, match="'schema_version' is 5, this reader supports 1, 2, 3, 4"):
+        handle.attrs["release"], handle.attrs["local_only"] = "flatten", np.int8(0)
+    with pytest.raises(FormatError, match="missing attribute 'generator'"):
+        read_client_file(path)
+    with h5py.File(path, "r+") as handle:
+        handle.attrs["schema_version"] = 6
+    with pytest.raises(FormatError, match="'schema_version' is 6, this reader supports 1, 2, 3, 4, 5"):
         read_client_file(path)
 
 
@@ -172,3 +183,28 @@ def test_validate_run_names_the_first_problem(run: Path, tmp_path: Path) -> None
     assert check.listed[0].error is not None and "listed in the manifest but missing" in str(check.listed[0].error)
     shutil.rmtree(target)
     assert "no manifest" in str(check_run_dir(target).manifest_error) and check_run_dir(target).files == ()
+
+
+def test_available_memory_is_psutils_figure_capped_by_the_cgroup(tmp_path: Path, monkeypatch) -> None:
+    import collections
+
+    import psutil
+
+    from ldpfl.contract import memory
+
+    figure = collections.namedtuple("svmem", "available")
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: figure(5000))
+    monkeypatch.setattr(memory, "_CGROUP", tmp_path)
+    assert memory.available_memory() == (5000, "available memory per psutil")  # no cgroup files
+    (tmp_path / "memory.max").write_text("max\n")
+    assert memory.available_memory()[0] == 5000  # a cgroup without a limit
+    (tmp_path / "memory.max").write_text("3000\n")
+    (tmp_path / "memory.current").write_text("1000\n")
+    assert memory.available_memory() == (2000, "the cgroup's memory.max less memory.current")
+    (tmp_path / "memory.current").write_text("9000\n")
+    assert memory.available_memory()[0] == 0  # over the limit: nothing left
+    (tmp_path / "memory.max").write_text("100000\n")
+    assert memory.available_memory()[0] == 5000  # the system's figure is the smaller
+    assert memory.memory_shortfall(4000) is None
+    assert memory.memory_shortfall(6000) == ("needs at least 5.9 KiB of memory, but only 4.9 KiB is available "
+                                             "(available memory per psutil)")

@@ -91,12 +91,14 @@ def test_three_silos_three_formats_one_plan(tmp_path):
     result = ok(run("federate", run_dir, "--rounds", "3", "--local-epochs", "2", "--hidden", "32", "--seed", "5",
                     "--threads", "1", "--quiet", "--json"))
     metrics = json.loads((run_dir / "federation" / "metrics.json").read_text())
-    assert metrics  # federation ran over the three silos' files
-    del result
+    assert len(metrics["rounds"]) == 3  # federation ran over the three silos' files
+    assert all(0.0 <= r["test_accuracy"] <= 1.0 for r in metrics["rounds"])
+    assert json.loads(result.stdout)["final_test_accuracy"] == metrics["rounds"][-1]["test_accuracy"]
 
     shown = ok(run("inspect", run_dir, "--json"))
-    report = json.loads(shown.output)
-    assert report  # inspect reads the gathered run
+    report = json.loads(shown.output)  # inspect reads the gathered run: three files, each verified
+    assert [f["file"] for f in report["files"]] == [client_file_name(i) for i in range(3)]
+    assert all(f["status"] == "ok" and f["checksums"] == "ok" for f in report["files"])
 
     # a run directory whose files were not all exported with its plan: federate and inspect name the file
     tampered = tmp_path / "tampered"

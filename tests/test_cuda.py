@@ -11,7 +11,12 @@ and a checkpoint's generator states would not load on the other device.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from click.testing import CliRunner
@@ -19,6 +24,8 @@ from federate_files import write_run
 
 from ldpfl import mechanisms as mech
 from ldpfl.cli import cli
+from ldpfl.contract.client_reader import read_client_file
+from ldpfl.contract.layout import client_file_name
 from ldpfl.stage2_federate.data import load_client
 from ldpfl.stage2_federate.federation import FederationConfig, Streams, run_federation
 from ldpfl.stage2_federate.model import GeneratorDropout, build_model
@@ -136,3 +143,46 @@ def test_a_checkpoint_resumes_on_the_other_device(packed_run, tmp_path, first, t
     assert metrics["config"]["resolved"]["device"] == then
     assert [r["round"] for r in metrics["rounds"]] == [1, 2, 3]
     assert_close_runs(metrics["rounds"], out / "model.pt", whole.history, whole.paths["model"])
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Stage 1 on the GPU (issue 26): Keras on torch with CUDA torch; each export in a fresh interpreter (Keras
+# takes one backend per process).
+
+STAGE1 = ["--dataset", "mnist5k", "--limit", "400", "--clients", "2", "--epochs", "2", "--batch-size", "32",
+          "--keras-backend", "torch", "--mechanism", "none", "--seed", "13", "--quiet", "--json"]
+
+
+def export_process(*args):
+    env = {k: v for k, v in os.environ.items() if k not in ("KERAS_BACKEND", "KERAS_TORCH_DEVICE")}
+    done = subprocess.run([sys.executable, "-c", "from ldpfl.cli import main; main()", "export", *map(str, args)],
+                          cwd=Path(__file__).resolve().parents[1], env=env, capture_output=True, text=True,
+                          timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout)
+
+
+def test_stage1_training_on_the_gpu_is_reproducible_for_one_stream(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    first = export_process(*STAGE1, "--device", "cuda", "--out", a)
+    second = export_process(*STAGE1, "--device", "cuda", "--out", b)
+    assert [c["local_accuracy"] for c in first["clients"]] == [c["local_accuracy"] for c in second["clients"]]
+    for client in range(2):
+        x, y = (read_client_file(run / client_file_name(client)) for run in (a, b))
+        for split in ("train", "test"):
+            assert x.features[split].tobytes() == y.features[split].tobytes()
+
+
+def test_stage1_gpu_features_agree_with_a_cpu_release_of_the_same_model(tmp_path):
+    gpu, cpu = tmp_path / "gpu", tmp_path / "cpu"
+    export_process(*STAGE1, "--device", "cuda", "--save-models", "--out", gpu)
+    export_process("--from-models", gpu, "--keras-backend", "torch", "--device", "cpu", "--mechanism", "none",
+                   "--seed", "13", "--quiet", "--json", "--out", cpu)
+    encoding = mech.FixedPointEncoding(4, 5)
+    step = 2.0 ** -5  # one fraction step: a value computed in other float rounding moves by at most one step
+    for client in range(2):
+        x, y = (read_client_file(run / client_file_name(client)) for run in (gpu, cpu))
+        width = x.metadata.feature_width
+        for split in ("train", "test"):
+            a, b = (encoding.decode(mech.unpack_bits(f.features[split], width)) for f in (x, y))
+            assert np.allclose(a, b, atol=step, rtol=0)

@@ -23,6 +23,9 @@ def test_demo_runs_the_whole_pipeline(tmp_path) -> None:
     assert summary["nominal_epsilon"] == 0.5
     assert summary["exact_epsilon_per_record"] > 30_000  # UER at alpha = 10 over r*l = 10,240 bits
     assert summary["randomness"] == "seeded" and summary["inspection_ok"] is True
+    guarantee = summary["release_guarantee"]  # clear labels and a non-DP CNN: no finite figure, UER one part
+    assert guarantee["epsilon"] == "inf" and guarantee["private"] is False
+    assert {p["kind"]: p["mechanism"] for p in guarantee["parts"]}["features"] == "uer"
     assert len(summary["local_cnn_accuracy"]) == 2 and len(summary["global_test_accuracy_per_round"]) == 1
     for name in ("client_000.h5", "client_001.h5", "manifest.json", "inspect.png", "federation/metrics.json"):
         assert (out / name).is_file(), name

@@ -9,6 +9,7 @@ other (in particular where the output is deterministic), and otherwise the same 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -32,7 +33,9 @@ class ScriptedUniforms(np.random.Generator):
 
 
 def output_at(m, x: float, *uniforms: float) -> float:
-    return float(m.randomize(np.array([[x]]), rng=ScriptedUniforms(*uniforms))[0, 0])
+    """The output for one value x: drawn by the same mechanism declared for records of one value."""
+    one = dataclasses.replace(m, dim=1)  # a declared dim is enforced (issue 23); the coordinate law is the same
+    return float(one.randomize(np.array([[x]]), rng=ScriptedUniforms(*uniforms))[0, 0])
 
 
 def first_j_where(predicate) -> int:

@@ -26,6 +26,7 @@ from ldpfl.contract.layout import PARTITION_FILE
 from ldpfl.contract.manifest import read_manifest, record_for, write_manifest
 from ldpfl.contract.run_dir import verify_file_record
 from ldpfl.mechanisms import FLOAT32, PACKED_BITS
+from ldpfl.mechanisms.randomness import secure_generator_name
 from ldpfl.stage1_features.export import run_export
 from ldpfl.stage1_features.export_config import DEFAULT_MECHANISM_PARAMS, ExportConfig, ExportError
 
@@ -342,7 +343,26 @@ def test_cli_table_names_clients_and_both_epsilons(tmp_path) -> None:
     result = invoke("--extractor", "none", "--limit", "200", "--out", str(tmp_path), "--quiet")
     assert result.exit_code == 0, result.output
     assert "client_001.h5" in result.stdout and "nominal ε = 0.5" in result.stdout
-    assert "exact ε" in result.stdout and "randomness: csprng" in result.stdout
+    secure = secure_generator_name()  # AES-CTR with AES-NI, else ChaCha20
+    assert "exact ε" in result.stdout and f"randomness: csprng ({secure})" in result.stdout
+
+
+def test_an_unseeded_export_says_its_noise_came_from_the_secure_generator(tmp_path) -> None:
+    """Issue 23: files, reports, the manifest and inspect name the generator; a seeded run names PCG64."""
+    secure = secure_generator_name()
+    for seed, mode, generator in ((None, "csprng", secure), (3, "seeded", "PCG64")):
+        out = tmp_path / mode
+        result = run_export(quick_config(seed=seed, clients=1), out, progress=False)
+        assert (result.privacy.randomness, result.privacy.generator) == (mode, generator)
+        metadata = read_client_file(out / "client_000.h5").metadata
+        assert (metadata.randomness, metadata.generator) == (mode, generator)
+        report = metadata.privacy()
+        assert (report.randomness, report.generator) == (mode, generator)
+        assert read_manifest(out).info["generator"] == generator
+        shown = CliRunner().invoke(cli, ["inspect", str(out / "client_000.h5")])
+        assert shown.exit_code == 0, shown.output
+        assert f"randomness  {mode} ({generator}): " in shown.stdout
+        assert ("cryptographically secure" in shown.stdout) == (mode == "csprng")
 
 
 @pytest.mark.parametrize("args", [

@@ -13,6 +13,7 @@ from federate_files import write_run
 
 import ldpfl.stage2_federate.rounds as round_steps
 from ldpfl import mechanisms as mech
+from ldpfl.mechanisms.randomness import generator_name_of, secure_generator_name
 from ldpfl.stage2_federate.federation import FederationConfig, Streams, run_federation
 from ldpfl.stage2_federate.model import build_model
 from ldpfl.stage2_federate.model_file import read_model
@@ -263,3 +264,28 @@ def test_every_aggregation_with_every_perturbation(aggregation, perturbation, pa
     assert len(record["selected"]) == (2 if aggregation == "fraction" else 4)
     assert sum(record["weights"]) == pytest.approx(1.0)
     assert all(torch.isfinite(v).all() for v in state(result.paths["model"]).values())
+
+
+def test_unseeded_streams_are_secure_and_survive_a_checkpoint(tmp_path) -> None:
+    """Issue 23: without a seed every numpy stream is the secure generator; its state is checkpointable."""
+    streams = Streams.create(mech.make_randomness(), 3)
+    assert streams.generator_name == secure_generator_name()
+    assert {generator_name_of(g) for g in streams.perturb} == {secure_generator_name()}
+    streams.server.random(3)
+    streams.perturb[1].normal(size=5)
+    torch.save({"rng": streams.state()}, tmp_path / "checkpoint.pt")
+    expected = streams.server.random(4), streams.perturb[1].random(4), streams.perturb[2].random(4)
+    resumed = Streams.create(mech.make_randomness(), 3)
+    resumed.restore(torch.load(tmp_path / "checkpoint.pt", weights_only=True)["rng"])
+    for a, b in zip(expected, (resumed.server.random(4), resumed.perturb[1].random(4),
+                               resumed.perturb[2].random(4)), strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_an_unseeded_run_labels_its_reports_with_the_generator(packed_run, tmp_path) -> None:
+    result = run(packed_run, tmp_path / "out", rounds=1, seed=None)
+    metrics = json.loads(result.paths["metrics_json"].read_text())
+    assert metrics["config"]["randomness"] == "csprng"
+    assert metrics["config"]["generator"] == secure_generator_name()
+    assert {p["generator"] for p in metrics["privacy"]} == {secure_generator_name()}
+    assert all("cryptographically secure" in p["randomness_description"] for p in metrics["privacy"])

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import tomli_w
 import torch
 from federate_files import write_run
 from flower_helpers import leftovers, marked_fixture  # noqa: F401 - the fixture `marked`
@@ -34,7 +35,6 @@ from ldpfl.stage2_federate.flower_engine.protocol import (
     app_pyproject,
     read_config,
     run_config,
-    toml_table,
 )
 from ldpfl.stage2_federate.flower_engine.server_side import plan_from_summaries
 from ldpfl.stage2_federate.plan import plan_federation
@@ -50,7 +50,7 @@ CONFIG = dict(rounds=3, clients_per_round=2, hidden=(16,), device="cpu", drop_pe
 def test_run_config_round_trips_the_configuration_and_its_seed() -> None:
     config = FederationConfig(**CONFIG)
     values = run_config(config, num_clients=3, out_dir="/x", resume=True)
-    parsed = tomllib.loads(toml_table(values))
+    parsed = tomllib.loads(tomli_w.dumps(values))  # as launch.submit_run writes it
     assert parsed == values and parsed["num-clients"] == 3 and parsed["resume"] is True
     again = read_config(parsed)
     assert again == config and again.seed == 1
@@ -205,7 +205,8 @@ def test_stop_kills_descendants_in_other_sessions(tmp_path, marked) -> None:
             "time.sleep(300)\n")
     daemon = Daemon("tree", [sys.executable, "-c", code], env=dict(os.environ), log=tmp_path / "log", cwd=tmp_path)
     deadline = time.monotonic() + 20
-    while len(daemon.pids) < 2 and time.monotonic() < deadline:
+    # the grandchild calls setsid between fork and exec: a snapshot may see its pid before its own session
+    while (len(daemon.pids) < 2 or len(daemon.groups) < 2) and time.monotonic() < deadline:
         daemon.snapshot()
         time.sleep(0.05)
     assert len(daemon.pids) == 2 and len(daemon.groups) == 2  # the grandchild lives in its own session

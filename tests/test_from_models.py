@@ -175,3 +175,21 @@ def test_runs_exported_before_need_their_seed_to_redraw_the_holdout(source: Path
     assert [e["mechanism"] for e in history] == ["rr", "none"]  # the old manifest: one flatten release per file
     with np.load(tmp_path / "b" / PARTITION_FILE) as data:  # the new run stores the recovered split
         assert {"client_000_train", "client_000_test"} <= set(data.files)
+
+
+def test_a_source_with_private_labels_is_released_again(tmp_path: Path) -> None:
+    """k-RR labels in the source cannot match the partition row by row: the rows per split are checked instead,
+    and the second release composes the first one's values and labels."""
+    source = tmp_path / "private"
+    result = invoke("export", *SOURCE, "--seed", "7", "--mechanism", "rr", "--epsilon", str(SOURCE_EPSILON),
+                    "--label-epsilon", "1", "--save-models", "--out", str(source))
+    assert result.exit_code == 0, result.output
+    summary = rerelease(source, tmp_path / "again", "--release", "label", "--mechanism", "krr", "--epsilon", "1",
+                        "--label-epsilon", "1", "--seed", "8")
+    assert [c["rows"] for c in summary["clients"]] == [{"train": 54, "test": 6}] * 2
+    again = read_client_file(tmp_path / "again" / client_file_name(0)).metadata
+    parts = {p["kind"]: p for p in again.release_guarantee["parts"]}
+    first = read_client_file(source / client_file_name(0)).metadata
+    assert first.label_release["mechanism"] == again.label_release["mechanism"] == "krr"
+    first_values = next(p for p in first.release_guarantee["parts"] if p["kind"] == "features")
+    assert math.isclose(parts["re-release"]["epsilon"], first_values["epsilon"] + first.label_release["epsilon"])

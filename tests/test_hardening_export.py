@@ -25,7 +25,7 @@ from ldpfl.contract.digest import sha256_file
 from ldpfl.contract.manifest import read_manifest
 from ldpfl.contract.run_dir import validate_run
 from ldpfl.contract.schema import ClientMetadata
-from ldpfl.stage1_features import worker_guard
+from ldpfl.stage1_features import export_run_dir, worker_guard
 from ldpfl.stage1_features.export import run_export
 from ldpfl.stage1_features.export_config import ExportConfig, ExportError
 
@@ -119,9 +119,8 @@ def test_rerun_waits_for_a_stale_worker_then_proceeds(tmp_path, monkeypatch) -> 
     run = tmp_path / "run"
     run.mkdir()
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import fcntl, sys, time\n"
-                               f"h = open({str(run / worker_guard.WORKERS_LOCK)!r}, 'a+')\n"
-                               "fcntl.flock(h.fileno(), fcntl.LOCK_SH)\nprint('held', flush=True)\ntime.sleep(2.5)\n"],
+        [sys.executable, "-c", "import time\nfrom ldpfl.stage1_features.worker_guard import hold_workers_lock\n"
+                               f"lock = hold_workers_lock({str(run)!r})\nprint('held', flush=True)\ntime.sleep(2.5)\n"],
         stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "held"
@@ -138,6 +137,18 @@ def test_rerun_waits_for_a_stale_worker_then_proceeds(tmp_path, monkeypatch) -> 
     finally:
         holder.kill()
         holder.wait()
+    assert len(validate_run(run)[1]) == 1
+
+
+def test_a_second_export_into_a_held_run_directory_is_refused_then_runs(tmp_path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    config = ExportConfig(dataset="mnist5k", extractor="none", limit=40, clients=1, seed=1)
+    with export_run_dir.locked(run):  # an export holding the directory
+        with pytest.raises(ExportError, match="another ldpfl export is running in"):
+            run_export(config, run, progress=False)
+        assert not (run / "manifest.json").exists()  # the refused export wrote nothing
+    run_export(config, run, progress=False)  # released: runs
     assert len(validate_run(run)[1]) == 1
 
 
@@ -166,9 +177,13 @@ def test_commit_never_replaces_a_file_that_appeared_meanwhile(tmp_path) -> None:
         ClientFileWriter(path, _metadata(), {"train": 2, "test": 0})
 
 
-def test_worker_guard_outside_a_worker() -> None:
+def test_worker_guard_outside_a_worker_and_after_its_parent_died(monkeypatch) -> None:
     assert worker_guard.parent_alive()
     worker_guard.require_parent("nothing")  # not a worker: no parent to lose
+    monkeypatch.setattr(worker_guard, "_parent_pid", os.getppid() + 1)  # a worker whose parent is gone
+    assert not worker_guard.parent_alive()
+    with pytest.raises(RuntimeError, match="client_000.h5 is not committed"):
+        worker_guard.require_parent("client_000.h5")
 
 
 def test_rerun_of_a_finished_export_lists_the_files_and_reuses_them(tmp_path) -> None:

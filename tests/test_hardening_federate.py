@@ -54,7 +54,7 @@ def temporaries(directory: Path) -> list[str]:
 
 def test_second_federation_into_the_same_out_is_refused(run_dir, tmp_path) -> None:
     out = tmp_path / "out"
-    with outdir.locked(out):  # a federation holding the directory (flock: any other open file conflicts)
+    with outdir.locked(out):  # a federation holding the directory (another lock of the same file conflicts)
         line = one_line_error(invoke(str(run_dir), *FAST, "--rounds", "1", "--out", str(out)))
         assert "another ldpfl federate is writing into" in line and "--out" in line, line
         assert not (out / "config.json").exists()  # the refused run wrote nothing
@@ -186,8 +186,8 @@ def test_model_size_is_checked_against_memory_before_allocation() -> None:
     with pytest.raises(ValueError, match=r"5,300,000,004 parameters.*needs at least .* GiB.*only 1\.0 GiB"):
         resources.check_model(48, (100_000_000,), 4, 3, available=2**30, source="test")
     assert resources.check_model(48, (16,), 4, 3, available=2**30) == 852
-    available, source = resources.available_memory()
-    assert available is None or available > 0 and source
+    available, source = resources.available_memory()  # this machine reports its memory (cgroup or the OS)
+    assert available is not None and available > 2**28 and source
 
 
 def test_huge_hidden_layer_is_a_quick_one_line_error(run_dir, tmp_path) -> None:

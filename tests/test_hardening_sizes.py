@@ -78,7 +78,7 @@ def test_a_stride_zero_model_is_refused_before_it_allocates(tmp_path):
     stride_zero_model(model)
     assert model.stat().st_size < 16 * 1024
     out, growth = peak_growth(f"""
-        from ldpfl.predict import load_global_model
+        from ldpfl.prediction import load_global_model
         # --- measure
         load_global_model({str(model)!r})
     """)

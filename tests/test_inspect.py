@@ -32,9 +32,9 @@ from inspect_files import (
 from ldpfl import mechanisms as mech
 from ldpfl.cli import cli
 from ldpfl.contract.layout import client_file_name
-from ldpfl.inspect import inspect_path
 from ldpfl.inspect_bits import binomial_se
 from ldpfl.inspect_file import ERROR, FLAGGED, OK
+from ldpfl.inspection import inspect_path
 
 K_SE = 5.0
 L = 10  # m = 4, n = 5

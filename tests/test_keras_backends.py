@@ -7,6 +7,7 @@ release, and both must give the same clean features up to the fixed-point roundi
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -80,3 +81,30 @@ def test_a_backend_cannot_change_once_keras_is_imported() -> None:
     assert keras_backend.select_keras_backend(keras.backend.backend()) == keras.backend.backend()
     with pytest.raises(ParameterError, match="keras_backend"):
         keras_backend.select_keras_backend("theano")
+
+
+def test_device_cuda_where_no_gpu_is_seen_is_one_line_and_writes_nothing(tmp_path: Path) -> None:
+    if keras_backend.cuda_visible("tensorflow"):
+        pytest.skip("this machine has a GPU that TensorFlow sees")
+    out = tmp_path / "run"
+    result = CliRunner().invoke(cli, ["export", *TINY, "--device", "cuda", "--out", str(out)])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("Error: --device cuda: the tensorflow backend sees no CUDA device")
+    assert not out.exists()
+    with pytest.raises(ParameterError, match="device must be one of auto, cpu, cuda"):
+        ExportConfig(device="gpu")
+
+
+@pytest.mark.slow
+def test_the_device_is_not_recorded_and_changes_no_byte_on_the_cpu(tmp_path: Path) -> None:
+    auto, cpu = tmp_path / "auto", tmp_path / "cpu"
+    export_in_fresh_process(*TINY, "--out", str(auto))
+    export_in_fresh_process(*TINY, "--device", "cpu", "--out", str(cpu))
+    assert "device" not in read_manifest(cpu).info["config"]
+    for client in range(2):  # every dataset and attribute but the time
+        x, y = (read_client_file(run / client_file_name(client)) for run in (auto, cpu))
+        for split in ("train", "test"):
+            assert x.features[split].tobytes() == y.features[split].tobytes()
+            assert x.labels[split].tobytes() == y.labels[split].tobytes()
+        assert dataclasses.replace(x.metadata, created_utc="") == dataclasses.replace(y.metadata, created_utc="")

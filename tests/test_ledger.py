@@ -115,3 +115,14 @@ def test_release_from_report() -> None:
     assert release.l2_sensitivity == pytest.approx(fedaw.sensitivity)
     with pytest.raises(ValueError, match="dim"):
         lg.release_from_report(mech.create_mechanism("gaussian").report())
+
+
+@pytest.mark.parametrize(("name", "params"), [("gaussian", {"epsilon": 0.5, "delta": 1e-5, "clip": 4.0, "dim": 16}),
+                                              ("gaussian", {"epsilon": 2.0, "delta": 1e-6, "clip": 1.0, "dim": 784}),
+                                              ("fedaw-gaussian", {"epsilon": 1.0, "delta": 1e-5, "dim": 10})])
+def test_one_round_of_the_ledger_is_the_reports_per_record_epsilon(name: str, params: dict) -> None:
+    """The same discrete Gaussian noise gets one ε: stage 1's report (ρ-zCDP through dp-accounting) and
+    stage 2's ledger for one upload (dp-accounting's Gaussian event) agree up to float rounding of σ/Δ₂."""
+    report = mech.create_mechanism(name, **params).report()
+    entry = lg.compose(lg.release_from_report(report), 1)
+    assert entry.epsilon == pytest.approx(report.exact_epsilon_per_record, rel=1e-9)

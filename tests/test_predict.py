@@ -28,7 +28,7 @@ import pytest
 import torch
 from cli_checks import assert_usage_error, ok, run
 
-from ldpfl import predict as pr
+from ldpfl import prediction as pr
 from ldpfl.contract.layout import client_file_name, local_file_name
 from ldpfl.contract.plan import PLAN_FILE, read_plan
 from ldpfl.stage2_federate.model import FederatedMLP

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
 from ldpfl import mechanisms as mech
+from ldpfl.mechanisms import randomness
 
 RANDOMIZED = [name for name in mech.mechanism_names() if name != "none"]
 
@@ -137,3 +140,82 @@ def test_report_randomness_label() -> None:
         report.with_randomness("dice")
     # The seed itself is never part of a report.
     assert "seed" not in report.with_randomness("seeded").to_dict()["parameters"]
+
+
+# ----------------------------------------------------------------------------------------------------
+# The secure generator (issue 23): every unseeded stream, and only those.
+
+
+def test_unseeded_streams_draw_from_the_secure_generator() -> None:
+    from randomgen import AESCounter, ChaCha
+
+    root = mech.make_randomness()
+    assert root.generator_name in randomness.SECURE_GENERATORS
+    assert root.label == f"csprng ({root.generator_name})"
+    kind = AESCounter if root.generator_name == "AES-CTR" else ChaCha
+    streams = [root.generator(), *root.child_generators(3), *root.generator().spawn(2)]
+    assert all(type(g.bit_generator) is kind for g in streams)
+    assert "cryptographically secure" in root.description and "privacy" not in root.description
+
+
+def test_aes_ni_decides_between_aes_ctr_and_chacha20() -> None:
+    from randomgen import AESCounter
+
+    assert randomness.secure_generator_name() == ("AES-CTR" if AESCounter(0).use_aesni else "ChaCha20")
+
+
+def test_without_aes_ni_the_streams_are_chacha20_with_20_rounds(monkeypatch) -> None:
+    from randomgen import ChaCha
+
+    monkeypatch.setattr(randomness, "secure_generator_name", lambda: randomness.CHACHA20)
+    root = mech.make_randomness()
+    generator = root.generator()
+    assert type(generator.bit_generator) is ChaCha and generator.bit_generator.state["state"]["rounds"] == 20
+    assert root.label == "csprng (ChaCha20)"
+
+
+def test_seeded_streams_stay_pcg64_byte_for_byte() -> None:
+    root = mech.make_randomness(5)
+    assert root.generator_name == "PCG64" and root.label == "seeded (PCG64)"
+    expected = np.random.Generator(np.random.PCG64(np.random.SeedSequence(5)))
+    np.testing.assert_array_equal(root.generator().random(8), expected.random(8))
+    child = np.random.Generator(np.random.PCG64(np.random.SeedSequence(5).spawn(2)[1]))
+    np.testing.assert_array_equal(root.child_generators(2)[1].integers(0, 2**63, size=8), child.integers(0, 2**63, 8))
+
+
+@pytest.mark.parametrize("mode", ["csprng", "seeded"])
+def test_generator_states_survive_json_and_resume_the_same_draws(mode: str) -> None:
+    generator = randomness.stream_generator(np.random.SeedSequence(11), mode)
+    generator.random(5)
+    saved = json.loads(json.dumps(randomness.portable_state(generator)))
+    expected = generator.random(6)
+    fresh = randomness.stream_generator(np.random.SeedSequence(12), mode)
+    restored = randomness.restore_state(fresh, saved)
+    assert restored is fresh  # same kind: set in place
+    np.testing.assert_array_equal(restored.random(6), expected)
+
+
+def test_a_pcg64_state_restores_into_a_pcg64_stream_whatever_the_mode() -> None:
+    """A run started before the secure default resumes on its own (PCG64) streams."""
+    old = np.random.Generator(np.random.PCG64(7))
+    saved = json.loads(json.dumps(randomness.portable_state(old)))
+    expected = old.random(4)
+    restored = randomness.restore_state(mech.make_randomness().generator(), saved)
+    assert randomness.generator_name_of(restored) == "PCG64"
+    np.testing.assert_array_equal(restored.random(4), expected)
+    with pytest.raises(ValueError, match="unknown generator 'MT19937'"):
+        randomness.restore_state(old, randomness.portable_state(np.random.Generator(np.random.MT19937(1))))
+
+
+def test_reports_name_the_generator() -> None:
+    report = mech.create_mechanism("krr").report().with_randomness("csprng", "AES-CTR")
+    data = report.to_dict()
+    assert data["generator"] == "AES-CTR" and "cryptographically secure" in data["randomness_description"]
+    assert mech.PrivacyReport.from_dict(json.loads(json.dumps(data))) == report
+    assert "randomness           csprng (AES-CTR): seeded from the OS CSPRNG" in report.format_text()
+    old = report.with_randomness("csprng", "PCG64").to_dict()["randomness_description"]
+    assert "not cryptographic" in old
+    with pytest.raises(ValueError, match="generator must be one of AES-CTR, ChaCha20, PCG64, got 'MT'"):
+        report.with_randomness("csprng", "MT")
+    with pytest.raises(ValueError, match="key 'generator' must be one of"):
+        mech.PrivacyReport.from_dict(data | {"generator": "dice"})

@@ -55,6 +55,21 @@ def test_dp_sgd_with_private_labels_and_scores_equals_dp_accounting() -> None:
     assert parts[2].epsilon == pytest.approx(independent_pld([sgd], 1e-5), rel=1e-9)
 
 
+def test_a_class_released_by_krr_composes_as_krr_tighter_than_binary_rr() -> None:
+    k, eps = 10, 1.0
+    as_krr = rg.features_part("krr", "label", eps, categories=k)
+    assert as_krr.event == {"krr": eps, "num_classes": k}
+    labels = rg.labels_part({"mechanism": "krr", "epsilon": eps, "num_classes": k})
+    extractor = rg.extractor_part(SGD, trained=True, records=7000, features_epsilon=eps)
+    tight = rg.compose([as_krr, labels, extractor], scope="s")
+    loose = rg.compose([rg.features_part("krr", "label", eps), labels, extractor], scope="s")
+    sgd = dp_accounting.SelfComposedDpEvent(
+        dp_accounting.PoissonSampledDpEvent(0.02, dp_accounting.GaussianDpEvent(1.1)), 800)
+    krr = dp_accounting.RandomizedResponseDpEvent(k / (math.exp(eps) + k - 1), k)
+    assert tight.epsilon == pytest.approx(independent_pld([sgd, krr, krr], 1e-5), rel=1e-9)
+    assert tight.epsilon < loose.epsilon
+
+
 def test_pure_parts_add_and_an_open_part_makes_it_infinite() -> None:
     krr = {"mechanism": "krr", "epsilon": 1.5, "num_classes": 10}
     pure = rg.compose([rg.features_part("krr", "label", 2.0), rg.labels_part(krr)], scope="s")
@@ -206,7 +221,7 @@ def test_a_dp_extractor_with_private_labels_gives_dp_accountings_composition(tmp
     k = 10
     events = [dp_accounting.SelfComposedDpEvent(dp_accounting.PoissonSampledDpEvent(
                   sgd["sampling_probability"], dp_accounting.GaussianDpEvent(sgd["noise_multiplier"])), sgd["steps"]),
-              dp_accounting.RandomizedResponseDpEvent(2 / (math.exp(values_eps) + 1), 2),  # dominates any ε-DP
+              dp_accounting.RandomizedResponseDpEvent(k / (math.exp(values_eps) + k - 1), k),  # the class, by k-RR
               dp_accounting.RandomizedResponseDpEvent(k / (math.exp(labels["epsilon"]) + k - 1), k)]
     assert guarantee["private"] and guarantee["delta"] == 1e-5 and guarantee["method"] == rg.METHOD_PLD
     assert guarantee["epsilon"] == pytest.approx(independent_pld(events, 1e-5), rel=1e-9)

@@ -1,8 +1,9 @@
 """Style checks run by the test suite (and so by ``.ci/run``): ruff (lint, numpy docstrings) and mypy.
 
 The configuration is in pyproject.toml: ruff checks the whole tree (``D`` rules for the package source),
-mypy checks ``ldpfl.contract`` and ``ldpfl.mechanisms``. mypy cannot follow setuptools' ``package-dir`` mapping
-(``mechanisms/`` installed as ``ldpfl.mechanisms``), so it reads a tree of links laid out as installed.
+mypy checks ``ldpfl`` itself (its lazy API names), ``ldpfl.contract``, ``ldpfl.mechanisms`` and ``ldpfl.api``
+(the stage modules the API calls are read for their types only). mypy cannot follow setuptools' ``package-dir``
+mapping (``mechanisms/`` installed as ``ldpfl.mechanisms``), so it reads a tree of links laid out as installed.
 Each test skips only when its tool is not installed; the
 ``test`` extra installs both.
 """
@@ -20,7 +21,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 MAPPED = ("mechanisms", "contract", "stage1_features", "stage2_federate")  # pyproject's package-dir
-TYPED = ("ldpfl.contract", "ldpfl.mechanisms")
+TYPED = ("ldpfl.contract", "ldpfl.mechanisms", "ldpfl.api")  # packages mypy checks
+TYPED_MODULES = ("ldpfl",)  # the top-level module alone (its subpackages are the stages, read for types only)
 
 
 def run_tool(module: str, *args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
@@ -37,6 +39,8 @@ def installed_layout(root: Path) -> Path:
     for path in (ROOT / "ldpfl").iterdir():
         if path.suffix in (".py", ".typed"):
             (package / path.name).symlink_to(path)
+        elif (path / "__init__.py").is_file():  # a subpackage of the app (ldpfl/api)
+            (package / path.name).symlink_to(path, target_is_directory=True)
     for folder in MAPPED:
         (package / folder).symlink_to(ROOT / folder, target_is_directory=True)
     return root
@@ -47,8 +51,9 @@ def test_ruff_check_passes() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def test_mypy_passes_on_contract_and_mechanisms(tmp_path: Path) -> None:
-    packages = [arg for name in TYPED for arg in ("-p", name)]
+def test_mypy_passes_on_contract_mechanisms_and_the_api(tmp_path: Path) -> None:
+    packages = [*(arg for name in TYPED_MODULES for arg in ("-m", name)),
+                *(arg for name in TYPED for arg in ("-p", name))]
     result = run_tool("mypy", "--config-file", str(ROOT / "pyproject.toml"), "--cache-dir", str(tmp_path / "cache"),
                       *packages, cwd=installed_layout(tmp_path / "src"))  # options: [tool.mypy] in pyproject
     assert result.returncode == 0, result.stdout + result.stderr

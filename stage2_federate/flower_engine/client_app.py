@@ -164,12 +164,12 @@ def train(msg: Message, context: Context) -> Message:
     perturb, generator, _mode = cs.fresh_streams(config, setup, trainer.device)
     store = _store(context, client.index)
     if STREAMS_KEY in context.state.config_records:
-        cs.unpack_streams({k: str(v) for k, v in context.state.config_records[STREAMS_KEY].items()}, perturb,
-                          generator)
+        perturb = cs.unpack_streams({k: str(v) for k, v in context.state.config_records[STREAMS_KEY].items()},
+                                    perturb, generator)
     elif int(info["resume_round"]) > 0:
         saved = None if store is None else store.load(int(info["resume_round"]))
         if saved is not None:
-            cs.unpack_streams(saved, perturb, generator)
+            perturb = cs.unpack_streams(saved, perturb, generator)
         elif info["trained_before"]:
             raise ValueError(f"client {client.index} cannot resume: it trained before round "
                              f"{info['resume_round']} but has no resume state"

@@ -30,6 +30,7 @@ from ldpfl.contract.atomic import atomic_write_text
 from ldpfl.contract.digest import sha256_file
 from ldpfl.contract.layout import client_stem, local_file_name
 from ldpfl.contract.release_guarantee import stored_or_computed
+from ldpfl.mechanisms.randomness import portable_state, restore_state
 
 from ..config import FederationConfig
 from ..data import ClientDataset, ClientSplit, load_clean_test, load_client
@@ -126,14 +127,20 @@ def fresh_streams(config: FederationConfig, setup: ClientSetup, device: torch.de
 
 def pack_streams(perturb: np.random.Generator, train: torch.Generator) -> dict[str, str]:
     """Return both generators' states as JSON-ready text (for ``context.state`` and the resume file)."""
-    return {"perturb": json.dumps(perturb.bit_generator.state),
+    return {"perturb": json.dumps(portable_state(perturb)),
             "train": base64.b64encode(bytes(train.get_state().numpy())).decode("ascii")}
 
 
-def unpack_streams(state: Mapping[str, str], perturb: np.random.Generator, train: torch.Generator) -> None:
-    """Set ``perturb`` and ``train`` to a state made by :func:`pack_streams`."""
-    perturb.bit_generator.state = json.loads(state["perturb"])
+def unpack_streams(state: Mapping[str, str], perturb: np.random.Generator, train: torch.Generator
+                   ) -> np.random.Generator:
+    """Set ``perturb`` and ``train`` to a state made by :func:`pack_streams`; return the perturbation Generator.
+
+    ``perturb`` itself is set when the state is of its kind of generator; a state of another kind (saved by a
+    run that started before the secure generator became the default) comes back as a new Generator.
+    """
+    restored = restore_state(perturb, json.loads(state["perturb"]))
     train.set_state(torch.frombuffer(bytearray(base64.b64decode(state["train"])), dtype=torch.uint8))
+    return restored
 
 
 class ResumeStore:

@@ -30,7 +30,7 @@ import fcntl
 import json
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -217,10 +217,12 @@ def run_on_superlink(run_dir: str | Path, config: FederationConfig, *, superlink
                      out_dir: str | Path | None = None, resume: bool = False, progress: bool = True,
                      overwrite: bool = False, keep_checkpoint: bool = False, options: FlowerOptions | None = None,
                      insecure: bool = False, root_certificates: str | Path | None = None,
-                     on_warning: Callable[[str], None] | None = print_warning) -> Any:
+                     on_warning: Callable[[str], None] | None = print_warning,
+                     on_round: Callable[[Mapping[str, Any]], None] | None = None) -> Any:
     """Run (or resume) the federation of ``run_dir`` on the SuperNodes of the SuperLink at ``superlink``.
 
-    Parameters are those of ``launch.run_flower`` plus the SuperLink's ``HOST:PORT`` and its TLS:
+    Parameters are those of ``launch.run_flower`` (``on_round`` included) plus the SuperLink's ``HOST:PORT`` and
+    its TLS:
     ``root_certificates`` (the CA's PEM file; default the system's CAs) or ``insecure`` (no TLS: tests on
     127.0.0.1 only). ``run_dir`` needs only its manifest (and plan); run this on the SuperLink's machine
     (the ServerApp writes ``out_dir`` there). See the module docstring.
@@ -265,7 +267,7 @@ def run_on_superlink(run_dir: str | Path, config: FederationConfig, *, superlink
                 clear_outputs(target)
             remove_temporaries(target)
             status = _submit_and_follow(control, run, config, target, resume=resume, keep_checkpoint=keep_checkpoint,
-                                        options=options, progress=progress, on_warning=on_warning)
+                                        options=options, progress=progress, on_warning=on_warning, on_round=on_round)
     return _result(target, status, keep_checkpoint)
 
 
@@ -277,7 +279,8 @@ def _forget_if_ours(target: Path) -> None:
 
 def _submit_and_follow(control: ControlClient, run: CoordinatorRun, config: FederationConfig, target: Path, *,
                        resume: bool, keep_checkpoint: bool, options: FlowerOptions, progress: bool,
-                       on_warning: Callable[[str], None] | None) -> dict[str, Any]:
+                       on_warning: Callable[[str], None] | None,
+                       on_round: Callable[[Mapping[str, Any]], None] | None) -> dict[str, Any]:
     """Write the submission record, start the run, follow it; stop it when this fails or is interrupted."""
     token = secrets.token_hex(16)
     status_path = target / STATUS_FILE
@@ -296,7 +299,7 @@ def _submit_and_follow(control: ControlClient, run: CoordinatorRun, config: Fede
         _write_submission(target, superlink=control.address, token=token, run_id=run_id)
         ended, settle = _control_watch(control, run_id, target)
         status = follow(status_path, rounds=config.rounds, options=options, progress=progress, ended=ended,
-                        settle=settle, on_warning=on_warning)
+                        settle=settle, on_warning=on_warning, on_round=on_round)
         ended_cleanly = released(target, RELEASE_WAIT)
         return status
     except BaseException:

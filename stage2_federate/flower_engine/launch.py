@@ -29,7 +29,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from ldpfl.contract.jsonout import json_ready
+import tomli_w
+
 from ldpfl.contract.layout import FEDERATION_DIR
 from ldpfl.contract.run_dir import validate_run
 from ldpfl.contract.version import package_version
@@ -39,7 +40,7 @@ from .. import outputs as out
 from ..config import FederationConfig
 from . import require_flower
 from .processes import Daemon, stop_all
-from .protocol import app_pyproject, run_config, toml_table
+from .protocol import app_pyproject, run_config
 
 CONNECTION = "ldpfl"
 # Flower's SuperExec asks its SuperNode (or SuperLink) for a ClientApp (ServerApp) task to launch every
@@ -90,7 +91,8 @@ def write_app(directory: str | Path) -> Path:
     """Write the ldpfl Flower app (a ``pyproject.toml`` naming ldpfl's ServerApp and ClientApp) into ``directory``."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    (directory / "pyproject.toml").write_text(app_pyproject(package_version().split("+")[0] or "0.0.0"))
+    (directory / "pyproject.toml").write_text(app_pyproject(package_version().split("+")[0] or "0.0.0"),
+                                              encoding="utf-8")
     return directory
 
 
@@ -101,8 +103,8 @@ def flower_env(home: Path, *, address: str | None = None, insecure: bool = True,
     if address is not None:
         connection: dict[str, Any] = {"address": address}
         connection.update({"root-certificates": root_certificates} if root_certificates else {"insecure": insecure})
-        (home / "config.toml").write_text(f'[superlink]\ndefault = "{CONNECTION}"\n\n[superlink.{CONNECTION}]\n'
-                                          + toml_table(connection))
+        (home / "config.toml").write_text(tomli_w.dumps({"superlink": {"default": CONNECTION, CONNECTION: connection}}),
+                                          encoding="utf-8")
     env = dict(os.environ, FLWR_HOME=str(home), FLWR_DISABLE_UPDATE_CHECK="1", FLWR_TELEMETRY_ENABLED="0",
                FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION="1",
                PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]))
@@ -234,10 +236,12 @@ def print_warning(message: str) -> None:
 
 def follow(status_path: Path, *, rounds: int, options: FlowerOptions, progress: bool,
            ended: Callable[[], str | None], settle: Callable[[], None] = lambda: None,
-           on_warning: Callable[[str], None] | None = print_warning) -> dict[str, Any]:
+           on_warning: Callable[[str], None] | None = print_warning,
+           on_round: Callable[[Mapping[str, Any]], None] | None = None) -> dict[str, Any]:
     """Wait for the ServerApp's final status; raise :class:`FlowerRunError` on an error, a stall or a lost run.
 
-    Shows the rounds as they complete, and passes each round's warning line to ``on_warning`` once.
+    Shows the rounds as they complete, passes each round's warning line to ``on_warning`` once, and the
+    last completed round (``round``, ``test_accuracy``) to ``on_round`` whenever the ServerApp reports a new one.
     ``ended()`` is asked at every poll: ``None`` while the run may still report, else the one-line reason
     why it ended without a result; ``settle()`` lets the run end by itself after its final status.
     """
@@ -261,6 +265,8 @@ def follow(status_path: Path, *, rounds: int, options: FlowerOptions, progress: 
                 shown = int(status["round"])
                 if status.get("test_accuracy") is not None:
                     bar.set_postfix(test_acc=f"{status['test_accuracy']:.4f}")
+                if on_round is not None:
+                    on_round({"round": shown, "test_accuracy": status.get("test_accuracy")})
             if status.get("state") in ("done", "error"):
                 settle()
                 if status["state"] == "error":
@@ -304,7 +310,7 @@ def submit_run(work: Path, env: Mapping[str, str], values: Mapping[str, Any], *,
     """Write the app and its run configuration under ``work`` and start ``flwr run APP ldpfl --stream``."""
     app = write_app(work / "app")
     config_file = work / "run-config.toml"
-    config_file.write_text(toml_table(values))
+    config_file.write_text(tomli_w.dumps(dict(values)), encoding="utf-8")
     argv = [_bin("flwr"), "run", str(app), CONNECTION, "--stream", "--run-config", str(config_file)]
     if federation:
         argv += ["--federation-config", " ".join(f"{k}={v}" for k, v in federation.items())]
@@ -339,10 +345,12 @@ def _result(out_dir: Path, status: Mapping[str, Any], keep_checkpoint: bool) -> 
 def run_flower(run_dir: str | Path, config: FederationConfig, *, out_dir: str | Path | None = None,
                resume: bool = False, progress: bool = True, overwrite: bool = False, keep_checkpoint: bool = False,
                options: FlowerOptions = FlowerOptions(),
-               on_warning: Callable[[str], None] | None = print_warning) -> Any:
+               on_warning: Callable[[str], None] | None = print_warning,
+               on_round: Callable[[Mapping[str, Any]], None] | None = None) -> Any:
     """Run (or resume) the federation of ``run_dir`` in Flower's simulation engine; same outputs as the local one.
 
-    Parameters are those of ``federation.run_federation`` plus ``options`` (CPUs per client, time limits).
+    Parameters are those of ``federation.run_federation`` plus ``options`` (CPUs per client, time limits);
+    ``on_round`` gets the last completed round and its test accuracy whenever the ServerApp reports a new one.
     Each simulated client opens only its own file; client selection and dropouts come from the run's
     seeded server Generator, so a seeded run equals the local engine's (same selections; accuracies to
     float tolerance).
@@ -388,15 +396,10 @@ def run_flower(run_dir: str | Path, config: FederationConfig, *, out_dir: str | 
             daemons.append(submit)
             ended, settle = _simulation_watch(submit, daemons)
             status = follow(status_path, rounds=config.rounds, options=options, progress=progress, ended=ended,
-                            settle=settle, on_warning=on_warning)
+                            settle=settle, on_warning=on_warning, on_round=on_round)
         finally:
             stop_all(daemons)
             shutil.rmtree(work, ignore_errors=True)
         if not keep_checkpoint:
             shutil.rmtree(target / CLIENT_STATE_DIR, ignore_errors=True)
     return _result(target, status, keep_checkpoint)
-
-
-def describe_result(result: Any) -> dict[str, Any]:
-    """Return ``result.to_dict()`` with the engine named (for ``--json``)."""
-    return json_ready({**result.to_dict(), "engine": "flower"})

@@ -3,11 +3,11 @@
 ``flower-superlink`` starts ``flower-superexec`` with ``setsid`` (a new session), which starts the
 ServerApp's process (``flwr-simulation`` or ``flwr-serverapp``) and, in a simulation, Ray (its GCS,
 raylet, dashboard, workers and actors). Killing the SuperLink's process group therefore leaves most of
-them running. A :class:`Daemon` records its whole tree of descendants (``ps -A -o pid= -o ppid= -o
-pgid=``, on Linux and macOS) every time :meth:`Daemon.snapshot` is called, which the launcher does while
+them running. A :class:`Daemon` records its whole tree of descendants (``psutil``'s process tree, and
+each one's process group) every time :meth:`Daemon.snapshot` is called, which the launcher does while
 it waits; :meth:`Daemon.stop` asks the root to stop (SIGTERM), then SIGKILLs every recorded process and
 process group that is still there. Only processes this module started, and their descendants, are
-signalled. Standard library only.
+signalled.
 """
 
 from __future__ import annotations
@@ -20,45 +20,44 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import IO
 
-
-def _table() -> list[tuple[int, int, int, str]]:
-    done = subprocess.run(["ps", "-A", "-o", "pid=", "-o", "ppid=", "-o", "pgid=", "-o", "stat="],
-                          capture_output=True, text=True, check=False)
-    rows = []
-    for line in done.stdout.splitlines():
-        parts = line.split()
-        if len(parts) >= 4 and parts[0].isdigit() and parts[1].isdigit() and parts[2].isdigit():
-            rows.append((int(parts[0]), int(parts[1]), int(parts[2]), parts[3]))
-    return rows
+import psutil
 
 
 def descendants(root: int) -> tuple[set[int], set[int]]:
     """Return the pids and process groups of ``root`` and all its descendants now."""
-    rows = _table()
-    children: dict[int, list[int]] = {}
-    group = {}
-    for pid, ppid, pgid, _ in rows:
-        children.setdefault(ppid, []).append(pid)
-        group[pid] = pgid
-    seen: set[int] = set()
-    stack = [root]
-    while stack:
-        pid = stack.pop()
-        if pid in seen or pid not in group:
+    try:
+        family = [root, *(child.pid for child in psutil.Process(root).children(recursive=True))]
+    except psutil.NoSuchProcess:
+        return set(), set()
+    pids, groups = set(), set()
+    for pid in family:
+        try:
+            groups.add(os.getpgid(pid))
+        except ProcessLookupError:  # ended since the tree was read
             continue
-        seen.add(pid)
-        stack.extend(children.get(pid, []))
-    return seen, {group[p] for p in seen}
+        pids.add(pid)
+    return pids, groups
 
 
 def alive(pids: Iterable[int]) -> list[int]:
     """Return those of ``pids`` that still run (zombies, which only await their parent, do not count)."""
-    live = {pid for pid, _, _, stat in _table() if not stat.startswith("Z")}
-    return sorted(set(pids) & live)
+    live = []
+    for pid in set(pids):
+        try:
+            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                live.append(pid)
+        except psutil.NoSuchProcess:
+            continue
+        except psutil.AccessDenied:  # another user's process: it exists
+            live.append(pid)
+    return sorted(live)
 
 
 def process_started() -> float | None:
-    """Return when this process started, as a Unix time (Linux ``/proc``, 10 ms resolution); ``None`` elsewhere."""
+    """Return when this process started, as a Unix time (Linux ``/proc``, 10 ms resolution); ``None`` elsewhere.
+
+    (psutil's ``create_time`` adds the boot time, which Linux gives in whole seconds: too coarse for timelines.)
+    """
     try:
         ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])  # field 22: starttime
         age = time.clock_gettime(time.CLOCK_BOOTTIME) - ticks / os.sysconf("SC_CLK_TCK")

@@ -15,18 +15,20 @@ Message types (``flwr.app.Message.metadata.message_type``):
   unless the run keeps its checkpoint.
 
 The run configuration (``context.run_config``) holds the keys of :data:`RUN_CONFIG_DEFAULTS`; a value
-reaches the apps through a TOML file given to ``flwr run --run-config FILE.toml`` (every key must also be
-declared in the app's ``pyproject.toml``, :func:`app_pyproject`, or Flower refuses the override).
+reaches the apps through a TOML file given to ``flwr run --run-config FILE.toml`` (written with ``tomli_w``,
+the writer Flower itself uses; every key must also be declared in the app's ``pyproject.toml``,
+:func:`app_pyproject`, or Flower refuses the override).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+import tomli_w
 
 from ..config import FederationConfig
 
@@ -87,44 +89,19 @@ RUN_CONFIG_DEFAULTS: dict[str, Any] = {
 }
 
 
-def _toml_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise ValueError(f"run configuration values must be finite, got {value!r}")
-        return repr(value)
-    if isinstance(value, str):
-        return json.dumps(value)  # a TOML basic string: JSON's escapes are valid TOML escapes
-    raise TypeError(f"run configuration values are bool, int, float or str, got {type(value).__name__}")
-
-
-def toml_table(values: Mapping[str, Any]) -> str:
-    """Return ``key = value`` lines (TOML) for flat ``values`` of bool, int, float or str."""
-    return "".join(f'"{key}" = {_toml_value(value)}\n' for key, value in values.items())
-
-
 def app_pyproject(version: str) -> str:
     """Return the ``pyproject.toml`` of the Flower app: metadata, components and every run-config key.
 
     The app directory holds only this file: the components are modules of the installed ldpfl package.
     """
-    return (
-        "[project]\n"
-        f'name = "{APP_NAME}"\n'
-        f'version = "{version}"\n'
-        'description = "ldpfl stage 2 (federated learning over LDP feature files) on Flower"\n'
-        'license = "Apache-2.0"\n'
-        "dependencies = []\n\n"
-        "[tool.flwr.app]\n"
-        f'publisher = "{PUBLISHER}"\n\n'
-        "[tool.flwr.app.components]\n"
-        f'serverapp = "{SERVER_APP}"\n'
-        f'clientapp = "{CLIENT_APP}"\n\n'
-        "[tool.flwr.app.config]\n" + toml_table(RUN_CONFIG_DEFAULTS)
-    )
+    return tomli_w.dumps({
+        "project": {"name": APP_NAME, "version": version,
+                    "description": "ldpfl stage 2 (federated learning over LDP feature files) on Flower",
+                    "license": "Apache-2.0", "dependencies": []},
+        "tool": {"flwr": {"app": {"publisher": PUBLISHER,
+                                  "components": {"serverapp": SERVER_APP, "clientapp": CLIENT_APP},
+                                  "config": dict(RUN_CONFIG_DEFAULTS)}}},
+    })
 
 
 def run_config(config: FederationConfig, **values: Any) -> dict[str, Any]:

@@ -39,6 +39,7 @@ from ..plan import (
     check_noise_scales,
     plan_perturbations,
     plan_strategy,
+    relabel,
     resolve_device,
     resolved_settings,
 )
@@ -129,7 +130,7 @@ def plan_from_summaries(config: FederationConfig, summaries: Sequence[ClientSumm
             label_noise=None if label_noise is None else label_noise.to_dict())
     privacy = []
     for s in ordered:
-        report = perturbations[s.index].report(randomness.mode)
+        report = perturbations[s.index].report(randomness.mode, randomness.generator_name)
         report.update(file=s.file, feature_privacy=dict(s.feature_privacy), feature_mechanism=s.feature_mechanism)
         if s.release_guarantee is not None:
             report.update(release_guarantee=dict(s.release_guarantee))
@@ -137,6 +138,7 @@ def plan_from_summaries(config: FederationConfig, summaries: Sequence[ClientSumm
     record = {
         **config.to_dict(),
         "randomness": randomness.mode,
+        "generator": randomness.generator_name,
         "engine": ENGINE,
         "resolved": {
             **resolved_settings(device=device, training=training, dim=dim, target=target, rule=rule,
@@ -321,12 +323,7 @@ def restore(plan: ServerPlan, payload: Mapping[str, Any]) -> list[dict[str, Any]
     """Load the checkpoint's model and streams into ``plan``; return its history."""
     plan.model.load_state_dict(payload["model"])
     plan.streams.restore(payload["rng"])
-    plan.record["randomness"] = payload["randomness"]
-    from ldpfl.mechanisms.randomness import RANDOMNESS_DESCRIPTIONS
-
-    for report in plan.privacy:
-        report["randomness"] = payload["randomness"]
-        report["randomness_description"] = RANDOMNESS_DESCRIPTIONS[payload["randomness"]]
+    relabel(plan.record, plan.privacy, payload["randomness"], plan.streams.generator_name)
     return list(payload["history"])
 
 

@@ -1,7 +1,7 @@
 """``ldpfl export``: stage 1 of LDPFL as one command (Algorithm 1 lines 1-10).
 
-A thin click command: it parses and checks options, builds an ``ExportConfig`` and calls
-``ldpfl.stage1_features.export.run_export``. At import time it loads click and numpy-level modules only
+A thin click command: it parses and checks options, builds an ``ExportConfig`` and calls the API's
+``ldpfl.export`` (``ldpfl.api.export_job``) with it. At import time it loads click and numpy-level modules only
 (the registries of datasets, partitions, extractors and mechanisms); TensorFlow loads when a CNN trains.
 """
 
@@ -13,13 +13,13 @@ from typing import Any
 
 import click
 
+from ldpfl.release_cli import check_from_models, release_options
+from ldpfl.silo_cli import explicit_parameters, own_data_options, silo_config
 from ldpfl.stage1_features import cnn
 from ldpfl.stage1_features.datasets import dataset_names
 from ldpfl.stage1_features.export_config import exportable_mechanisms
-from ldpfl.stage1_features.keras_backend import KERAS_BACKENDS
+from ldpfl.stage1_features.keras_backend import DEVICES, KERAS_BACKENDS
 from ldpfl.stage1_features.partition import PARTITION_KINDS
-from ldpfl.stage1_features.release_cli import check_from_models, release_options
-from ldpfl.stage1_features.silo_cli import explicit_parameters, own_data_options, silo_config
 
 MECHANISM_CHOICES = exportable_mechanisms()
 DEDICATED = {"epsilon": "--epsilon", "alpha": "--alpha", "integer_bits": "-m", "fraction_bits": "-n"}
@@ -91,7 +91,7 @@ def _print_table(result: Any) -> None:
                    "it adds to the features' ε")
     else:
         click.echo("labels: in clear (label ε = inf; --label-epsilon randomizes them)")
-    click.echo(f"randomness: {result.randomness}; {len(result.clients)} clients ({result.new} new) in "
+    click.echo(f"randomness: {result.privacy.randomness_label}; {len(result.clients)} clients ({result.new} new) in "
                f"{result.seconds:.1f} s; manifest {result.manifest.name}")
 
 
@@ -153,6 +153,10 @@ def _print_table(result: Any) -> None:
               help="Keras 3 backend that trains and runs the CNNs  [default: tensorflow; jax under --cnn-epsilon, "
                    "which needs it]. TensorFlow is the fastest on CPU here (torch 16-23 % and jax 52-57 % slower on "
                    "the Fig. 4 CNN, bench/RESULTS.md); same model, same files.")
+@click.option("--device", type=click.Choice(list(DEVICES)), default="auto", show_default=True,
+              help="Where the CNNs train and run: auto (a GPU the backend sees, else the CPU), cpu, or cuda (needs "
+                   "a CUDA build of the backend, e.g. --keras-backend torch with CUDA torch; refused where none is "
+                   "seen). Seeded GPU runs use deterministic kernels. Not recorded: it changes speed, not files.")
 @click.option("--cnn-epsilon", type=float, default=None,
               help="Train each client's CNN with record-level DP-SGD (jax-privacy, Poisson sampling, noise "
                    "calibrated to this ε over the planned epochs), in (0, 100]. Without it the CNN is trained "
@@ -175,7 +179,7 @@ def export_command(dataset: str, data_dir: str | None, clients: int, max_clients
                    epochs: int, batch_size: int, no_augment: bool, mechanism: str, epsilon: float | None,
                    alpha: float | None, integer_bits: int | None, fraction_bits: int | None, params: tuple[str, ...],
                    label_epsilon: float | None, limit: int | None, save_models: bool, store_input_density: bool,
-                   clients_parallel: int, keras_backend: str | None, cnn_epsilon: float | None,
+                   clients_parallel: int, keras_backend: str | None, device: str, cnn_epsilon: float | None,
                    cnn_delta: float | None, overwrite: bool, seed: int | None, out: Path | None, as_json: bool,
                    quiet: bool,
                    release: str, from_models: str | None, keep_clean_test: bool, noise_aware: bool,
@@ -206,7 +210,7 @@ def export_command(dataset: str, data_dir: str | None, clients: int, max_clients
       ldpfl export --plan plan.json --data scans.npz --client-index 0 --clients 3 --out export_a
       ldpfl export --plan plan.json --data records.csv --label-column diagnosis --client-index 2 --clients 3
     """
-    from ldpfl.stage1_features.export import run_export
+    from ldpfl.api.export_job import export
     from ldpfl.stage1_features.export_config import ExportConfig
 
     for name, value in (("--epsilon", epsilon), ("--alpha", alpha)):
@@ -218,7 +222,8 @@ def export_command(dataset: str, data_dir: str | None, clients: int, max_clients
         epochs=epochs, batch_size=batch_size, augment=not no_augment, mechanism=mechanism,
         mechanism_params=mechanism_parameters(epsilon, alpha, integer_bits, fraction_bits, params), limit=limit,
         save_models=save_models, store_input_density=store_input_density, clients_parallel=clients_parallel,
-        keras_backend=keras_backend, overwrite=overwrite, seed=seed, release=release, from_models=from_models,
+        keras_backend=keras_backend, device=device, overwrite=overwrite, seed=seed, release=release,
+        from_models=from_models,
         keep_clean_test=keep_clean_test, noise_aware=noise_aware, label_epsilon=label_epsilon,
         cnn_epsilon=cnn_epsilon, cnn_delta=cnn_delta)
     check_from_models(click.get_current_context(), from_models, out)
@@ -228,7 +233,7 @@ def export_command(dataset: str, data_dir: str | None, clients: int, max_clients
         from ldpfl.contract.names import child_path
 
         out = child_path("runs", config.dataset, "name")
-    result = run_export(config, out, progress=not quiet)
+    result = export(config, out=out, progress_bars=not quiet)
     for note in result.notes:
         click.echo(f"warning: {note}", err=True)
     if as_json:

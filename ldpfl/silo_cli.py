@@ -78,7 +78,7 @@ def data_options(silo: dict[str, Any]) -> dict[str, Any]:
 def explicit_parameters(epsilon: float | None, alpha: float | None, integer_bits: int | None,
                         fraction_bits: int | None, params: tuple[str, ...]) -> dict[str, Any]:
     """Return the mechanism parameters given on the command line (not the IV-D defaults)."""
-    from ldpfl.stage1_features.cli import parse_param
+    from ldpfl.export_cli import parse_param
 
     given = {k: v for k, v in (("epsilon", epsilon), ("alpha", alpha), ("integer_bits", integer_bits),
                                ("fraction_bits", fraction_bits)) if v is not None}
@@ -115,7 +115,7 @@ def silo_config(ctx: click.Context, config: Any, silo: dict[str, Any], explicit:
     """
     from ldpfl.contract.plan import read_plan
     from ldpfl.stage1_features.own_data import default_name
-    from ldpfl.stage1_features.silo import plan_mechanism_parameters
+    from ldpfl.stage1_features.silo import apply_plan
 
     data = silo.get("data")
     if silo.get("name") is not None:
@@ -148,14 +148,7 @@ def silo_config(ctx: click.Context, config: Any, silo: dict[str, Any], explicit:
         given["mechanism_parameters"] = explicit
     if _given(ctx, "label_epsilon"):
         given["label_epsilon"] = config.label_epsilon
-    plan.require_agreement(given, plan_path)
-    changes.update(dataset=plan.dataset, extractor=plan.extractor, mechanism=plan.mechanism.name,
-                   mechanism_params=plan_mechanism_parameters(plan), plan=plan)
-    if hasattr(config, "release"):
-        changes["release"] = plan.release
-    if hasattr(config, "label_epsilon"):
-        changes["label_epsilon"] = plan.label_epsilon
-    return dataclasses.replace(config, **changes)
+    return apply_plan(dataclasses.replace(config, **changes), plan, given, plan_path)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -209,13 +202,10 @@ def plan_command(data: str | None, name: str | None, label_column: str | None, i
       ldpfl plan --data records.csv --label-column diagnosis --extractor none --mechanism pdpm \\
                  --param safe_range_length=2
     """
+    from ldpfl.api.plan_job import plan as make_shared_plan
     from ldpfl.contract.jsonout import echo_json
-    from ldpfl.contract.plan import write_plan
-    from ldpfl.stage1_features.cli import mechanism_parameters
-    from ldpfl.stage1_features.export_config import ExportConfig
-    from ldpfl.stage1_features.export_plan import describe_privacy, make_plan
-    from ldpfl.stage1_features.own_data import default_name
-    from ldpfl.stage1_features.silo import build_plan
+    from ldpfl.export_cli import mechanism_parameters
+    from ldpfl.stage1_features.export_plan import describe_privacy
 
     if data is None:
         raise click.BadParameter("a plan is made over a sample silo's data: pass --data PATH", param_hint="--data")
@@ -231,25 +221,12 @@ def plan_command(data: str | None, name: str | None, label_column: str | None, i
         class_list = [c.strip() for c in classes.split(",")]
     options = data_options({"label_column": label_column, "image_size": image_size, "color_mode": color_mode,
                             "x_key": x_key, "y_key": y_key, "scale": scale})
-    if class_list is not None:
-        options["classes"] = class_list
-    fields = {f.name for f in dataclasses.fields(ExportConfig)}
-    config_kwargs: dict[str, Any] = {
-        "dataset": name or default_name(data), "data": data, "data_options": options, "extractor": extractor,
-        "mechanism": mechanism,
-        "mechanism_params": mechanism_parameters(epsilon, alpha, integer_bits, fraction_bits, params),
-    }
-    if label_epsilon is not None:
-        config_kwargs["label_epsilon"] = label_epsilon
-    if "release" in fields:
-        config_kwargs["release"] = release
-    elif release != "flatten":
-        raise click.BadParameter("this export releases the flatten layer only", param_hint="--release")
-    export = make_plan(ExportConfig(**config_kwargs))
-    plan = build_plan(export, class_list)
-    write_plan(plan, out)
+    made = make_shared_plan(data, out=out, overwrite=overwrite, dataset=name, classes=class_list, extractor=extractor,
+                            release=release, mechanism=mechanism, label_epsilon=label_epsilon, data_options=options,
+                            mechanism_params=mechanism_parameters(epsilon, alpha, integer_bits, fraction_bits, params))
+    plan = made.plan
     if as_json:
-        echo_json(plan.to_dict())
+        echo_json(made.to_dict())
         return
     click.echo(f"plan {out}  {plan.fingerprint}")
     click.echo(f"dataset {plan.dataset}: {plan.num_classes} classes ({', '.join(plan.classes)}), input shape "
@@ -258,4 +235,4 @@ def plan_command(data: str | None, name: str | None, label_column: str | None, i
              else f"{plan.features} float32 values")
     click.echo(f"extractor {plan.extractor} (r = {plan.features}), release {plan.release}, mechanism "
                f"{plan.mechanism.name}, {width} per record")
-    click.echo(f"privacy: {describe_privacy(export.privacy)}")
+    click.echo(f"privacy: {describe_privacy(made.privacy)}")

@@ -1,18 +1,20 @@
 """``ldpfl federate``: stage 2 over the HDF5 files of one export run.
 
-This module imports click and the light stage-2 modules only; torch loads inside the command.
+A thin click command over the API's ``ldpfl.federate`` (``ldpfl.api.federate_job``): it maps the flags to
+the function's arguments. This module imports click and the light stage-2 modules only; torch loads inside
+the command.
 """
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import click
 
-from . import budgets
-from .perturbation import SIGN_MODES, TARGETS, perturbation_names, perturbation_wiring
-from .runtime import apply_runtime_defaults
-from .strategies import strategy_class, strategy_names
+from ldpfl.stage2_federate import budgets
+from ldpfl.stage2_federate.perturbation import SIGN_MODES, TARGETS, perturbation_names, perturbation_wiring
+from ldpfl.stage2_federate.strategies import strategy_class, strategy_names
 
 _HIDDEN_HELP = "Hidden layer sizes, e.g. 2048 (default, LDPFL's DNN) or 512,256; 'none' = logistic regression."
 
@@ -77,7 +79,7 @@ def _parse_superlink(ctx: click.Context, param: click.Parameter, value: str | No
     """Check ``--superlink HOST:PORT`` (stdlib only: Flower loads later, in the command)."""
     if value is None:
         return None
-    from .flower_engine.control import parse_superlink
+    from ldpfl.stage2_federate.flower_engine.control import parse_superlink
 
     try:
         return parse_superlink(value)
@@ -229,29 +231,24 @@ def federate_command(run_dir: Path, presets: tuple[str, ...], out_dir: Path | No
                                    "values; give one")
         options[key] = name
 
-    if engine != "flower" and (cpus_per_client is not None or client_timeout is not None or superlink is not None):
-        raise click.UsageError("--superlink, --cpus-per-client and --round-timeout apply to --engine flower only")
-    if superlink is None and (root_certificates is not None or insecure):
-        raise click.UsageError("--root-certificates and --insecure apply to --superlink only")
-    if superlink is not None and cpus_per_client is not None:
-        raise click.UsageError("--cpus-per-client applies to a simulation, not to --superlink (each silo's "
-                               "SuperNode uses its own machine)")
-    if root_certificates is not None and insecure:
-        raise click.UsageError("--insecure (no TLS) and --root-certificates (TLS with that CA) exclude each other")
-    apply_runtime_defaults()  # before torch loads: huge pages, sleeping OpenMP threads (see runtime.py)
-    from .config import FederationConfig
+    from ldpfl.api.federate_job import federate
+    from ldpfl.stage2_federate.flower_engine import FlowerMissingError
+    from ldpfl.stage2_federate.flower_engine.launch import FlowerRunError
 
-    config = FederationConfig(**options)
-    if engine == "flower":
-        result = _run_on_flower(run_dir, config, out_dir=out_dir, resume=resume, progress=not quiet and not as_json,
-                                overwrite=overwrite, keep_checkpoint=keep_checkpoint, cpus_per_client=cpus_per_client,
-                                client_timeout=client_timeout, superlink=superlink,
-                                root_certificates=root_certificates, insecure=insecure)
-    else:
-        from .federation import run_federation  # imports torch
+    try:
+        result = federate(run_dir, engine=engine, out=out_dir, resume=resume, overwrite=overwrite,
+                          keep_checkpoint=keep_checkpoint, cpus_per_client=cpus_per_client,
+                          client_timeout=client_timeout, superlink=superlink, root_certificates=root_certificates,
+                          insecure=insecure, progress_bars=not quiet and not as_json, on_warning=print_warning,
+                          **options)
+    except FlowerMissingError as error:  # --engine flower: one Error: line each
+        raise click.ClickException(str(error)) from None
+    except FlowerRunError as error:
+        from ldpfl.stage2_federate.flower_engine.control import SuperLinkError
 
-        result = run_federation(run_dir, config, out_dir=out_dir, resume=resume, progress=not quiet and not as_json,
-                                overwrite=overwrite, keep_checkpoint=keep_checkpoint)
+        if isinstance(error, SuperLinkError):  # the SuperLink itself: its own line
+            raise click.ClickException(str(error)) from None
+        raise click.ClickException(f"the Flower run failed: {error}") from None
     if as_json:
         from ldpfl.contract.jsonout import echo_json
 
@@ -259,40 +256,20 @@ def federate_command(run_dir: Path, presets: tuple[str, ...], out_dir: Path | No
         return
     if quiet:
         return
-    from .outputs import summary_table
+    from ldpfl.stage2_federate.outputs import summary_table
 
-    click.echo(summary_table(result.history))
+    click.echo(summary_table(result.rounds))
     if result.privacy_ledger is not None:
-        from .ledger import ledger_lines
+        from ldpfl.stage2_federate.ledger import ledger_lines
 
         click.echo("\n".join(ledger_lines(result.privacy_ledger)))
     final = result.final_accuracy
-    click.echo(f"final test accuracy {'n/a' if final is None else f'{final:.4f}'} after {len(result.history)} "
-               f"rounds; outputs in {result.paths['metrics_json'].parent}")
+    click.echo(f"final test accuracy {'n/a' if final is None else f'{final:.4f}'} after {len(result.rounds)} "
+               f"rounds; outputs in {result.outputs.directory}")
 
 
-def _run_on_flower(run_dir: Path, config: object, *, cpus_per_client: int | None, client_timeout: float | None,
-                   superlink: str | None, root_certificates: Path | None, insecure: bool, **kwargs: object) -> object:
-    """``--engine flower``: Flower's simulation, or a running SuperLink; their failures become one ``Error:`` line."""
-    from .flower_engine import FlowerMissingError, require_flower
+def print_warning(message: str) -> None:
+    """Print ``Warning: message`` on stderr above the progress bar."""
+    from tqdm.auto import tqdm
 
-    try:
-        require_flower(simulation=superlink is None)
-    except FlowerMissingError as error:
-        raise click.ClickException(str(error)) from None
-    from .flower_engine.launch import FlowerOptions, FlowerRunError, run_flower
-
-    options = FlowerOptions(cpus_per_client=cpus_per_client or 1, round_timeout=client_timeout or 600.0)
-    try:
-        if superlink is None:
-            return run_flower(run_dir, config, options=options, **kwargs)  # type: ignore[arg-type]
-        from .flower_engine.control import SuperLinkError
-        from .flower_engine.deployment import run_on_superlink
-
-        try:
-            return run_on_superlink(run_dir, config, superlink=superlink, options=options,  # type: ignore[arg-type]
-                                    insecure=insecure, root_certificates=root_certificates, **kwargs)
-        except SuperLinkError as error:
-            raise click.ClickException(str(error)) from None
-    except FlowerRunError as error:
-        raise click.ClickException(f"the Flower run failed: {error}") from None
+    tqdm.write(f"Warning: {' '.join(message.split())}", file=sys.stderr)

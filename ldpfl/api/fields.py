@@ -1,0 +1,94 @@
+"""The keyword arguments of ``ldpfl.export`` and ``ldpfl.federate``: the fields of their configs, typed.
+
+:class:`ExportFields` holds the fields of ``ExportConfig`` (``ldpfl.stage1_features.export_config``) but
+``plan``, which the job takes as a path or a ``SharedPlan`` of its own; :class:`FederationFields` the fields of
+``FederationConfig`` (``ldpfl.stage2_federate.config``). A test checks that both list exactly those fields.
+Each is ``total=False``: a field left out keeps the config's default.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import TypedDict
+
+StrPath = str | os.PathLike[str]
+"""A path argument: a string or a ``pathlib.Path``."""
+
+
+class ExportFields(TypedDict, total=False):
+    """``ExportConfig``'s fields as keyword arguments of ``ldpfl.export`` (see that class for each one)."""
+
+    dataset: str
+    data_dir: str | None
+    clients: int
+    max_clients: int | None
+    partition: str
+    beta: float
+    unb: float
+    shards_per_client: int
+    test_fraction: float
+    extractor: str
+    epochs: int
+    batch_size: int
+    augment: bool
+    mechanism: str
+    mechanism_params: Mapping[str, object]
+    limit: int | None
+    save_models: bool
+    store_input_density: bool
+    clients_parallel: int
+    keras_backend: str | None
+    device: str
+    overwrite: bool
+    seed: int | None
+    release: str
+    from_models: str | None
+    keep_clean_test: bool
+    noise_aware: bool
+    data: str | None
+    data_options: Mapping[str, object]
+    client_index: int | None
+    label_epsilon: float | None
+    cnn_epsilon: float | None
+    cnn_delta: float | None
+
+
+class FederationFields(TypedDict, total=False):
+    """``FederationConfig``'s fields as keyword arguments of ``ldpfl.federate`` (see that class for each one)."""
+
+    rounds: int
+    clients_per_round: int | None
+    local_epochs: int
+    batch_size: int
+    optimizer: str
+    lr: float | None
+    hidden: tuple[int, ...]
+    dropout: float
+    aggregation: str
+    sample_weighted: bool
+    fraction: float | None
+    perturbation: str
+    perturb_target: str
+    epsilon: float
+    client_epsilons: tuple[float, ...] | str | None
+    client_ranges: tuple[float, ...] | str | None
+    range_length: float
+    client_centres: tuple[float, ...] | None
+    range_centre: float
+    clip: float | None
+    delta: float | str | None
+    sensitivity: float | None
+    sample_rate: float | None
+    sign_mode: str
+    server_lr: float
+    drop_per_round: int
+    device: str
+    threads: int | None
+    eval_batch_size: int
+    eval_clean: bool
+    label_noise_correction: str
+    seed: int | None
+
+
+__all__ = ["ExportFields", "FederationFields", "StrPath"]
