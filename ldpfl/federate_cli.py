@@ -209,12 +209,17 @@ Examples:
               default=None,
               help="flower: seconds to wait for the replies of one exchange (default 600); a client that does not "
                    "answer in time is logged as lost for the round.")
+@click.option("--min-clients-per-round", "min_clients", type=click.IntRange(min=1), default=None,
+              help="flower: the failure policy. A client that fails (its node dies, its file was replaced, its "
+                   "code raised) is logged with its index and reason and the round goes on while at least this "
+                   "many selected clients trained; fewer end the run. Default: a client's own failure ends the run, "
+                   "a lost node is logged and the round goes on.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar and no summary.")
 def federate_command(run_dir: Path, presets: tuple[str, ...], out_dir: Path | None, resume: bool, overwrite: bool,
                      keep_checkpoint: bool, as_json: bool, quiet: bool, engine: str, cpus_per_client: int | None,
                      client_timeout: float | None, superlink: str | None, root_certificates: Path | None,
-                     insecure: bool, **options: object) -> None:
+                     insecure: bool, min_clients: int | None, **options: object) -> None:
     """Federated training of a fully-connected model over the client files in RUN_DIR (LDPFL stage 2).
 
     Each round selects clients, trains them locally on their randomized features, perturbs their uploads
@@ -239,8 +244,8 @@ def federate_command(run_dir: Path, presets: tuple[str, ...], out_dir: Path | No
         result = federate(run_dir, engine=engine, out=out_dir, resume=resume, overwrite=overwrite,
                           keep_checkpoint=keep_checkpoint, cpus_per_client=cpus_per_client,
                           client_timeout=client_timeout, superlink=superlink, root_certificates=root_certificates,
-                          insecure=insecure, progress_bars=not quiet and not as_json, on_warning=print_warning,
-                          **options)
+                          insecure=insecure, min_clients_per_round=min_clients,
+                          progress_bars=not quiet and not as_json, on_warning=print_warning, **options)
     except FlowerMissingError as error:  # --engine flower: one Error: line each
         raise click.ClickException(str(error)) from None
     except FlowerRunError as error:

@@ -105,6 +105,7 @@ def federate(run_dir: StrPath, config: FederationConfig | None = None, /, *, eng
              out: StrPath | None = None, resume: bool = False, overwrite: bool = False,
              keep_checkpoint: bool = False, cpus_per_client: int | None = None, client_timeout: float | None = None,
              superlink: str | None = None, root_certificates: StrPath | None = None, insecure: bool = False,
+             min_clients_per_round: int | None = None,
              progress: ProgressCallback | None = None, progress_bars: bool = False,
              on_warning: Callable[[str], None] | None = None, **fields: Unpack[FederationFields]) -> FederateResult:
     """Run (or resume) a federation over the client files of the export run ``run_dir``.
@@ -132,6 +133,10 @@ def federate(run_dir: StrPath, config: FederationConfig | None = None, /, *, eng
     root_certificates, insecure : optional
         With ``superlink``: the PEM file of the CA that signed its certificate (default: the system's CAs), or
         no TLS at all (tests on 127.0.0.1 only).
+    min_clients_per_round : int, optional
+        Flower only, the failure policy: a failing client is logged with its index and reason and the round
+        goes on while at least this many selected clients trained; fewer end the run. Default: a client's own
+        failure ends the run (a lost node is logged and the round goes on).
     progress : callable, optional
         Called with a :class:`~ldpfl.api.progress.Progress` after each round (with its test accuracy).
     progress_bars : bool
@@ -153,8 +158,10 @@ def federate(run_dir: StrPath, config: FederationConfig | None = None, /, *, eng
     """
     if engine not in ENGINES:
         raise ParameterError(f"`engine` must be one of {', '.join(ENGINES)}, got {engine!r}")
-    if engine != "flower" and (cpus_per_client is not None or client_timeout is not None or superlink is not None):
-        raise ParameterError("`superlink`, `cpus_per_client` and `client_timeout` apply to `engine` flower only")
+    if engine != "flower" and (cpus_per_client is not None or client_timeout is not None or superlink is not None
+                               or min_clients_per_round is not None):
+        raise ParameterError("`superlink`, `cpus_per_client`, `client_timeout` and `min_clients_per_round` apply to "
+                             "`engine` flower only")
     if superlink is None and (root_certificates is not None or insecure):
         raise ParameterError("`root_certificates` and `insecure` apply to `superlink` only")
     if superlink is not None and cpus_per_client is not None:
@@ -184,7 +191,8 @@ def federate(run_dir: StrPath, config: FederationConfig | None = None, /, *, eng
         require_flower(simulation=superlink is None)
         from ldpfl.stage2_federate.flower_engine.launch import FlowerOptions, run_flower
 
-        options = FlowerOptions(cpus_per_client=cpus_per_client or 1, round_timeout=client_timeout or 600.0)
+        options = FlowerOptions(cpus_per_client=cpus_per_client or 1, round_timeout=client_timeout or 600.0,
+                                min_clients=min_clients_per_round)
         record: FederationResult
         if superlink is not None:
             from ldpfl.stage2_federate.flower_engine.deployment import run_on_superlink

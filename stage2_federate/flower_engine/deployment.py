@@ -290,7 +290,7 @@ def _submit_and_follow(control: ControlClient, run: CoordinatorRun, config: Fede
                         keep_checkpoint=keep_checkpoint, run_dir=str(run.run_dir),
                         manifest_files=ManifestEntry.list_to_json(run.files),
                         plan_fingerprint=run.plan_fingerprint or "", submission=token,
-                        timings_file=options.timings_file or "")
+                        timings_file=options.timings_file or "", min_clients=options.min_clients or 0)
     _write_submission(target, superlink=control.address, token=token, run_id=None)
     run_id: int | None = None
     ended_cleanly = False

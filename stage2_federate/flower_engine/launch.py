@@ -64,6 +64,8 @@ class FlowerOptions:
     startup_timeout: float = 300.0  # SuperLink start, Ray start, every node describing its file
     round_timeout: float = 600.0  # one exchange (training or evaluation) of a round
     timings_file: str | None = None  # benchmarks: each message's timeline, as JSON lines (server_app.Timeline)
+    min_clients: int | None = None  # failure policy: the fewest selected clients that must train in a round
+
 
     def __post_init__(self) -> None:
         """Validate the options."""
@@ -73,6 +75,8 @@ class FlowerOptions:
         for name in ("startup_timeout", "round_timeout"):
             if not float(getattr(self, name)) > 0:
                 raise ParameterError(f"`{name}` must be > 0 seconds, got {getattr(self, name)!r}")
+        if self.min_clients is not None and (not isinstance(self.min_clients, int) or self.min_clients < 1):
+            raise ParameterError(f"`min_clients` must be an integer >= 1, got {self.min_clients!r}")
 
 
 def _bin(name: str) -> str:
@@ -390,7 +394,7 @@ def run_flower(run_dir: str | Path, config: FederationConfig, *, out_dir: str | 
                                 startup_timeout=options.startup_timeout, round_timeout=options.round_timeout,
                                 resume=resume, keep_checkpoint=keep_checkpoint,
                                 client_state_dir=str(target / CLIENT_STATE_DIR),
-                                timings_file=options.timings_file or "")
+                                timings_file=options.timings_file or "", min_clients=options.min_clients or 0)
             federation = {"num-supernodes": len(files), "client-resources-num-cpus": options.cpus_per_client}
             submit = submit_run(work, env, values, federation=federation)
             daemons.append(submit)

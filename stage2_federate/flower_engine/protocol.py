@@ -86,6 +86,8 @@ RUN_CONFIG_DEFAULTS: dict[str, Any] = {
     "plan-fingerprint": "",  # deployment: the fingerprint of the coordinator's plan.json ("" = no plan)
     "submission": "",  # deployment: the submitting command's token in OUT (the ServerApp checks it sees OUT)
     "timings-file": "",  # benchmarks: the ServerApp appends each message's timeline here (JSON lines)
+    "min-clients": 0,  # failure policy: a client's failure is logged and the round goes on while at least this
+    # many selected clients trained; fewer ends the run (0: no policy, a client's own failure ends the run)
 }
 
 

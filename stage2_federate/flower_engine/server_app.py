@@ -19,10 +19,14 @@ closes the run. Round t's record (and its checkpoint, with the server's model an
 after round t) is therefore written when round t + 1's replies are in. Evaluation draws no random numbers,
 so the order of every draw, and the result, are the local engine's.
 
-Failures: a client's error reply (its code raised) ends the run with that client's one-line reason; a
-node that does not answer within ``round-timeout`` or is unavailable (a dead SuperNode: Flower replies
-for it with code NODE_UNAVAILABLE) is logged in the round's ``lost`` and ``notes``, and the round goes on
-without it (it is not asked to evaluate that round, nor to finish after a last round it was lost in).
+Failures: a client's error reply (its code raised: an unreadable file, a file replaced since the run
+started) ends the run with that client's index and one-line reason; a node that does not answer within
+``round-timeout`` or is unavailable (a dead SuperNode: Flower replies for it with code NODE_UNAVAILABLE)
+is logged in the round's ``lost`` and ``notes``, and the round goes on without it (it is not asked to
+evaluate that round, nor to finish after a last round it was lost in). With a failure policy (run config
+``min-clients``, ``--min-clients-per-round``: Flower's ``min_fit_clients``) a client's own failure is
+logged the same way, and a round in which fewer selected clients trained than the policy asks (all of
+them when fewer are selected) ends the run, naming every lost client and its reason.
 Replies are matched to clients by message id: Flower's replies for an unavailable node come from the
 SuperLink (``src_node_id`` 1), not from the node.
 """
@@ -162,11 +166,26 @@ def _numbers(record: Mapping[str, Any]) -> dict[str, float]:
     return {key: float(value) for key, value in record.items()}
 
 
-def _failure(reply: Message, client: int, what: str) -> str:
+def _failure(reply: Message, client: int, what: str, *, tolerated: bool = False) -> str:
+    """Return the note of a failed reply; a client's own failure ends the run unless ``tolerated`` (a policy)."""
     reason = " ".join(str(reply.error.reason).split())
     if int(reply.error.code) == CLIENT_FAILED:
-        raise ClientFailedError(f"client {client} failed {what}: {reason}")
+        if not tolerated:
+            raise ClientFailedError(f"client {client} failed {what}: {reason}")
+        return f"client {client}: failed {what}: {reason[:300]}; lost"
     return f"client {client}: no {what.split()[0]} reply ({reason[:200]}); lost"
+
+
+class TooFewClientsError(RuntimeError):
+    """Fewer selected clients trained in a round than the failure policy (``min-clients``) requires."""
+
+
+def check_policy(round_number: int, selected: list[int], trained: int, notes: list[str], min_clients: int) -> None:
+    """Raise :class:`TooFewClientsError` when fewer than ``min_clients`` of ``selected`` trained (``notes``: why)."""
+    if min_clients and trained < min(min_clients, len(selected)):
+        raise TooFewClientsError(f"round {round_number}: {trained} of the {len(selected)} selected clients trained, "
+                                 f"fewer than the failure policy's {min_clients} (min-clients-per-round): "
+                                 + "; ".join(notes))
 
 
 def describe(grid: Grid, nodes: list[int], timeout: float) -> tuple[list[ClientSummary], dict[int, int]]:
@@ -199,7 +218,7 @@ class PendingRound:
 
 
 def play_round(grid: Grid, plan: ss.ServerPlan, node_of: dict[int, int], round_number: int, *, timeout: float,
-               resume_round: int, trained: set[int], pending: PendingRound | None
+               resume_round: int, trained: set[int], pending: PendingRound | None, min_clients: int = 0
                ) -> tuple[PendingRound, dict[str, Any] | None]:
     """One exchange: the selected train (first evaluating the global model for ``pending``), the others evaluate.
 
@@ -227,14 +246,16 @@ def play_round(grid: Grid, plan: ss.ServerPlan, node_of: dict[int, int], round_n
             notes.append(f"client {cid}: no training reply within {timeout:.0f} s; lost")
         elif reply.has_error():
             lost.append(cid)
-            notes.append(_failure(reply, cid, f"training in round {round_number}"))
+            notes.append(_failure(reply, cid, f"training in round {round_number}", tolerated=min_clients > 0))
         else:
             metrics = _numbers(reply.content.metric_records[METRICS])
             note = json.loads(str(reply.content.config_records[INFO]["json"]))["note"]
             upload = (reply.content.array_records[UPLOAD].to_numpy_ndarrays()[0]
                       if UPLOAD in reply.content.array_records else None)
             results.append(ClientResult(cid, upload, float(metrics["loss"]), float(metrics["accuracy"]), note))
-    completed = None if pending is None else complete(pending, plan, replies, asked, node_of, timeout)
+    check_policy(round_number, selected, len(results), notes, min_clients)
+    completed = None if pending is None else complete(pending, plan, replies, asked, node_of, timeout,
+                                                      tolerated=min_clients > 0)
     dropped = draw_dropouts(selected, config.drop_per_round, plan.streams.server)  # after training (IV-E)
     surviving = {r.client: r.upload for r in results if r.upload is not None and r.client not in dropped}
     server = server_step(vector, surviving, plan.strategy, plan.rule, rng=plan.streams.server)
@@ -252,7 +273,7 @@ def _evaluate_message(plan: ss.ServerPlan, cid: int, node: int, vector: np.ndarr
 
 
 def complete(pending: PendingRound, plan: ss.ServerPlan, replies: Mapping[int, Message], asked: set[int],
-             node_of: dict[int, int], timeout: float) -> dict[str, Any]:
+             node_of: dict[int, int], timeout: float, *, tolerated: bool = False) -> dict[str, Any]:
     """Return ``pending``'s record with the evaluation of its model: the unions' mean loss and accuracy per split.
 
     Clients not ``asked`` (lost in that round's training: no reply in time, or unavailable) are not asked
@@ -269,7 +290,7 @@ def complete(pending: PendingRound, plan: ss.ServerPlan, replies: Mapping[int, M
         elif reply is None:
             notes.append(f"client {cid}: no evaluation reply within {timeout:.0f} s; its test split is left out")
         elif reply.has_error():
-            notes.append(_failure(reply, cid, f"evaluation of round {round_number}'s model"))
+            notes.append(_failure(reply, cid, f"evaluation of round {round_number}'s model", tolerated=tolerated))
         else:
             m = _numbers(reply.content.metric_records[EVALUATION])
             for name in splits:
@@ -286,14 +307,14 @@ def complete(pending: PendingRound, plan: ss.ServerPlan, replies: Mapping[int, M
 
 
 def evaluate_last(grid: Grid, plan: ss.ServerPlan, node_of: dict[int, int], pending: PendingRound,
-                  timeout: float) -> dict[str, Any]:
+                  timeout: float, *, tolerated: bool = False) -> dict[str, Any]:
     """Close the run with one exchange: every node not lost in the last round evaluates the final model."""
     asked = set(node_of) - set(pending.lost)
     vector = plan.vector
     round_number = pending.record["round"] + 1
     replies = exchange(grid, {cid: _evaluate_message(plan, cid, node_of[cid], vector, round_number)
                               for cid in sorted(asked)}, timeout)
-    return complete(pending, plan, replies, asked, node_of, timeout)
+    return complete(pending, plan, replies, asked, node_of, timeout, tolerated=tolerated)
 
 
 def finish(grid: Grid, node_of: dict[int, int], timeout: float) -> None:
@@ -324,6 +345,7 @@ def _run(grid: Grid, run_config: Mapping[str, Any], out_dir: Path) -> None:
     config = read_config(run_config)
     status = str(run_config.get("status-file", ""))
     startup, timeout = float(run_config["startup-timeout"]), float(run_config["round-timeout"])
+    min_clients = int(run_config.get("min-clients", 0))
     ss.write_status(status, state="starting")
     nodes = wait_for_nodes(grid, int(run_config["num-clients"]), startup)
     summaries, node_of = describe(grid, nodes, startup)
@@ -366,12 +388,12 @@ def _run(grid: Grid, run_config: Mapping[str, Any], out_dir: Path) -> None:
     for round_number in range(start, config.rounds + 1):
         previous = pending
         pending, completed = play_round(grid, plan, node_of, round_number, timeout=timeout, resume_round=start - 1,
-                                        trained=trained, pending=previous)
+                                        trained=trained, pending=previous, min_clients=min_clients)
         trained |= set(pending.record["selected"]) - set(pending.lost)
         if previous is not None and completed is not None:
             keep(completed, previous.state)
     if pending is not None:
-        keep(evaluate_last(grid, plan, node_of, pending, timeout), pending.state)
+        keep(evaluate_last(grid, plan, node_of, pending, timeout, tolerated=min_clients > 0), pending.state)
     ss.finish_outputs(paths, plan, history, keep_checkpoint=bool(run_config.get("keep-checkpoint", False)))
     gone = set(history[-1]["lost"]) if history else set()  # lost in the last round: likely dead, not waited for
     finish(grid, {cid: node for cid, node in node_of.items() if cid not in gone}, timeout)
