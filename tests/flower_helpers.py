@@ -64,19 +64,32 @@ def leftovers(token: str, settle: float = 10.0) -> list[int]:
 
 
 class Descendants:
-    """psutil's children of this process (recursively), sampled every ``interval`` s until :meth:`stop`."""
+    """psutil's children of this process (recursively), sampled every ``interval`` s until :meth:`stop`.
+
+    Children that already ran when it was made (an earlier test's worker pool, multiprocessing's resource
+    tracker) are not the test's and are left out.
+    """
 
     def __init__(self, interval: float = 0.5):
+        self.before = {self._key(child) for child in psutil.Process().children(recursive=True)} - {None}
         self.seen: dict[tuple[int, float], psutil.Process] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._sample_until_stopped, args=(interval,), daemon=True)
         self._thread.start()
 
+    @staticmethod
+    def _key(process: psutil.Process) -> tuple[int, float] | None:
+        try:
+            return process.pid, process.create_time()
+        except psutil.Error:
+            return None
+
     def sample(self) -> None:
-        """Record the children now."""
+        """Record the children now (those that are new since this watch was made)."""
         for child in psutil.Process().children(recursive=True):
-            with contextlib.suppress(psutil.Error):
-                self.seen.setdefault((child.pid, child.create_time()), child)
+            key = self._key(child)
+            if key is not None and key not in self.before:
+                self.seen.setdefault(key, child)
 
     def _sample_until_stopped(self, interval: float) -> None:
         while not self._stop.is_set():
