@@ -75,6 +75,18 @@ def _parse_delta(ctx: click.Context, param: click.Parameter, value: str | None) 
     return number
 
 
+def _parse_superlink(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """Check ``--superlink HOST:PORT`` (stdlib only: Flower loads later, in the command)."""
+    if value is None:
+        return None
+    from ldpfl.stage2_federate.flower_engine.control import parse_superlink
+
+    try:
+        return parse_superlink(value)
+    except ValueError as error:
+        raise click.BadParameter(str(error).removeprefix("superlink ")) from None
+
+
 def _aggregation_help() -> str:
     return "; ".join(f"{name}: {strategy_class(name).SUMMARY}" for name in strategy_names())
 
@@ -178,18 +190,36 @@ Examples:
 @click.option("--engine", type=click.Choice(["local", "flower"]), default="local", show_default=True,
               help="local: every client in this process. flower: Flower's simulation engine on this machine (a "
                    "private SuperLink, one ClientApp per client file, each opening only its own file; needs "
-                   "pip install -e '.[flower]'); same selections and accuracies at a fixed --seed. Real silos: "
-                   "docs/flower.md.")
+                   "pip install -e '.[flower]'), or with --superlink real silos; same selections and accuracies "
+                   "at a fixed --seed. See docs/flower.md.")
+@click.option("--superlink", metavar="HOST:PORT", callback=_parse_superlink, default=None,
+              help="flower: submit the run to this running Flower SuperLink, whose SuperNodes (one per silo, "
+                   "flower-supernode --node-config \"client-file='...'\") serve the client files. RUN_DIR then needs "
+                   "only its manifest.json (and plan.json if the silos exported with one), never the client files; "
+                   "run this on the SuperLink's machine: its ServerApp writes OUT there. TLS with the system's CAs "
+                   "unless --root-certificates or --insecure.")
+@click.option("--root-certificates", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="--superlink: PEM file of the CA that signed the SuperLink's TLS certificate.")
+@click.option("--insecure", is_flag=True,
+              help="--superlink: no TLS. FOR TESTS ON 127.0.0.1 ONLY: the run's configuration and every update "
+                   "travel in clear.")
 @click.option("--cpus-per-client", type=click.IntRange(min=1), default=None,
-              help="flower: whole CPUs Ray reserves for each simulated client (default 1).")
-@click.option("--client-timeout", type=click.FloatRange(min=0.0, min_open=True), default=None,
+              help="flower simulation: whole CPUs Ray reserves for each simulated client (default 1).")
+@click.option("--round-timeout", "--client-timeout", "client_timeout", type=click.FloatRange(min=0.0, min_open=True),
+              default=None,
               help="flower: seconds to wait for the replies of one exchange (default 600); a client that does not "
                    "answer in time is logged as lost for the round.")
+@click.option("--min-clients-per-round", "min_clients", type=click.IntRange(min=1), default=None,
+              help="flower: the failure policy. A client that fails (its node dies, its file was replaced, its "
+                   "code raised) is logged with its index and reason and the round goes on while at least this "
+                   "many selected clients trained; fewer end the run. Default: a client's own failure ends the run, "
+                   "a lost node is logged and the round goes on.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar and no summary.")
 def federate_command(run_dir: Path, presets: tuple[str, ...], out_dir: Path | None, resume: bool, overwrite: bool,
                      keep_checkpoint: bool, as_json: bool, quiet: bool, engine: str, cpus_per_client: int | None,
-                     client_timeout: float | None, **options: object) -> None:
+                     client_timeout: float | None, superlink: str | None, root_certificates: Path | None,
+                     insecure: bool, min_clients: int | None, **options: object) -> None:
     """Federated training of a fully-connected model over the client files in RUN_DIR (LDPFL stage 2).
 
     Each round selects clients, trains them locally on their randomized features, perturbs their uploads
@@ -213,11 +243,16 @@ def federate_command(run_dir: Path, presets: tuple[str, ...], out_dir: Path | No
     try:
         result = federate(run_dir, engine=engine, out=out_dir, resume=resume, overwrite=overwrite,
                           keep_checkpoint=keep_checkpoint, cpus_per_client=cpus_per_client,
-                          client_timeout=client_timeout, progress_bars=not quiet and not as_json,
-                          on_warning=print_warning, **options)
+                          client_timeout=client_timeout, superlink=superlink, root_certificates=root_certificates,
+                          insecure=insecure, min_clients_per_round=min_clients,
+                          progress_bars=not quiet and not as_json, on_warning=print_warning, **options)
     except FlowerMissingError as error:  # --engine flower: one Error: line each
         raise click.ClickException(str(error)) from None
     except FlowerRunError as error:
+        from ldpfl.stage2_federate.flower_engine.control import SuperLinkError
+
+        if isinstance(error, SuperLinkError):  # the SuperLink itself: its own line
+            raise click.ClickException(str(error)) from None
         raise click.ClickException(f"the Flower run failed: {error}") from None
     if as_json:
         from ldpfl.contract.jsonout import echo_json

@@ -7,6 +7,7 @@ tested without Flower. The runs through Flower (a simulation, and a SuperLink wi
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -19,6 +20,7 @@ import pytest
 import tomli_w
 import torch
 from federate_files import write_run
+from flower_helpers import leftovers, marked_fixture  # noqa: F401 - the fixture `marked`
 
 from ldpfl.stage2_federate.config import FederationConfig
 from ldpfl.stage2_federate.data import load_run
@@ -36,44 +38,6 @@ from ldpfl.stage2_federate.flower_engine.protocol import (
 )
 from ldpfl.stage2_federate.flower_engine.server_side import plan_from_summaries
 from ldpfl.stage2_federate.plan import plan_federation
-
-TOKEN_VARIABLE = "LDPFL_FLOWER_TEST_TOKEN"
-
-
-@pytest.fixture()
-def marked(monkeypatch) -> str:
-    """Mark every process this test starts (through the environment they inherit) to find leftovers."""
-    token = f"{os.getpid()}-{time.monotonic_ns()}"
-    monkeypatch.setenv(TOKEN_VARIABLE, token)
-    return token
-
-
-def leftovers(token: str, settle: float = 10.0) -> list[int]:
-    """Running processes, other than this one, whose environment carries ``token`` (Linux /proc; [] elsewhere)."""
-    proc = Path("/proc")
-    if not proc.is_dir():
-        return []
-    needle = f"{TOKEN_VARIABLE}={token}".encode()
-
-    def scan() -> list[int]:
-        found = []
-        for entry in proc.iterdir():
-            if not entry.name.isdigit() or int(entry.name) == os.getpid():
-                continue
-            try:
-                environ = (entry / "environ").read_bytes()
-                state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-            except (OSError, IndexError):
-                continue
-            if state != "Z" and needle in environ.split(b"\0"):
-                found.append(int(entry.name))
-        return sorted(found)
-
-    deadline = time.monotonic() + settle
-    while (found := scan()) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    return found
-
 
 CONFIG = dict(rounds=3, clients_per_round=2, hidden=(16,), device="cpu", drop_per_round=1, seed=1,
               perturbation="gaussian", client_epsilons=(2.0, 4.0, 8.0), aggregation="weighted")
@@ -100,7 +64,7 @@ def test_the_app_declares_every_run_config_key_and_ldpfl_components() -> None:
     app = project["tool"]["flwr"]["app"]
     assert set(app["config"]) == set(RUN_CONFIG_DEFAULTS)  # Flower refuses an override of an undeclared key
     assert app["components"] == {"serverapp": "ldpfl.stage2_federate.flower_engine.server_app:app",
-                                 "clientapp": "ldpfl.stage2_federate.flower_engine.client_app:app"}
+                                 "clientapp": "ldpfl.stage2_federate.flower_engine.client_entry:app"}
     assert project["project"]["version"] == "1.2.3" and app["publisher"]
 
 
@@ -221,14 +185,14 @@ def test_client_streams_are_the_local_engines_and_survive_a_round_trip(three_cli
     assert p2.random() == perturb.random() and torch.equal(torch.rand(2, generator=t2), torch.rand(2, generator=train))
 
 
-def test_resume_store_keeps_the_last_two_rounds_and_picks_the_latest_not_after(tmp_path) -> None:
+def test_resume_store_keeps_the_last_three_rounds_and_picks_the_latest_not_after(tmp_path) -> None:
     store = cs.ResumeStore(tmp_path, 3)
     assert store.load(5) is None
-    for r in (1, 4, 6):
+    for r in (1, 4, 6, 7):
         store.save(r, {"perturb": f"p{r}", "train": f"t{r}"})
-    assert json.loads(store.path.read_text())["entries"][0]["round"] == 4
-    assert store.load(5) == {"perturb": "p4", "train": "t4"}  # round 6 was saved after the checkpoint of 5
-    assert store.load(9)["perturb"] == "p6" and store.load(3) is None
+    assert [e["round"] for e in json.loads(store.path.read_text())["entries"]] == [4, 6, 7]
+    assert store.load(5) == {"perturb": "p4", "train": "t4"}  # 6 and 7 were saved after the checkpoint of 5
+    assert store.load(9)["perturb"] == "p7" and store.load(3) is None
     store.save(5, {"perturb": "again", "train": "t"})  # a resumed run overwrites what came after
     assert [e["round"] for e in json.loads(store.path.read_text())["entries"]] == [4, 5]
     store.remove()
@@ -317,12 +281,8 @@ def test_simulation_equals_the_local_engine_and_resumes(flower, three_clients, t
 
 @pytest.mark.slow
 def test_two_supernodes_on_localhost_equal_the_local_engine(flower, tmp_path, marked) -> None:
-    from ldpfl.stage2_federate.flower_engine.launch import (
-        FlowerOptions,
-        run_on_superlink,
-        start_superlink,
-        start_supernode,
-    )
+    from ldpfl.stage2_federate.flower_engine.deployment import run_on_superlink
+    from ldpfl.stage2_federate.flower_engine.launch import FlowerOptions, start_superlink, start_supernode
 
     run_dir = write_run(tmp_path / "run", clients=2, rows=64, features=8)
     changes = dict(rounds=2, clients_per_round=None, drop_per_round=0, client_epsilons=(4.0, 8.0))
@@ -334,8 +294,8 @@ def test_two_supernodes_on_localhost_equal_the_local_engine(flower, tmp_path, ma
         for index in (0, 1):  # each silo serves its own file only
             daemons.append(start_supernode(tmp_path / "work", f"127.0.0.1:{port}", run_dir / f"client_00{index}.h5",
                                            index=index, state_dir=tmp_path / f"silo{index}"))
-        result = run_on_superlink(f"127.0.0.1:{port}", FederationConfig(**{**CONFIG, **changes}), num_clients=2,
-                                  out_dir=tmp_path / "flower", progress=False,
+        result = run_on_superlink(run_dir, FederationConfig(**{**CONFIG, **changes}), superlink=f"127.0.0.1:{port}",
+                                  insecure=True, out_dir=tmp_path / "flower", progress=False,
                                   options=FlowerOptions(startup_timeout=240, round_timeout=180))
     finally:
         left = stop_all(daemons)
@@ -350,16 +310,18 @@ def test_a_failing_client_ends_the_run_and_a_dead_supernode_is_lost(flower, tmp_
     """One SuperLink, two SuperNodes, two runs: the failure cases of a deployment, at the price of one start-up.
 
     Run 1: silo 1's file does not exist, so its ClientApp fails to open it and the run ends at once
-    with that client's reason. The file then appears, and run 2 goes on while silo 1 is killed after
-    round 1: round 2 logs client 1 as lost and aggregates client 0 alone.
+    with that client's reason. The file then appears, and run 2 goes on while silo 1 is killed once
+    round 1 is written. Round 1's record is written when round 2's replies (which carry round 1's
+    evaluation) are in, so silo 1 has trained round 2; round 2's evaluation, which travels with round 3's
+    message, leaves its split out, and round 3 logs client 1 as lost and aggregates client 0 alone.
     """
     import shutil
     import threading
 
+    from ldpfl.stage2_federate.flower_engine.deployment import run_on_superlink
     from ldpfl.stage2_federate.flower_engine.launch import (
         FlowerOptions,
         FlowerRunError,
-        run_on_superlink,
         start_superlink,
         start_supernode,
     )
@@ -376,8 +338,8 @@ def test_a_failing_client_ends_the_run_and_a_dead_supernode_is_lost(flower, tmp_
         daemons.append(start_supernode(tmp_path / "work", f"127.0.0.1:{port}", late))
         started = time.monotonic()
         with pytest.raises(FlowerRunError, match=r"could not open its client file: FileNotFoundError.*client_001\.h5"):
-            run_on_superlink(f"127.0.0.1:{port}", config, num_clients=2, out_dir=tmp_path / "failed", progress=False,
-                             options=FlowerOptions(startup_timeout=240, round_timeout=60))
+            run_on_superlink(run_dir, config, superlink=f"127.0.0.1:{port}", insecure=True, out_dir=tmp_path / "failed",
+                             progress=False, options=FlowerOptions(startup_timeout=240, round_timeout=60))
         assert time.monotonic() - started < 240  # an error, not a wait for the time limit
         late.parent.mkdir()
         shutil.copy(run_dir / "client_001.h5", late)
@@ -395,8 +357,9 @@ def test_a_failing_client_ends_the_run_and_a_dead_supernode_is_lost(flower, tmp_
 
         killer = threading.Thread(target=kill_after_round_one, daemon=True)
         killer.start()
-        result = run_on_superlink(f"127.0.0.1:{port}", config, num_clients=2, out_dir=out, progress=False,
-                                  on_warning=None,
+        result = run_on_superlink(run_dir, dataclasses.replace(config, rounds=3), superlink=f"127.0.0.1:{port}",
+                                  insecure=True, out_dir=out,
+                                  progress=False, on_warning=None,
                                   # round 1 must finish with both silos alive even on a loaded 2-core machine
                                   # (each message starts a ClientApp process: 15-40 s under load)
                                   options=FlowerOptions(startup_timeout=240, round_timeout=75))
@@ -404,12 +367,14 @@ def test_a_failing_client_ends_the_run_and_a_dead_supernode_is_lost(flower, tmp_
     finally:
         left = stop_all(daemons)
     assert left == []
-    first, second = result.history
+    first, second, third = result.history
     assert first["lost"] == [] and first["aggregated"] == [0, 1]
-    assert second["lost"] == [1] and second["aggregated"] == [0]
-    assert any(note.startswith("client 1:") and "lost" in note for note in second["notes"])
-    assert "client 1: lost in training, not asked to evaluate; its test split is left out" in second["notes"]
-    assert any(w.startswith("round 2:") for w in result.warnings)
+    assert second["lost"] == [] and second["aggregated"] == [0, 1]
+    assert any(note.startswith("client 1: no evaluation reply") for note in second["notes"]), second["notes"]
+    assert third["lost"] == [1] and third["aggregated"] == [0]
+    assert any(note.startswith("client 1:") and "lost" in note for note in third["notes"])
+    assert "client 1: lost in training, not asked to evaluate; its test split is left out" in third["notes"]
+    assert any(w.startswith("round 3:") for w in result.warnings)
     assert leftovers(marked) == []
 
 def test_each_engine_refuses_the_others_checkpoint(three_clients, tmp_path) -> None:

@@ -2,8 +2,10 @@
 
 ``engine="local"`` runs every client in this process (``ldpfl.stage2_federate.federation``);
 ``engine="flower"`` runs the same federation in Flower's simulation engine on this machine, one ClientApp
-per client file (``ldpfl.stage2_federate.flower_engine.launch``; needs ``pip install -e '.[flower]'``). At a
-fixed seed both select and drop the same clients and reach the same accuracies. Both write the same outputs
+per client file (``ldpfl.stage2_federate.flower_engine.launch``; needs ``pip install -e '.[flower]'``), or,
+with ``superlink``, on the SuperNodes of a running Flower SuperLink (real silos,
+``ldpfl.stage2_federate.flower_engine.deployment``: ``run_dir`` then needs only its manifest and plan). At a
+fixed seed all select and drop the same clients and reach the same accuracies. Both write the same outputs
 (``metrics.json``, ``metrics.csv``, ``accuracy.png``, ``model.pt``, ``config.json``), and the result is built
 the same way from what the engine returns. ``ldpfl federate`` maps its flags to this function.
 """
@@ -102,6 +104,8 @@ class FederateResult:
 def federate(run_dir: StrPath, config: FederationConfig | None = None, /, *, engine: Engine = "local",
              out: StrPath | None = None, resume: bool = False, overwrite: bool = False,
              keep_checkpoint: bool = False, cpus_per_client: int | None = None, client_timeout: float | None = None,
+             superlink: str | None = None, root_certificates: StrPath | None = None, insecure: bool = False,
+             min_clients_per_round: int | None = None,
              progress: ProgressCallback | None = None, progress_bars: bool = False,
              on_warning: Callable[[str], None] | None = None, **fields: Unpack[FederationFields]) -> FederateResult:
     """Run (or resume) a federation over the client files of the export run ``run_dir``.
@@ -122,6 +126,17 @@ def federate(run_dir: StrPath, config: FederationConfig | None = None, /, *, eng
         (it is seed-equivalent, so it is deleted by default).
     cpus_per_client, client_timeout : optional
         Flower only: whole CPUs per simulated client (default 1), seconds to wait for one exchange (600).
+    superlink : str, optional
+        Flower only: ``HOST:PORT`` of a running SuperLink whose SuperNodes (one per silo) serve the client
+        files; the run is submitted there instead of simulated. ``run_dir`` needs only ``manifest.json`` (and
+        ``plan.json``); the ServerApp writes ``out`` on the SuperLink's machine, where this must run.
+    root_certificates, insecure : optional
+        With ``superlink``: the PEM file of the CA that signed its certificate (default: the system's CAs), or
+        no TLS at all (tests on 127.0.0.1 only).
+    min_clients_per_round : int, optional
+        Flower only, the failure policy: a failing client is logged with its index and reason and the round
+        goes on while at least this many selected clients trained; fewer end the run. Default: a client's own
+        failure ends the run (a lost node is logged and the round goes on).
     progress : callable, optional
         Called with a :class:`~ldpfl.api.progress.Progress` after each round (with its test accuracy).
     progress_bars : bool
@@ -138,12 +153,22 @@ def federate(run_dir: StrPath, config: FederationConfig | None = None, /, *, eng
         A setting that cannot be used (the message names the parameter), an output directory that holds a
         run (without ``resume`` or ``overwrite``).
     FlowerMissingError, FlowerRunError
-        ``engine="flower"``: Flower is not installed; the Flower run failed (one line each).
+        ``engine="flower"``: Flower is not installed; the Flower run failed, or (``SuperLinkError``) the
+        SuperLink cannot be reached, fails TLS, is none, refuses or is busy (one line each).
     """
     if engine not in ENGINES:
         raise ParameterError(f"`engine` must be one of {', '.join(ENGINES)}, got {engine!r}")
-    if engine != "flower" and (cpus_per_client is not None or client_timeout is not None):
-        raise ParameterError("`cpus_per_client` and `client_timeout` apply to `engine` flower only")
+    if engine != "flower" and (cpus_per_client is not None or client_timeout is not None or superlink is not None
+                               or min_clients_per_round is not None):
+        raise ParameterError("`superlink`, `cpus_per_client`, `client_timeout` and `min_clients_per_round` apply to "
+                             "`engine` flower only")
+    if superlink is None and (root_certificates is not None or insecure):
+        raise ParameterError("`root_certificates` and `insecure` apply to `superlink` only")
+    if superlink is not None and cpus_per_client is not None:
+        raise ParameterError("`cpus_per_client` applies to a simulation, not to `superlink` (each silo's SuperNode "
+                             "uses its own machine)")
+    if insecure and root_certificates is not None:
+        raise ParameterError("`insecure` (no TLS) and `root_certificates` (TLS with that CA) exclude each other")
     if config is None:
         config = FederationConfig(**fields)
     elif fields:
@@ -163,14 +188,23 @@ def federate(run_dir: StrPath, config: FederationConfig | None = None, /, *, eng
     if engine == "flower":
         from ldpfl.stage2_federate.flower_engine import require_flower
 
-        require_flower()
+        require_flower(simulation=superlink is None)
         from ldpfl.stage2_federate.flower_engine.launch import FlowerOptions, run_flower
 
-        options = FlowerOptions(cpus_per_client=cpus_per_client or 1, round_timeout=client_timeout or 600.0)
-        record: FederationResult = run_flower(Path(run_dir), config, out_dir=target, resume=resume,
-                                              progress=progress_bars, overwrite=overwrite,
-                                              keep_checkpoint=keep_checkpoint, options=options, on_warning=on_warning,
-                                              on_round=rounds_done)
+        options = FlowerOptions(cpus_per_client=cpus_per_client or 1, round_timeout=client_timeout or 600.0,
+                                min_clients=min_clients_per_round)
+        record: FederationResult
+        if superlink is not None:
+            from ldpfl.stage2_federate.flower_engine.deployment import run_on_superlink
+
+            record = run_on_superlink(Path(run_dir), config, superlink=superlink, out_dir=target, resume=resume,
+                                      progress=progress_bars, overwrite=overwrite, keep_checkpoint=keep_checkpoint,
+                                      options=options, insecure=insecure, root_certificates=root_certificates,
+                                      on_warning=on_warning, on_round=rounds_done)
+        else:
+            record = run_flower(Path(run_dir), config, out_dir=target, resume=resume, progress=progress_bars,
+                                overwrite=overwrite, keep_checkpoint=keep_checkpoint, options=options,
+                                on_warning=on_warning, on_round=rounds_done)
     else:
         from ldpfl.stage2_federate.federation import run_federation  # imports torch
 

@@ -8,8 +8,11 @@
 * ``server_app``  - the ``ServerApp`` (imports flwr): seeded selection mapped to node ids, the local
   engine's round steps, the outputs;
 * ``processes``   - starting Flower's daemons so that none is left behind;
-* ``launch``      - :func:`~stage2_federate.flower_engine.launch.run_flower` (a simulation on this machine)
-  and the deployment helpers (a SuperLink and one SuperNode per client file).
+* ``launch``      - :func:`~stage2_federate.flower_engine.launch.run_flower` (a simulation on this machine),
+  following a run, and starting Flower's daemons (a SuperLink, one SuperNode per client file);
+* ``control``     - a running SuperLink's Control API (submit, watch, stop a run; one-line errors);
+* ``deployment``  - :func:`~stage2_federate.flower_engine.deployment.run_on_superlink` (real silos:
+  ``ldpfl federate RUN_DIR --engine flower --superlink HOST:PORT``).
 
 Importing this package imports neither flwr nor torch. :func:`require_flower` raises a one-line error
 with the install command when Flower is missing.

@@ -14,10 +14,12 @@ reason), so the server ends the run with a clear error instead of waiting or rea
 from __future__ import annotations
 
 import json
+import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
+import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Context, Error, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
@@ -26,8 +28,10 @@ from ..data import ClientDataset
 from ..plan import resolve_device
 from . import client_side as cs
 from .file_watch import check_unchanged
+from .processes import process_started
 from .protocol import (
     CLIENT_FAILED,
+    EVALUATION,
     GLOBAL,
     INFO,
     METRICS,
@@ -35,12 +39,16 @@ from .protocol import (
     NODE_CLIENT_INDEX,
     NODE_STATE_DIR,
     PARTITION_ID,
+    TIMINGS,
     UPLOAD,
     ClientSetup,
     read_config,
 )
 
+MODULE_READY = time.time()  # this process has loaded Flower's runtime, this module, ldpfl and torch
+
 app = ClientApp()
+_MARKS: dict[str, float] = {}  # this message's timeline (benchmarks, run config timings-file)
 
 STREAMS_KEY = "ldpfl-streams"  # context.state: this client's generator states between rounds
 FILE_KEY = "ldpfl-file"  # context.state: the client file's path, size, mtime and sha256 at the start of the run
@@ -53,12 +61,21 @@ def _one_line(error: BaseException) -> str:
 
 
 def guarded(handler: Callable[[Message, Context], Message]) -> Callable[[Message, Context], Message]:
-    """Reply with an error message (code CLIENT_FAILED) instead of raising."""
+    """Reply with an error message (code CLIENT_FAILED) instead of raising; add the timeline when asked."""
     def run(msg: Message, context: Context) -> Message:
+        _MARKS.clear()
+        _MARKS["handler_started"] = time.time()
         try:
-            return handler(msg, context)
+            reply = handler(msg, context)
         except Exception as error:  # noqa: BLE001 - every failure goes back to the server as one line
             return Message(Error(CLIENT_FAILED, _one_line(error)), reply_to=msg)
+        if context.run_config.get("timings-file"):
+            entry = sys.modules.get(f"{__package__}.client_entry")
+            timeline = {"process_started": process_started(),
+                        "imports_started": getattr(entry, "IMPORTS_STARTED", None), "module_ready": MODULE_READY,
+                        **_MARKS, "handler_done": time.time()}
+            reply.content[TIMINGS] = ConfigRecord({"json": json.dumps(timeline)})
+        return reply
 
     run.__name__ = handler.__name__
     run.__doc__ = handler.__doc__
@@ -101,6 +118,7 @@ def _open(context: Context, config: FederationConfig) -> ClientDataset:
     if expected is not None and int(expected) != client.index:
         raise ValueError(f"{client.path.name} holds client {client.index}, but this SuperNode was configured as "
                          f"client {expected}")
+    _MARKS["file_ready"] = time.time()
     return client
 
 
@@ -129,7 +147,9 @@ def describe(msg: Message, context: Context) -> Message:
     client = _open(context, config)
     if config.eval_clean:  # a missing or mismatched clean file ends the run before round 1, as in the local engine
         cs.clean_test(client, resolve_device(config.device))
-    return Message(RecordDict({INFO: ConfigRecord({"json": cs.summarize(client).to_json()})}), reply_to=msg)
+    digest = str(context.state.config_records[FILE_KEY]["sha256"])  # check_file's, a moment ago
+    return Message(RecordDict({INFO: ConfigRecord({"json": cs.summarize(client, digest).to_json()})}),
+                   reply_to=msg)
 
 
 @app.train()
@@ -155,6 +175,8 @@ def train(msg: Message, context: Context) -> Message:
                              f"{info['resume_round']} but has no resume state"
                              + ("" if store is None else f" in {store.path}"))
     vector = msg.content.array_records[GLOBAL].to_numpy_ndarrays()[0]
+    evaluation = _evaluation(trainer, config, client, vector) if info.get("evaluate") else None  # the last round's
+    _MARKS["evaluated"] = time.time()
     result = trainer.train(config, setup, client, vector, generator=generator, rng=perturb)
     state = cs.pack_streams(perturb, generator)
     context.state.config_records[STREAMS_KEY] = ConfigRecord(dict(state))
@@ -166,6 +188,8 @@ def train(msg: Message, context: Context) -> Message:
     })
     if result.upload is not None:
         content[UPLOAD] = ArrayRecord([result.upload])
+    if evaluation is not None:
+        content[EVALUATION] = evaluation
     return Message(content, reply_to=msg)
 
 
@@ -178,10 +202,17 @@ def evaluate(msg: Message, context: Context) -> Message:
     setup = ClientSetup.from_json(info["setup"])
     client = _open(context, config)
     vector = msg.content.array_records[GLOBAL].to_numpy_ndarrays()[0]
-    sums = _trainer(config, setup).evaluate(config, client, vector)
-    metrics: dict[str, Any] = {f"{name}_{key}": value for name, (loss_sum, correct, rows) in sums.items()
-               for key, value in (("loss_sum", float(loss_sum)), ("correct", int(correct)), ("rows", int(rows)))}
-    return Message(RecordDict({METRICS: MetricRecord(metrics)}), reply_to=msg)
+    evaluation = _evaluation(_trainer(config, setup), config, client, vector)
+    return Message(RecordDict({EVALUATION: evaluation}), reply_to=msg)
+
+
+def _evaluation(trainer: cs.Trainer, config: FederationConfig, client: ClientDataset,
+                vector: np.ndarray) -> MetricRecord:
+    """Evaluate ``vector`` on this client's test split(s); return the sums as a MetricRecord."""
+    sums = trainer.evaluate(config, client, vector)
+    return MetricRecord({f"{name}_{key}": value for name, (loss_sum, correct, rows) in sums.items()
+                         for key, value in (("loss_sum", float(loss_sum)), ("correct", int(correct)),
+                                            ("rows", int(rows)))})
 
 
 @app.query("finish")

@@ -85,16 +85,20 @@ def clean_test(client: ClientDataset, device: torch.device) -> ClientSplit:
     return split
 
 
-def summarize(client: ClientDataset) -> ClientSummary:
-    """Return what the server may know of ``client``'s file (:class:`ClientSummary`)."""
+def summarize(client: ClientDataset, sha256: str | None = None) -> ClientSummary:
+    """Return what the server may know of ``client``'s file (:class:`ClientSummary`).
+
+    ``sha256``: the file's digest when the caller has just computed it (else it is computed here).
+    """
     meta = client.metadata
     return ClientSummary(
         index=client.index, file=client.path.name, train_rows=len(client.train), test_rows=len(client.test),
         label_histogram=client.label_histogram, dataset=meta.dataset, num_classes=meta.num_classes,
         feature_format=meta.feature_format, feature_width=meta.feature_width, feature_mechanism=meta.mechanism,
-        feature_privacy=dict(meta.privacy_report), sha256=sha256_file(client.path),
+        feature_privacy=dict(meta.privacy_report), sha256=sha256 or sha256_file(client.path),
         release_guarantee=stored_or_computed(meta, records=len(client.train) + len(client.test)).to_dict(),
-        label_release=None if meta.label_release is None else dict(meta.label_release))
+        label_release=None if meta.label_release is None else dict(meta.label_release),
+        plan_fingerprint=meta.plan_fingerprint)
 
 
 def client_perturbation(config: FederationConfig, setup: ClientSetup, client: ClientDataset) -> ClientPerturbation:
@@ -144,11 +148,13 @@ class ResumeStore:
 
     The file holds generator states, which are seed-equivalent: it stays with the client (its silo, or
     the run's output directory in a simulation) and is deleted when the run completes, unless the run
-    keeps its checkpoint. Two entries are kept: a run can stop after a client saved round r + 1 but
-    before the server saved its checkpoint of round r + 1, and resume then needs the state of round r.
+    keeps its checkpoint. Three entries are kept: the server writes its checkpoint of round r when round
+    r + 1's replies (which carry round r's evaluation) are in, so a run can stop after a client saved
+    round r + 2 but before the server saved its checkpoint of round r + 1, and resume then needs the state
+    of round r.
     """
 
-    KEEP = 2
+    KEEP = 3
 
     def __init__(self, directory: str | Path, index: int):
         self.path = Path(directory) / f".{client_stem(index)}.flower-resume.json"

@@ -4,8 +4,9 @@
 mode (its own ``FLWR_HOME``, port, Ray temporary directory, in its own session), submits the ldpfl app
 with ``flwr run --stream``, follows the ServerApp's status file (``flwr run`` exits 0 even when the
 ServerApp failed, and never returns when a ClientApp hangs), and stops every process it started, also
-when the run fails or is interrupted. :func:`run_on_superlink` submits the same app to a SuperLink that
-already runs (deployment: one SuperNode per client file, :func:`start_supernode`).
+when the run fails or is interrupted. ``deployment.run_on_superlink`` submits the same app to a SuperLink
+that already runs (real silos: one SuperNode per client file; :func:`start_superlink` and
+:func:`start_supernode` start Flower's commands on this machine, for tests and benchmarks).
 
 Flower's ``flwr run`` with its default ``local`` connection would start a detached SuperLink that
 outlives the command; ldpfl never uses that connection.
@@ -42,6 +43,12 @@ from .processes import Daemon, stop_all
 from .protocol import app_pyproject, run_config
 
 CONNECTION = "ldpfl"
+# Flower's SuperExec asks its SuperNode (or SuperLink) for a ClientApp (ServerApp) task to launch every
+# FLWR_SUPEREXEC_TASK_POLL_INTERVAL seconds (default 1 s, allowed 0.01-60): a wait in every message. 0.25 s
+# cut that wait without slowing the ClientApp's start; 0.05 s polls cost the 2-core machine more than they
+# saved (bench/RESULTS.md, "Flower deployment: where a round's time goes").
+SUPEREXEC_POLL_VARIABLE = "FLWR_SUPEREXEC_TASK_POLL_INTERVAL"
+SUPEREXEC_POLL = "0.25"
 CLIENT_STATE_DIR = ".flower-clients"  # simulation: each client's resume state, under the output directory
 
 
@@ -56,6 +63,9 @@ class FlowerOptions:
     cpus_per_client: int = 1
     startup_timeout: float = 300.0  # SuperLink start, Ray start, every node describing its file
     round_timeout: float = 600.0  # one exchange (training or evaluation) of a round
+    timings_file: str | None = None  # benchmarks: each message's timeline, as JSON lines (server_app.Timeline)
+    min_clients: int | None = None  # failure policy: the fewest selected clients that must train in a round
+
 
     def __post_init__(self) -> None:
         """Validate the options."""
@@ -65,6 +75,8 @@ class FlowerOptions:
         for name in ("startup_timeout", "round_timeout"):
             if not float(getattr(self, name)) > 0:
                 raise ParameterError(f"`{name}` must be > 0 seconds, got {getattr(self, name)!r}")
+        if self.min_clients is not None and (not isinstance(self.min_clients, int) or self.min_clients < 1):
+            raise ParameterError(f"`min_clients` must be an integer >= 1, got {self.min_clients!r}")
 
 
 def _bin(name: str) -> str:
@@ -105,11 +117,12 @@ def flower_env(home: Path, *, address: str | None = None, insecure: bool = True,
     return env
 
 
-def _healthy(port: int) -> bool:
+def _healthy(port: int, tls: bool = False) -> bool:
     import httpx
 
-    try:
-        return httpx.get(f"http://127.0.0.1:{port}/health", timeout=0.5).is_success
+    try:  # a liveness probe of our own child: its certificate is not what is checked here
+        return httpx.get(f"{'https' if tls else 'http'}://127.0.0.1:{port}/health", timeout=0.5,
+                         verify=False).is_success
     except httpx.HTTPError:
         return False
 
@@ -122,14 +135,14 @@ def start_superlink(work: Path, *, port: int | None = None, simulation: bool = F
     files (``--ssl-ca-certfile``, ``--ssl-certfile``, ``--ssl-keyfile``) and ``--enable-supernode-auth``.
     """
     port = port or free_port()
-    env = flower_env(work / "superlink-home", ray_tmp=_ray_tmp(work))
+    env = {SUPEREXEC_POLL_VARIABLE: SUPEREXEC_POLL, **flower_env(work / "superlink-home", ray_tmp=_ray_tmp(work))}
     if simulation:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(hide_tensorflow(work)), env.get("PYTHONPATH")]))
     argv = [_bin("flower-superlink"), *(["--insecure"] if insecure else []), *(["--simulation"] if simulation else []),
             "--host", "127.0.0.1", "--port", str(port), "--disable-runtime-dependency-installation", *extra]
     daemon = Daemon("superlink", argv, env=env, log=work / "superlink.log", cwd=work)
     deadline = time.monotonic() + timeout
-    while not _healthy(port):
+    while not _healthy(port, tls=not insecure):
         if not daemon.running or time.monotonic() > deadline:
             tail = daemon.tail(5)
             daemon.stop()
@@ -154,7 +167,7 @@ def start_supernode(work: Path, superlink: str, client_file: str | Path, *, inde
     if state_dir is not None:
         node_config["state-dir"] = str(Path(state_dir).resolve())
     node_arg = " ".join(f"{k}={json.dumps(v) if k != 'client-index' else v}" for k, v in node_config.items())
-    env = flower_env(work / f"{name}-home")
+    env = {SUPEREXEC_POLL_VARIABLE: SUPEREXEC_POLL, **flower_env(work / f"{name}-home")}
     argv = [_bin("flower-supernode"), *(["--insecure"] if insecure else []), "--superlink", superlink,
             "--port", str(free_port()), "--node-config", node_arg, *extra]
     return Daemon(name, argv, env=env, log=work / f"{name}.log", cwd=work)
@@ -225,13 +238,16 @@ def print_warning(message: str) -> None:
     tqdm.write(f"Warning: {' '.join(message.split())}", file=sys.stderr)
 
 
-def follow(submit: Daemon, status_path: Path, daemons: Sequence[Daemon], *, rounds: int, options: FlowerOptions,
-           progress: bool, on_warning: Callable[[str], None] | None = print_warning,
+def follow(status_path: Path, *, rounds: int, options: FlowerOptions, progress: bool,
+           ended: Callable[[], str | None], settle: Callable[[], None] = lambda: None,
+           on_warning: Callable[[str], None] | None = print_warning,
            on_round: Callable[[Mapping[str, Any]], None] | None = None) -> dict[str, Any]:
     """Wait for the ServerApp's final status; raise :class:`FlowerRunError` on an error, a stall or a lost run.
 
     Shows the rounds as they complete, passes each round's warning line to ``on_warning`` once, and the
     last completed round (``round``, ``test_accuracy``) to ``on_round`` whenever the ServerApp reports a new one.
+    ``ended()`` is asked at every poll: ``None`` while the run may still report, else the one-line reason
+    why it ended without a result; ``settle()`` lets the run end by itself after its final status.
     """
     from tqdm.auto import tqdm
 
@@ -241,8 +257,6 @@ def follow(submit: Daemon, status_path: Path, daemons: Sequence[Daemon], *, roun
                dynamic_ncols=True, leave=True)
     try:
         while True:
-            for daemon in daemons:
-                daemon.snapshot()
             status = _read_status(status_path)
             if json.dumps(status, sort_keys=True) != seen:
                 seen, last_change = json.dumps(status, sort_keys=True), time.monotonic()
@@ -258,24 +272,41 @@ def follow(submit: Daemon, status_path: Path, daemons: Sequence[Daemon], *, roun
                 if on_round is not None:
                     on_round({"round": shown, "test_accuracy": status.get("test_accuracy")})
             if status.get("state") in ("done", "error"):
-                end = time.monotonic() + 10.0  # let Flower end the run itself; it may not (a hung client)
-                while submit.running and time.monotonic() < end:
-                    time.sleep(0.2)
+                settle()
                 if status["state"] == "error":
                     raise FlowerRunError(str(status.get("error", "the ServerApp failed")))
                 return status
-            if not submit.running:
-                time.sleep(1.0)
+            reason = ended()
+            if reason is not None:
                 if _read_status(status_path).get("state") in ("done", "error"):
                     continue
-                raise FlowerRunError(f"flwr run ended (exit code {submit.proc.returncode}) without a result: "
-                                     + " ".join(submit.tail(3).split())[-300:])
+                raise FlowerRunError(reason)
             if time.monotonic() - last_change > stall:
                 raise FlowerRunError(f"the Flower run made no progress for {stall:.0f} s (state "
                                      f"{status.get('state', 'not started')!r}); stopped")
             time.sleep(0.25)
     finally:
         bar.close()
+
+
+def _simulation_watch(submit: Daemon, daemons: Sequence[Daemon]) -> tuple[Callable[[], str | None],
+                                                                           Callable[[], None]]:
+    """Return :func:`follow`'s ``ended`` and ``settle`` for ``flwr run`` (``submit``) and the daemons beside it."""
+    def ended() -> str | None:
+        for daemon in daemons:
+            daemon.snapshot()
+        if submit.running:
+            return None
+        time.sleep(1.0)
+        return (f"flwr run ended (exit code {submit.proc.returncode}) without a result: "
+                + " ".join(submit.tail(3).split())[-300:])
+
+    def settle() -> None:
+        end = time.monotonic() + 10.0  # let Flower end the run itself; it may not (a hung client)
+        while submit.running and time.monotonic() < end:
+            time.sleep(0.2)
+
+    return ended, settle
 
 
 def submit_run(work: Path, env: Mapping[str, str], values: Mapping[str, Any], *,
@@ -362,48 +393,17 @@ def run_flower(run_dir: str | Path, config: FederationConfig, *, out_dir: str | 
                                 status_file=str(status_path), num_clients=len(files),
                                 startup_timeout=options.startup_timeout, round_timeout=options.round_timeout,
                                 resume=resume, keep_checkpoint=keep_checkpoint,
-                                client_state_dir=str(target / CLIENT_STATE_DIR))
+                                client_state_dir=str(target / CLIENT_STATE_DIR),
+                                timings_file=options.timings_file or "", min_clients=options.min_clients or 0)
             federation = {"num-supernodes": len(files), "client-resources-num-cpus": options.cpus_per_client}
             submit = submit_run(work, env, values, federation=federation)
             daemons.append(submit)
-            status = follow(submit, status_path, daemons, rounds=config.rounds, options=options, progress=progress,
-                            on_warning=on_warning, on_round=on_round)
+            ended, settle = _simulation_watch(submit, daemons)
+            status = follow(status_path, rounds=config.rounds, options=options, progress=progress, ended=ended,
+                            settle=settle, on_warning=on_warning, on_round=on_round)
         finally:
             stop_all(daemons)
             shutil.rmtree(work, ignore_errors=True)
         if not keep_checkpoint:
             shutil.rmtree(target / CLIENT_STATE_DIR, ignore_errors=True)
-    return _result(target, status, keep_checkpoint)
-
-
-def run_on_superlink(address: str, config: FederationConfig, *, num_clients: int, out_dir: str | Path,
-                     resume: bool = False, progress: bool = True, overwrite: bool = False,
-                     keep_checkpoint: bool = False, options: FlowerOptions = FlowerOptions(),
-                     insecure: bool = True, root_certificates: str | None = None,
-                     on_warning: Callable[[str], None] | None = print_warning) -> Any:
-    """Submit the federation to a running SuperLink at ``address`` whose ``num_clients`` SuperNodes serve the files.
-
-    The ServerApp runs where the SuperLink runs and writes the outputs to ``out_dir`` there (an absolute
-    path on that machine); this function waits for them, so it runs on the SuperLink's machine.
-    """
-    require_flower(simulation=False)
-    target = Path(out_dir).resolve()
-    _check_out_dir(target, resume=resume, overwrite=overwrite)
-    with _prepared_out_dir(target, resume=resume, overwrite=overwrite):
-        work = Path(tempfile.mkdtemp(prefix="ldpfl-flwr-"))
-        daemons: list[Daemon] = []
-        try:
-            env = flower_env(work / "cli-home", address=address, insecure=insecure,
-                             root_certificates=root_certificates)
-            status_path = work / "status.json"
-            values = run_config(config, out_dir=str(target), status_file=str(status_path), num_clients=num_clients,
-                                startup_timeout=options.startup_timeout, round_timeout=options.round_timeout,
-                                resume=resume, keep_checkpoint=keep_checkpoint)
-            submit = submit_run(work, env, values)
-            daemons.append(submit)
-            status = follow(submit, status_path, daemons, rounds=config.rounds, options=options, progress=progress,
-                            on_warning=on_warning)
-        finally:
-            stop_all(daemons)
-            shutil.rmtree(work, ignore_errors=True)
     return _result(target, status, keep_checkpoint)

@@ -53,6 +53,19 @@ def alive(pids: Iterable[int]) -> list[int]:
     return sorted(live)
 
 
+def process_started() -> float | None:
+    """Return when this process started, as a Unix time (Linux ``/proc``, 10 ms resolution); ``None`` elsewhere.
+
+    (psutil's ``create_time`` adds the boot time, which Linux gives in whole seconds: too coarse for timelines.)
+    """
+    try:
+        ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])  # field 22: starttime
+        age = time.clock_gettime(time.CLOCK_BOOTTIME) - ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, AttributeError):
+        return None
+    return time.time() - age
+
+
 def _signal(send: Callable[[], None]) -> None:
     try:
         send()

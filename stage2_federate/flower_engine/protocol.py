@@ -7,9 +7,10 @@ Message types (``flwr.app.Message.metadata.message_type``):
 * :data:`DESCRIBE` (``query.describe``), once per node at start: the node answers with its client index
   and a :class:`ClientSummary` of its file (what the server's strategies need; never a record);
 * :data:`TRAIN` (``train``): the global vector and the client's :class:`ClientSetup`; the answer is the
-  client's perturbed upload (perturbed on the client) with its training loss and accuracy;
+  client's perturbed upload (perturbed on the client) with its training loss and accuracy, and, when the
+  message says ``evaluate``, first the evaluation of the received global vector (as :data:`EVALUATE`'s);
 * :data:`EVALUATE` (``evaluate``): the global vector; the answer is the summed test loss, the number of
-  correct predictions and the number of rows of the client's test split;
+  correct predictions and the number of rows of the client's test split (and clean file, ``eval_clean``);
 * :data:`FINISH` (``query.finish``), once per node at the end: the client deletes its resume state
   unless the run keeps its checkpoint.
 
@@ -23,7 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,7 +35,7 @@ from ..config import FederationConfig
 APP_NAME = "ldpfl-flower"
 PUBLISHER = "ldpfl"
 SERVER_APP = "ldpfl.stage2_federate.flower_engine.server_app:app"
-CLIENT_APP = "ldpfl.stage2_federate.flower_engine.client_app:app"
+CLIENT_APP = "ldpfl.stage2_federate.flower_engine.client_entry:app"  # client_app's, time-stamped
 FLOWER_REQUIREMENT = "flwr[simulation]==1.41.0"
 INSTALL_HINT = "pip install -e '.[flower]'"
 
@@ -47,7 +48,14 @@ EVALUATE = "evaluate"
 GLOBAL = "global"  # ArrayRecord: [the global vector, float32]
 UPLOAD = "upload"  # ArrayRecord: [the client's perturbed upload]
 INFO = "info"  # ConfigRecord: JSON text under "json"
-METRICS = "metrics"  # MetricRecord
+METRICS = "metrics"  # MetricRecord: the training loss and accuracy
+EVALUATION = "evaluation"  # MetricRecord: the evaluation sums of the message's global model
+TIMINGS = "timings"  # ConfigRecord, only with the run config's timings-file: the ClientApp's timeline (JSON)
+
+# Files in the output directory OUT shared by the coordinator's command and the ServerApp (deployment).
+SUBMISSION_FILE = ".flower-submission.json"  # the submitting command: SuperLink, run id, token
+STATUS_FILE = ".flower-status.json"  # the ServerApp's progress and end, polled by the command
+SERVERAPP_LOCK = ".flower-serverapp.lock"  # held by the ServerApp that writes into OUT, while it runs
 
 # Error codes of the ClientApp's error replies (flwr.app.Error(code, reason)); Flower's own are < 100.
 CLIENT_FAILED = 900
@@ -73,6 +81,13 @@ RUN_CONFIG_DEFAULTS: dict[str, Any] = {
     "keep-checkpoint": False,
     "client-state-dir": "",  # simulation: where each client keeps its resume state
     "threads": 0,  # torch threads per client (0: torch's default)
+    "run-dir": "",  # the run directory as the coordinator names it (config.json's run.run_dir)
+    "manifest-files": "",  # deployment: JSON list of ManifestEntry, the coordinator's manifest.json
+    "plan-fingerprint": "",  # deployment: the fingerprint of the coordinator's plan.json ("" = no plan)
+    "submission": "",  # deployment: the submitting command's token in OUT (the ServerApp checks it sees OUT)
+    "timings-file": "",  # benchmarks: the ServerApp appends each message's timeline here (JSON lines)
+    "min-clients": 0,  # failure policy: a client's failure is logged and the round goes on while at least this
+    # many selected clients trained; fewer ends the run (0: no policy, a client's own failure ends the run)
 }
 
 
@@ -140,6 +155,7 @@ class ClientSummary:
     sha256: str  # of the file: the checkpoint records it, and resume refuses other files
     release_guarantee: dict[str, Any] | None = None  # the file's (issue 22); None from an older client
     label_release: dict[str, Any] | None = None  # the file's label_release (issue 22: T of k-RR labels)
+    plan_fingerprint: str | None = None  # the shared plan the file was exported with (issue 16), if any
 
     def to_json(self) -> str:
         """Return the summary as JSON text."""
@@ -151,6 +167,25 @@ class ClientSummary:
         data = json.loads(text)
         data["label_histogram"] = tuple(int(v) for v in data["label_histogram"])
         return cls(**data)
+
+
+@dataclass(frozen=True)
+class ManifestEntry:
+    """One client file as the coordinator's ``manifest.json`` lists it: what its SuperNode must serve."""
+
+    index: int
+    file: str
+    sha256: str
+
+    @staticmethod
+    def list_to_json(entries: Sequence[ManifestEntry]) -> str:
+        """Return ``entries`` as JSON text (the run configuration's ``manifest-files``)."""
+        return json.dumps([dataclasses.asdict(e) for e in entries])
+
+    @classmethod
+    def list_from_json(cls, text: str) -> list[ManifestEntry]:
+        """Read what :meth:`list_to_json` wrote (``[]`` for an empty text)."""
+        return [cls(int(e["index"]), str(e["file"]), str(e["sha256"])) for e in json.loads(text or "[]")]
 
 
 @dataclass(frozen=True)

@@ -11,13 +11,14 @@ aggregates exactly as the local engine does.
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 import torch
@@ -45,7 +46,7 @@ from ..plan import (
 from ..rounds import LocalTraining
 from ..strategies import Strategy
 from ..streams import Streams
-from .protocol import ClientSetup, ClientSummary
+from .protocol import SERVERAPP_LOCK, SUBMISSION_FILE, ClientSetup, ClientSummary, ManifestEntry
 
 ENGINE = "flower"
 
@@ -165,6 +166,91 @@ def _flower_version() -> str | None:
         return None
 
 
+def _short(digest: str) -> str:
+    return digest[:12] + "…"
+
+
+def check_manifest(summaries: Sequence[ClientSummary], entries: Sequence[ManifestEntry],
+                   plan_fingerprint: str | None = None) -> None:
+    """Refuse a SuperNode whose file is not the one the coordinator's manifest lists for its client index.
+
+    A deployed run's coordinator holds only ``manifest.json`` (and ``plan.json``); each SuperNode
+    describes the file it serves. Every described file must be the manifest's entry of its client index
+    (same name and sha256) and, with a plan, carry the plan's fingerprint. The error names the client
+    index and the reason (another run's file, a file exported again, a file off the plan).
+    """
+    listed = {e.index: e for e in entries}
+    for s in sorted(summaries, key=lambda s: s.index):
+        entry = listed.get(s.index)
+        if entry is None:
+            raise ValueError(f"client {s.index}: its SuperNode serves {s.file}, but the run's manifest lists no client "
+                             f"{s.index} (clients {sorted(listed)}): the node serves another run's file")
+        if s.file != entry.file or s.sha256 != entry.sha256:
+            raise ValueError(f"client {s.index}: its SuperNode serves {s.file} (sha256 {_short(s.sha256)}), but the "
+                             f"run's manifest lists {entry.file} (sha256 {_short(entry.sha256)}): the node serves "
+                             "another run's file, or the silo exported it again")
+        if plan_fingerprint and s.plan_fingerprint != plan_fingerprint:
+            raise ValueError(f"client {s.index}: {s.file} was not exported with the run's plan.json (plan fingerprint "
+                             f"{_short(str(s.plan_fingerprint))}, the plan's {_short(plan_fingerprint)})")
+
+
+class OutDirUnseen(RuntimeError):
+    """The ServerApp does not see the submitting command's output directory (it runs on another machine)."""
+
+
+class StopRequested(RuntimeError):
+    """The command that submitted the run asked it to stop (interrupted, or a newer command into OUT)."""
+
+
+def stop_requested(out_dir: Path, token: str) -> bool:
+    """Return whether ``out_dir``'s submission record no longer lets the run of ``token`` go on.
+
+    The submitting command sets ``stop`` in the record when it is interrupted, and a later command into
+    ``out_dir`` does so for the run of a command that was killed; the ServerApp checks before each exchange
+    and ends between exchanges, with no message in flight (Flower 1.41's ``StopRun`` during an exchange
+    can leave a SuperNode waiting for a reply that never comes).
+    """
+    try:
+        record = json.loads((out_dir / SUBMISSION_FILE).read_text())
+    except (OSError, ValueError):
+        return True
+    return not isinstance(record, dict) or record.get("token") != token or bool(record.get("stop"))
+
+
+def claim_out_dir(out_dir: Path, token: str) -> IO[str]:
+    """Check that ``out_dir`` is the submitting command's (its token) and hold it for this ServerApp.
+
+    The ServerApp writes the outputs where the SuperLink runs; the command that submitted the run wrote
+    ``token`` into ``out_dir``/:data:`~.protocol.SUBMISSION_FILE` first, so reading it back proves that
+    both see the same directory. The returned handle holds :data:`~.protocol.SERVERAPP_LOCK` (an
+    advisory ``flock`` that the kernel drops when this process ends); keep it open for the whole run.
+
+    Raises
+    ------
+    OutDirUnseen
+        ``out_dir`` or its submission file is missing, or holds another submission's token.
+    RuntimeError
+        Another ServerApp writes into ``out_dir``.
+    """
+    try:
+        stated = json.loads((out_dir / SUBMISSION_FILE).read_text()).get("token")
+    except (OSError, ValueError, AttributeError):
+        stated = None
+    if stated != token:
+        raise OutDirUnseen(f"the ServerApp does not see the output directory {out_dir} of the command that submitted "
+                           "the run (the ServerApp runs on the SuperLink's machine and writes the outputs there): run "
+                           "ldpfl federate --superlink on the SuperLink's machine")
+    import fcntl
+
+    handle = open(out_dir / SERVERAPP_LOCK, "a+")  # noqa: SIM115 - held until the process ends
+    try:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        raise RuntimeError(f"another ldpfl ServerApp is writing into {out_dir}") from None
+    return handle
+
+
 def union_evaluation(sums: Sequence[tuple[float, int, int]]) -> tuple[float, float]:
     """Mean loss and accuracy over the union of the test splits from per-client (loss sum, correct, rows)."""
     rows = sum(r for _, _, r in sums)
@@ -192,19 +278,35 @@ def write_status(path: str | Path, **values: Any) -> None:
         atomic_write_text(Path(path), json.dumps({**values, "time": time.time()}))
 
 
+@dataclass(frozen=True)
+class Snapshot:
+    """The server's model and streams after a round, kept until that round's record is complete."""
+
+    model: dict[str, torch.Tensor]
+    rng: dict[str, Any]
+
+
+def snapshot(plan: ServerPlan) -> Snapshot:
+    """Return a copy of ``plan``'s model parameters (CPU) and stream states now."""
+    return Snapshot({k: v.detach().cpu().clone() for k, v in plan.model.state_dict().items()},
+                    copy.deepcopy(plan.streams.state()))
+
+
 def save_checkpoint(path: Path, *, round_number: int, plan: ServerPlan, history: list[dict[str, Any]],
-                    inputs: Mapping[str, str]) -> None:
+                    inputs: Mapping[str, str], state: Snapshot | None = None) -> None:
     """Write the server's checkpoint: the local engine's format plus ``engine`` = flower.
 
-    ``inputs``: each client file's name → sha256, as the clients reported them.
+    ``inputs``: each client file's name → sha256, as the clients reported them. ``state``: the model and
+    streams as they were after ``round_number`` (default: ``plan``'s now).
 
     Its ``rng`` holds the server's streams only in substance (selection, dropouts, ω, the initialization);
     each client keeps its own streams in its own resume file.
     """
+    state = snapshot(plan) if state is None else state
     payload = {
         "format": CHECKPOINT_FORMAT, "version": CHECKPOINT_VERSION, "round": round_number, "engine": ENGINE,
-        "model": {k: v.detach().cpu() for k, v in plan.model.state_dict().items()},
-        "rng": plan.streams.state(), "history": history, "config": plan.config.to_dict(),
+        "model": state.model,
+        "rng": state.rng, "history": history, "config": plan.config.to_dict(),
         "randomness": str(plan.record["randomness"]), "ldpfl": package_version(), "inputs": dict(inputs),
     }
     atomic_write(path, lambda handle: torch.save(payload, handle))
