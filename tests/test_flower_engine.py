@@ -32,6 +32,10 @@ from ldpfl.stage2_federate.flower_engine.protocol import (
     RUN_CONFIG_DEFAULTS,
     ClientSetup,
     ClientSummary,
+    EvaluateInstruction,
+    MessageError,
+    TrainInstruction,
+    TrainReply,
     app_pyproject,
     read_config,
     run_config,
@@ -169,6 +173,41 @@ def test_server_plan_from_summaries_equals_the_local_plan(three_clients) -> None
         assert mine.epsilon == setup.epsilon
     with pytest.raises(ValueError, match="two clients hold client index 1"):
         plan_from_summaries(config, [summaries[0], summaries[1], summaries[1]])
+
+
+def test_messages_round_trip_and_a_malformed_one_names_its_field(three_clients) -> None:
+    """Every INFO record reads back equal; what does not fit its fields is a MessageError naming the field."""
+    config = FederationConfig(**CONFIG)
+    summaries = [cs.summarize(c) for c in load_run(three_clients).clients]
+    setup = plan_from_summaries(config, summaries).setups[1]
+    train = TrainInstruction(round=2, setup=setup, resume_round=1, trained_before=True)
+    for record in (train, EvaluateInstruction(setup), TrainReply(client=1, note=None),
+                   TrainReply(client=0, note="upload not finite; excluded")):
+        assert type(record).from_json(record.to_json()) == record
+    text = summaries[0].to_json()
+    missing = object()
+
+    def refusal(schema, **changes) -> str:
+        values = {**json.loads(text if schema is ClientSummary else train.to_json()), **changes}
+        with pytest.raises(MessageError) as caught:
+            schema.from_json(json.dumps({k: v for k, v in values.items() if v is not missing}))
+        assert isinstance(caught.value, ValueError) and "\n" not in str(caught.value)
+        return str(caught.value)
+
+    assert refusal(ClientSummary, train_rows="64") == (
+        "invalid ClientSummary message: train_rows: Input should be a valid integer, got '64'")  # no coercion
+    assert refusal(ClientSummary, label_histogram=[3, -1]).startswith(
+        "invalid ClientSummary message: label_histogram.1: Input should be greater than or equal to 0")
+    assert refusal(ClientSummary, sha256=missing) == "invalid ClientSummary message: sha256: missing"
+    assert refusal(ClientSummary, rows=3) == "invalid ClientSummary message: rows: not a field of this message"
+    assert refusal(TrainInstruction, setup={**json.loads(setup.to_json()), "lr": "fast"}) == (
+        "invalid TrainInstruction message: setup.lr: Input should be a valid number, got 'fast'")
+    assert "setup.epsilon: Input should be a finite number" in refusal(
+        TrainInstruction, setup={**json.loads(setup.to_json()), "epsilon": float("inf")})
+    assert refusal(TrainInstruction, trained_before=1).endswith(
+        "trained_before: Input should be a valid boolean, got 1")
+    with pytest.raises(MessageError, match="invalid TrainReply message: the message: Invalid JSON"):
+        TrainReply.from_json("{'client': 1}")
 
 
 def test_client_streams_are_the_local_engines_and_survive_a_round_trip(three_clients) -> None:

@@ -42,6 +42,9 @@ from .protocol import (
     TIMINGS,
     UPLOAD,
     ClientSetup,
+    EvaluateInstruction,
+    TrainInstruction,
+    TrainReply,
     read_config,
 )
 
@@ -135,8 +138,9 @@ def _trainer(config: FederationConfig, setup: ClientSetup) -> cs.Trainer:
     return _TRAINERS[key]
 
 
-def _info(content: RecordDict) -> dict:
-    return json.loads(str(content.config_records[INFO]["json"]))
+def _info(content: RecordDict) -> str:
+    """Return the JSON text of a message's INFO record (a record's ``from_json`` reads and validates it)."""
+    return str(content.config_records[INFO]["json"])
 
 
 @app.query("describe")
@@ -157,8 +161,8 @@ def describe(msg: Message, context: Context) -> Message:
 def train(msg: Message, context: Context) -> Message:
     """Train from the global vector, perturb with this client's mechanism and budget, reply the upload."""
     config = read_config(context.run_config)
-    info = _info(msg.content)
-    setup = ClientSetup.from_json(info["setup"])
+    instruction = TrainInstruction.from_json(_info(msg.content))
+    setup = instruction.setup
     client = _open(context, config)
     trainer = _trainer(config, setup)
     perturb, generator, _mode = cs.fresh_streams(config, setup, trainer.device)
@@ -166,25 +170,25 @@ def train(msg: Message, context: Context) -> Message:
     if STREAMS_KEY in context.state.config_records:
         perturb = cs.unpack_streams({k: str(v) for k, v in context.state.config_records[STREAMS_KEY].items()},
                                     perturb, generator)
-    elif int(info["resume_round"]) > 0:
-        saved = None if store is None else store.load(int(info["resume_round"]))
+    elif instruction.resume_round > 0:
+        saved = None if store is None else store.load(instruction.resume_round)
         if saved is not None:
             perturb = cs.unpack_streams(saved, perturb, generator)
-        elif info["trained_before"]:
+        elif instruction.trained_before:
             raise ValueError(f"client {client.index} cannot resume: it trained before round "
-                             f"{info['resume_round']} but has no resume state"
+                             f"{instruction.resume_round} but has no resume state"
                              + ("" if store is None else f" in {store.path}"))
     vector = msg.content.array_records[GLOBAL].to_numpy_ndarrays()[0]
-    evaluation = _evaluation(trainer, config, client, vector) if info.get("evaluate") else None  # the last round's
+    evaluation = _evaluation(trainer, config, client, vector) if instruction.evaluate else None  # the last round's
     _MARKS["evaluated"] = time.time()
     result = trainer.train(config, setup, client, vector, generator=generator, rng=perturb)
     state = cs.pack_streams(perturb, generator)
     context.state.config_records[STREAMS_KEY] = ConfigRecord(dict(state))
     if store is not None:
-        store.save(int(info["round"]), state)
+        store.save(instruction.round, state)
     content = RecordDict({
         METRICS: MetricRecord({"loss": float(result.loss), "accuracy": float(result.accuracy)}),
-        INFO: ConfigRecord({"json": json.dumps({"client": client.index, "note": result.note})}),
+        INFO: ConfigRecord({"json": TrainReply(client=client.index, note=result.note).to_json()}),
     })
     if result.upload is not None:
         content[UPLOAD] = ArrayRecord([result.upload])
@@ -198,8 +202,7 @@ def train(msg: Message, context: Context) -> Message:
 def evaluate(msg: Message, context: Context) -> Message:
     """Evaluate the global vector on this client's test split; reply the sums."""
     config = read_config(context.run_config)
-    info = _info(msg.content)
-    setup = ClientSetup.from_json(info["setup"])
+    setup = EvaluateInstruction.from_json(_info(msg.content)).setup
     client = _open(context, config)
     vector = msg.content.array_records[GLOBAL].to_numpy_ndarrays()[0]
     evaluation = _evaluation(_trainer(config, setup), config, client, vector)

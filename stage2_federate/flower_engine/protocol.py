@@ -6,13 +6,19 @@ Message types (``flwr.app.Message.metadata.message_type``):
 
 * :data:`DESCRIBE` (``query.describe``), once per node at start: the node answers with its client index
   and a :class:`ClientSummary` of its file (what the server's strategies need; never a record);
-* :data:`TRAIN` (``train``): the global vector and the client's :class:`ClientSetup`; the answer is the
-  client's perturbed upload (perturbed on the client) with its training loss and accuracy, and, when the
-  message says ``evaluate``, first the evaluation of the received global vector (as :data:`EVALUATE`'s);
-* :data:`EVALUATE` (``evaluate``): the global vector; the answer is the summed test loss, the number of
-  correct predictions and the number of rows of the client's test split (and clean file, ``eval_clean``);
+* :data:`TRAIN` (``train``): the global vector and a :class:`TrainInstruction` (the client's
+  :class:`ClientSetup`, the round); the answer is the client's perturbed upload (perturbed on the client)
+  with its training loss and accuracy and a :class:`TrainReply`, and, when the instruction says
+  ``evaluate``, first the evaluation of the received global vector (as :data:`EVALUATE`'s);
+* :data:`EVALUATE` (``evaluate``): the global vector and an :class:`EvaluateInstruction`; the answer is the
+  summed test loss, the number of correct predictions and the number of rows of the client's test split
+  (and clean file, ``eval_clean``);
 * :data:`FINISH` (``query.finish``), once per node at the end: the client deletes its resume state
   unless the run keeps its checkpoint.
+
+The JSON under :data:`INFO` is read with :func:`decode`: pydantic validates it against the record's
+fields (exact types, no missing or unknown field, counts ≥ 0, budgets finite and > 0), so a malformed
+message from across the network is a :class:`MessageError` that names the field, never a half-built record.
 
 The run configuration (``context.run_config``) holds the keys of :data:`RUN_CONFIG_DEFAULTS`; a value
 reaches the apps through a TOML file given to ``flwr run --run-config FILE.toml`` (written with ``tomli_w``,
@@ -26,9 +32,10 @@ import dataclasses
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any, TypeVar
 
 import tomli_w
+from pydantic import ConfigDict, Field, TypeAdapter, ValidationError
 
 from ..config import FederationConfig
 
@@ -129,27 +136,93 @@ def read_config(run_config: Mapping[str, Any]) -> FederationConfig:
     return FederationConfig(**values, seed=int(seed) if seed else None)
 
 
-def _json_record(obj: Any) -> str:
-    return json.dumps(dataclasses.asdict(obj))
+# --------------------------------------------------------------------------------------------------
+# The JSON records of the messages, validated on the way in.
+
+STRICT = ConfigDict(strict=True, extra="forbid")
+"""pydantic's settings of every record: exact JSON types (no "3" for 3) and exactly the record's fields."""
+
+Count = Annotated[int, Field(ge=0)]
+AtLeastOne = Annotated[int, Field(ge=1)]
+FinitePositive = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+Finite = Annotated[float, Field(allow_inf_nan=False)]
+
+Record = TypeVar("Record")
+
+
+class MessageError(ValueError):
+    """A message whose JSON does not fit its record; the text names the record and the field."""
+
+
+_ADAPTERS: dict[type, TypeAdapter[Any]] = {}
+
+
+def _adapter(schema: type) -> TypeAdapter[Any]:
+    if schema not in _ADAPTERS:
+        _ADAPTERS[schema] = TypeAdapter(schema)
+    return _ADAPTERS[schema]
+
+
+def _problem(error: Mapping[str, Any]) -> str:
+    field = ".".join(str(part) for part in error["loc"]) or "the message"
+    if error["type"] == "missing":
+        return f"{field}: missing"
+    if error["type"] in ("unexpected_keyword_argument", "extra_forbidden"):
+        return f"{field}: not a field of this message"
+    value = error.get("input")
+    got = f", got {value!r}" if isinstance(value, str | int | float | bool) or value is None else ""
+    return f"{field}: {error['msg']}{got[:80]}"
+
+
+def decode(schema: type[Record], text: str) -> Record:
+    """Read JSON ``text`` as a ``schema`` record, validated against its fields (module docstring).
+
+    Raises
+    ------
+    MessageError
+        The text is not JSON, or a field is missing, unknown, of the wrong type or out of range (the first
+        three problems are named).
+    """
+    try:
+        return _adapter(schema).validate_json(text)
+    except ValidationError as error:
+        problems = "; ".join(_problem(e) for e in error.errors()[:3])
+        name = getattr(schema, "__name__", None) or str(schema)
+        raise MessageError(f"invalid {name} message: {problems}") from None
+
+
+class JsonRecord:
+    """``to_json`` / ``from_json`` of a frozen dataclass record (``from_json`` validates, :func:`decode`)."""
+
+    __pydantic_config__ = STRICT
+
+    def to_json(self) -> str:
+        """Return the record as JSON text (floats as Python's ``json`` writes them: NaN and ∞ kept)."""
+        return json.dumps(dataclasses.asdict(self))  # type: ignore[call-overload]
+
+    @classmethod
+    def from_json(cls: type[Record], text: str) -> Record:
+        """Read a record written by :meth:`to_json`; ``MessageError`` names a field that does not fit."""
+        return decode(cls, text)
 
 
 @dataclass(frozen=True)
-class ClientSummary:
+class ClientSummary(JsonRecord):
     """What a client tells the server about its file once: sizes, labels and the file's feature metadata.
 
     This is what the aggregation strategies and the records need (rows for sample weights, the label
     histogram for DP-FedAW and the probability strategy) and what the local engine reads from the files.
     """
 
-    index: int
+    index: Count
     file: str  # the file's name (not its path on the silo)
-    train_rows: int
-    test_rows: int
-    label_histogram: tuple[int, ...]
+    train_rows: Count
+    test_rows: Count
+    label_histogram: tuple[Count, ...]
     dataset: str
-    num_classes: int
+    num_classes: AtLeastOne
     feature_format: str
-    feature_width: int
+    feature_width: AtLeastOne
     feature_mechanism: str
     feature_privacy: dict[str, Any]
     sha256: str  # of the file: the checkpoint records it, and resume refuses other files
@@ -157,23 +230,12 @@ class ClientSummary:
     label_release: dict[str, Any] | None = None  # the file's label_release (issue 22: T of k-RR labels)
     plan_fingerprint: str | None = None  # the shared plan the file was exported with (issue 16), if any
 
-    def to_json(self) -> str:
-        """Return the summary as JSON text."""
-        return _json_record(self)
-
-    @classmethod
-    def from_json(cls, text: str) -> ClientSummary:
-        """Read a summary written by :meth:`to_json`."""
-        data = json.loads(text)
-        data["label_histogram"] = tuple(int(v) for v in data["label_histogram"])
-        return cls(**data)
-
 
 @dataclass(frozen=True)
-class ManifestEntry:
+class ManifestEntry(JsonRecord):
     """One client file as the coordinator's ``manifest.json`` lists it: what its SuperNode must serve."""
 
-    index: int
+    index: Count
     file: str
     sha256: str
 
@@ -184,12 +246,12 @@ class ManifestEntry:
 
     @classmethod
     def list_from_json(cls, text: str) -> list[ManifestEntry]:
-        """Read what :meth:`list_to_json` wrote (``[]`` for an empty text)."""
-        return [cls(int(e["index"]), str(e["file"]), str(e["sha256"])) for e in json.loads(text or "[]")]
+        """Read what :meth:`list_to_json` wrote (``[]`` for an empty text), each entry validated."""
+        return list(decode(tuple[cls, ...], text or "[]"))  # type: ignore[valid-type]
 
 
 @dataclass(frozen=True)
-class ClientSetup:
+class ClientSetup(JsonRecord):
     """What the server tells a client with each training message: its place in the run and its budget.
 
     ``position`` is the client's rank in client-index order (its random streams are the root's child
@@ -198,23 +260,46 @@ class ClientSetup:
     ``label_noise`` the run's ``LabelNoise.to_dict()`` (T and the loss correction; None: plain cross-entropy).
     """
 
-    position: int
-    clients: int
-    dim: int
-    input_width: int
-    num_classes: int
+    position: Count
+    clients: AtLeastOne
+    dim: AtLeastOne
+    input_width: AtLeastOne
+    num_classes: AtLeastOne
     optimizer: str
-    lr: float
-    epsilon: float | None
-    range_length: float | None
-    centre: float | None
+    lr: FinitePositive
+    epsilon: FinitePositive | None
+    range_length: FinitePositive | None
+    centre: Finite | None
     label_noise: dict[str, Any] | None = None
 
-    def to_json(self) -> str:
-        """Return the setup as JSON text."""
-        return _json_record(self)
 
-    @classmethod
-    def from_json(cls, text: str) -> ClientSetup:
-        """Read a setup written by :meth:`to_json`."""
-        return cls(**json.loads(text))
+@dataclass(frozen=True)
+class TrainInstruction(JsonRecord):
+    """The server's training message: the round, the client's setup, and what a resumed run needs.
+
+    ``resume_round`` is the round the run resumed from (0: a fresh run); ``trained_before`` whether this
+    client trained in an earlier round, when it must find its generator states in its resume store;
+    ``evaluate`` whether it first evaluates the received vector (the previous round's model: one message
+    per client and round).
+    """
+
+    round: AtLeastOne
+    setup: ClientSetup
+    resume_round: Count
+    trained_before: bool
+    evaluate: bool = False
+
+
+@dataclass(frozen=True)
+class EvaluateInstruction(JsonRecord):
+    """The server's evaluation message: the client's setup (the model's shape)."""
+
+    setup: ClientSetup
+
+
+@dataclass(frozen=True)
+class TrainReply(JsonRecord):
+    """A client's answer to training besides its metrics and upload: who it is, and why an upload was excluded."""
+
+    client: Count
+    note: str | None

@@ -62,7 +62,11 @@ from .protocol import (
     TRAIN,
     UPLOAD,
     ClientSummary,
+    EvaluateInstruction,
     ManifestEntry,
+    MessageError,
+    TrainInstruction,
+    TrainReply,
     read_config,
 )
 
@@ -157,8 +161,9 @@ def _message(content: dict[str, Any], node: int, kind: str, round_number: int) -
     return Message(RecordDict(content), dst_node_id=node, message_type=kind, group_id=str(round_number))
 
 
-def _info(payload: Mapping[str, Any]) -> ConfigRecord:
-    return ConfigRecord({"json": json.dumps(payload)})
+def _info(text: str = "{}") -> ConfigRecord:
+    """Return a message's INFO record: JSON text (a record's ``to_json``; ``{}`` when the message needs none)."""
+    return ConfigRecord({"json": text})
 
 
 def _numbers(record: Mapping[str, Any]) -> dict[str, float]:
@@ -190,7 +195,7 @@ def check_policy(round_number: int, selected: list[int], trained: int, notes: li
 
 def describe(grid: Grid, nodes: list[int], timeout: float) -> tuple[list[ClientSummary], dict[int, int]]:
     """Ask every node for its client summary; return the summaries and client index → node id."""
-    replies = exchange(grid, {n: _message({INFO: _info({})}, n, DESCRIBE, 0) for n in nodes}, timeout)
+    replies = exchange(grid, {n: _message({INFO: _info()}, n, DESCRIBE, 0) for n in nodes}, timeout)
     summaries, node_of = [], {}
     for node in nodes:
         reply = replies.get(node)
@@ -199,7 +204,10 @@ def describe(grid: Grid, nodes: list[int], timeout: float) -> tuple[list[ClientS
         if reply.has_error():
             raise ClientFailedError(f"SuperNode {node} could not open its client file: "
                                     f"{' '.join(str(reply.error.reason).split())}")
-        summary = ClientSummary.from_json(str(reply.content.config_records[INFO]["json"]))
+        try:
+            summary = ClientSummary.from_json(str(reply.content.config_records[INFO]["json"]))
+        except MessageError as error:
+            raise MessageError(f"SuperNode {node} described its client file with an {error}") from None
         if summary.index in node_of:
             raise RuntimeError(f"two SuperNodes hold client index {summary.index} ({summary.file})")
         summaries.append(summary)
@@ -231,9 +239,9 @@ def play_round(grid: Grid, plan: ss.ServerPlan, node_of: dict[int, int], round_n
     vector = plan.vector
     asked = set() if pending is None else set(node_of) - set(pending.lost)  # lost last round: not asked
     messages = {
-        cid: _message({GLOBAL: ArrayRecord([vector]), INFO: _info({
-            "round": round_number, "setup": plan.setups[cid].to_json(), "resume_round": resume_round,
-            "trained_before": cid in trained, "evaluate": cid in asked})}, node_of[cid], TRAIN, round_number)
+        cid: _message({GLOBAL: ArrayRecord([vector]), INFO: _info(TrainInstruction(
+            round=round_number, setup=plan.setups[cid], resume_round=resume_round,
+            trained_before=cid in trained, evaluate=cid in asked).to_json())}, node_of[cid], TRAIN, round_number)
         for cid in selected}
     messages.update({cid: _evaluate_message(plan, cid, node_of[cid], vector, round_number)
                      for cid in sorted(asked - set(selected))})
@@ -249,7 +257,10 @@ def play_round(grid: Grid, plan: ss.ServerPlan, node_of: dict[int, int], round_n
             notes.append(_failure(reply, cid, f"training in round {round_number}", tolerated=min_clients > 0))
         else:
             metrics = _numbers(reply.content.metric_records[METRICS])
-            note = json.loads(str(reply.content.config_records[INFO]["json"]))["note"]
+            try:
+                note = TrainReply.from_json(str(reply.content.config_records[INFO]["json"])).note
+            except MessageError as error:
+                raise MessageError(f"client {cid} answered training in round {round_number} with an {error}") from None
             upload = (reply.content.array_records[UPLOAD].to_numpy_ndarrays()[0]
                       if UPLOAD in reply.content.array_records else None)
             results.append(ClientResult(cid, upload, float(metrics["loss"]), float(metrics["accuracy"]), note))
@@ -268,7 +279,8 @@ def play_round(grid: Grid, plan: ss.ServerPlan, node_of: dict[int, int], round_n
 
 
 def _evaluate_message(plan: ss.ServerPlan, cid: int, node: int, vector: np.ndarray, round_number: int) -> Message:
-    return _message({GLOBAL: ArrayRecord([vector]), INFO: _info({"setup": plan.setups[cid].to_json()})}, node,
+    return _message({GLOBAL: ArrayRecord([vector]), INFO: _info(EvaluateInstruction(plan.setups[cid]).to_json())},
+                    node,
                     EVALUATE, round_number)
 
 
@@ -319,7 +331,7 @@ def evaluate_last(grid: Grid, plan: ss.ServerPlan, node_of: dict[int, int], pend
 
 def finish(grid: Grid, node_of: dict[int, int], timeout: float) -> None:
     """Tell every node that the run is over (clients delete their resume state unless it is kept)."""
-    exchange(grid, {cid: _message({INFO: _info({})}, node, FINISH, 0) for cid, node in node_of.items()},
+    exchange(grid, {cid: _message({INFO: _info()}, node, FINISH, 0) for cid, node in node_of.items()},
              min(timeout, 60.0))
 
 
