@@ -1,9 +1,10 @@
 """Style checks run by the test suite (and so by ``.ci/run``): ruff (lint, numpy docstrings) and mypy.
 
 The configuration is in pyproject.toml: ruff checks the whole tree (``D`` rules for the package source),
-mypy checks ``ldpfl`` itself (its lazy API names), ``ldpfl.contract``, ``ldpfl.mechanisms`` and ``ldpfl.api``
-(the stage modules the API calls are read for their types only). mypy cannot follow setuptools' ``package-dir``
-mapping (``mechanisms/`` installed as ``ldpfl.mechanisms``), so it reads a tree of links laid out as installed.
+mypy checks ``ldpfl`` itself (its lazy API names), ``ldpfl.contract``, ``ldpfl.mechanisms``, ``ldpfl.api`` and
+``ldpfl.stage2_federate`` (the stage-1 modules the API calls are read for their types only). mypy cannot follow
+setuptools' ``package-dir`` mapping (``mechanisms/`` installed as ``ldpfl.mechanisms``), so it reads a tree of
+links laid out as installed.
 Each test skips only when its tool is not installed; the
 ``test`` extra installs both.
 """
@@ -21,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 MAPPED = ("mechanisms", "contract", "stage1_features", "stage2_federate")  # pyproject's package-dir
-TYPED = ("ldpfl.contract", "ldpfl.mechanisms", "ldpfl.api")  # packages mypy checks
+TYPED = ("ldpfl.contract", "ldpfl.mechanisms", "ldpfl.api", "ldpfl.stage2_federate")  # packages mypy checks
 TYPED_MODULES = ("ldpfl",)  # the top-level module alone (its subpackages are the stages, read for types only)
 
 
@@ -51,7 +52,7 @@ def test_ruff_check_passes() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def test_mypy_passes_on_contract_mechanisms_and_the_api(tmp_path: Path) -> None:
+def test_mypy_passes_on_contract_mechanisms_the_api_and_stage2(tmp_path: Path) -> None:
     packages = [*(arg for name in TYPED_MODULES for arg in ("-m", name)),
                 *(arg for name in TYPED for arg in ("-p", name))]
     result = run_tool("mypy", "--config-file", str(ROOT / "pyproject.toml"), "--cache-dir", str(tmp_path / "cache"),
