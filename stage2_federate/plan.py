@@ -108,6 +108,21 @@ def plan_clients(config: FederationConfig, clients: Sequence[ClientLike]) -> Cli
     return ClientPlan(tuple(c.index for c in clients), epsilons, ranges, centres)
 
 
+def configured_perturbations(config: FederationConfig, *, dim: int, epsilons: Sequence[float],
+                             ranges: Sequence[float] | None, centres: Sequence[float] | None,
+                             train_sizes: Sequence[int], clients: Sequence[int]) -> list[ClientPerturbation]:
+    """Build the mechanisms of ``clients`` with the run's options and the per-client ε_i (L_i, c_i, |D_i|).
+
+    The one place a client's perturbation is set up: the local engine for every client
+    (:func:`plan_perturbations`), a Flower client for itself from what the server resolved for it.
+    """
+    target = resolve_target(config.perturbation, config.perturb_target, config.sign_mode)
+    return build_client_perturbations(
+        config.perturbation, dim=dim, epsilons=epsilons, target=target, ranges=ranges, centres=centres,
+        train_sizes=train_sizes, clip=config.clip, delta=config.delta, sensitivity=config.sensitivity,
+        sample_rate=config.sample_rate, rounds=config.rounds, clients=clients)
+
+
 def plan_perturbations(config: FederationConfig, clients: Sequence[ClientLike], dim: int,
                        ) -> tuple[ClientPlan, str, dict[int, ClientPerturbation]]:
     """Each client's perturbation over ``dim`` model parameters; also the per-client lists and the target.
@@ -117,10 +132,8 @@ def plan_perturbations(config: FederationConfig, clients: Sequence[ClientLike], 
     sizes = [ClientSize.of(c) for c in clients]
     plan = plan_clients(config, sizes)
     target = resolve_target(config.perturbation, config.perturb_target, config.sign_mode)
-    built = build_client_perturbations(
-        config.perturbation, dim=dim, epsilons=plan.epsilons, target=target, ranges=plan.ranges,
-        centres=plan.centres, train_sizes=[c.train_rows for c in sizes], clip=config.clip, delta=config.delta,
-        sensitivity=config.sensitivity, sample_rate=config.sample_rate, rounds=config.rounds, clients=plan.ids)
+    built = configured_perturbations(config, dim=dim, epsilons=plan.epsilons, ranges=plan.ranges,
+                                     centres=plan.centres, train_sizes=[c.train_rows for c in sizes], clients=plan.ids)
     return plan, target, {p.client: p for p in built}
 
 
