@@ -22,10 +22,10 @@ if TYPE_CHECKING:
     from ldpfl.api.plan_job import PlanResult, plan
     from ldpfl.api.predict_job import PredictResult, predict
     from ldpfl.api.progress import Progress, ProgressCallback
+    from ldpfl.common.errors import ParameterError
     from ldpfl.contract.gather import GatherResult
     from ldpfl.contract.plan import SharedPlan
     from ldpfl.contract.release_guarantee import ReleaseGuarantee
-    from ldpfl.mechanisms.base import ParameterError
     from ldpfl.stage1_features.export_config import ExportConfig
     from ldpfl.stage1_features.export_results import ExportResult
     from ldpfl.stage2_federate.config import FederationConfig
@@ -42,7 +42,7 @@ _LAZY = {
     "predict": "ldpfl.api.predict_job", "PredictResult": "ldpfl.api.predict_job",
     "inspect": "ldpfl.api.inspect_job", "InspectResult": "ldpfl.api.inspect_job",
     "Progress": "ldpfl.api.progress", "ProgressCallback": "ldpfl.api.progress",
-    "ReleaseGuarantee": "ldpfl.contract.release_guarantee", "ParameterError": "ldpfl.mechanisms.base",
+    "ReleaseGuarantee": "ldpfl.contract.release_guarantee", "ParameterError": "ldpfl.common.errors",
 }
 """Each public name of the API and the module that defines it (imported on first use, PEP 562)."""
 

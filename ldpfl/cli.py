@@ -3,7 +3,7 @@
 Every subcommand module imported here is light (click and numpy at most); TensorFlow and torch load
 inside the commands that need them. Bad input gives one line on stderr and exit code 2.
 
-Library errors name parameters, not flags (``ldpfl.mechanisms.base.ParameterError`` marks them as
+Library errors name parameters, not flags (``ldpfl.common.errors.ParameterError`` marks them as
 ```overwrite```); this layer spells each one as the invoked command's option (``--overwrite``).
 """
 
@@ -122,7 +122,7 @@ def option_flag(command: click.Command | None, parameter: str) -> str:
 
 def cli_message(error: ValueError, command: click.Command | None = None) -> str:
     """Return the message of a library error with its parameters spelled as ``command``'s flags."""
-    from ldpfl.mechanisms.base import ParameterError
+    from ldpfl.common.errors import ParameterError
 
     if isinstance(error, ParameterError):
         return error.render(lambda name: option_flag(command, name))

@@ -33,12 +33,13 @@ from typing import Any
 
 import numpy as np
 
+from ldpfl.common.errors import ParameterError
 from ldpfl.contract.client_reader import open_client_file, read_client_file
 from ldpfl.contract.layout import FEDERATION_DIR, MANIFEST_NAME, PARTITION_FILE, client_file_name, client_files
 from ldpfl.contract.manifest import read_manifest
 from ldpfl.contract.release_point import parse_release
 from ldpfl.contract.schema import ClientMetadata, FormatError
-from ldpfl.mechanisms.base import PACKED_BITS, ParameterError
+from ldpfl.mechanisms.base import PACKED_BITS
 
 MODEL_NAME = "model.pt"
 SPLIT_CHOICES = ("test", "train", "all")

@@ -52,8 +52,8 @@ from typing import Any
 
 import numpy as np
 
+from ldpfl.common.errors import ParameterError
 from ldpfl.contract.atomic import atomic_path
-from ldpfl.mechanisms.base import ParameterError
 from ldpfl.stage1_features.keras_backend import import_keras
 
 MNIST_CNN = "mnist-cnn"

@@ -19,6 +19,8 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
+from ldpfl.common.errors import LdpflError
+
 IDX_IMAGES_MAGIC = 2051  # 0x00000803: unsigned byte, 3 dimensions
 IDX_LABELS_MAGIC = 2049  # 0x00000801: unsigned byte, 1 dimension
 MAX_IDX_ITEMS = 10_000_000
@@ -26,7 +28,7 @@ MAX_IDX_SIDE = 4096
 MAX_PICKLE_BYTES = 256 * 2**20  # a real CIFAR-10 batch is about 30 MiB
 
 
-class DatasetError(ValueError):
+class DatasetError(LdpflError, ValueError):
     """A dataset file that is missing or corrupt; the one-line message names it and where to get it."""
 
 

@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from ldpfl.mechanisms.base import ParameterError
+from ldpfl.common.errors import ParameterError
 
 MAX_CNN_EPSILON = 100.0
 """The validated range of ``cnn_epsilon`` is (0, 100]: beyond it DP-SGD's noise is negligible and the figure

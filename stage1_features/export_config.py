@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 
 from ldpfl import mechanisms
+from ldpfl.common.errors import ParameterError
 from ldpfl.contract.plan import SharedPlan
-from ldpfl.mechanisms.base import ParameterError
 from ldpfl.stage1_features import cnn
 from ldpfl.stage1_features.keras_backend import DEVICES, KERAS_BACKENDS
 
@@ -56,7 +56,7 @@ def exportable_mechanisms(release: str | None = None) -> list[str]:
 class ExportError(ParameterError):
     """A run that cannot start or resume as asked; the one-line message says what to do.
 
-    Parameters are marked in the message as ```overwrite``` (see ``ldpfl.mechanisms.base.ParameterError``).
+    Parameters are marked in the message as ```overwrite``` (see ``ldpfl.common.errors.ParameterError``).
     """
 
 

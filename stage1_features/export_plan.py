@@ -15,9 +15,9 @@ from typing import Any
 import numpy as np
 
 from ldpfl import mechanisms
+from ldpfl.common.errors import ParameterError
 from ldpfl.contract.file_checks import float32_overflow
 from ldpfl.contract.label_release import CLEAR_LABELS, composed_epsilon, krr_label_release, label_mechanism
-from ldpfl.mechanisms.base import ParameterError
 from ldpfl.mechanisms.report import format_epsilon
 from ldpfl.stage1_features import cnn
 from ldpfl.stage1_features.export_config import COMPARED_FIELDS, ExportConfig

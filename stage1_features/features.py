@@ -18,8 +18,9 @@ from typing import Any
 import numpy as np
 
 from ldpfl import mechanisms
+from ldpfl.common.errors import ParameterError
 from ldpfl.contract.client_writer import ClientFileWriter
-from ldpfl.mechanisms.base import FLOAT32, PACKED_BITS, ParameterError
+from ldpfl.mechanisms.base import FLOAT32, PACKED_BITS
 
 BATCH_ROWS = 1024  # rows per CNN prediction batch
 RELEASE_ROWS = 256  # rows per encode / randomize / pack / write step: ~22 MiB of temporaries at r = 1,152

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
-from ldpfl.mechanisms.base import ParameterError
+from ldpfl.common.errors import ParameterError
 
 KERAS_BACKENDS = ("tensorflow", "torch", "jax")  # Keras 3's backends; TensorFlow is the default
 DEVICES = ("auto", "cpu", "cuda")

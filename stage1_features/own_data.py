@@ -58,7 +58,7 @@ from typing import Any
 
 import numpy as np
 
-from ldpfl.mechanisms.base import ParameterError
+from ldpfl.common.errors import ParameterError
 from ldpfl.stage1_features.dataset_readers import DatasetError
 from ldpfl.stage1_features.datasets import Dataset
 

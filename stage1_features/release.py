@@ -26,8 +26,9 @@ from typing import Any
 import numpy as np
 
 from ldpfl import mechanisms
+from ldpfl.common.errors import ParameterError
 from ldpfl.contract.release_point import BOTTLENECK, FLATTEN, LABEL, SCORES, ReleasePoint, parse_release
-from ldpfl.mechanisms.base import FLOAT32, ParameterError
+from ldpfl.mechanisms.base import FLOAT32
 from ldpfl.stage1_features.features import ReleasePipeline
 
 __all__ = ["RELEASE_DOMAINS", "RELEASE_HELP", "ReleasePoint", "check_mechanism", "exportable_mechanisms",

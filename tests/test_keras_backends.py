@@ -19,10 +19,10 @@ import pytest
 from click.testing import CliRunner
 
 from ldpfl.cli import cli
+from ldpfl.common.errors import ParameterError
 from ldpfl.contract.client_reader import read_client_file
 from ldpfl.contract.layout import client_file_name
 from ldpfl.contract.manifest import read_manifest
-from ldpfl.mechanisms.base import ParameterError
 from ldpfl.stage1_features import cnn, keras_backend
 from ldpfl.stage1_features.export_config import ExportConfig
 

@@ -1,10 +1,11 @@
-"""Imports point one way: mechanisms → contract → stage1_features / stage2_federate → the ldpfl app.
+"""Imports point one way: common → mechanisms → contract → stage1_features / stage2_federate → the ldpfl app.
 
 One name is installed: the repository's folders ``mechanisms/``, ``contract/``, ``stage1_features/`` and
 ``stage2_federate/`` are the packages ``ldpfl.mechanisms`` … (pyproject's ``package-dir``), and ``ldpfl/`` holds
-the app (CLI, inspect, predict, demo). Every module is parsed with ``ast`` (imports inside functions included,
-relative imports resolved); each import of a project module is checked against what its layer may use, and the
-old top-level names are refused.
+the app (CLI, inspect, predict, demo). ``ldpfl/common/`` is the floor below them all (the shared errors and the
+generic registry): it imports nothing of the project, and every layer may import it. Every module is parsed
+with ``ast`` (imports inside functions included, relative imports resolved); each import of a project module is
+checked against what its layer may use, and the old top-level names are refused.
 """
 
 from __future__ import annotations
@@ -18,16 +19,18 @@ ROOT = Path(__file__).resolve().parents[1]
 SUBPACKAGES = ("mechanisms", "contract", "stage1_features", "stage2_federate")  # folders mapped into ldpfl
 FOLDERS = (*SUBPACKAGES, "ldpfl")
 APP = "app"  # the layer of ldpfl's own modules (ldpfl/*.py)
+FLOOR = "common"  # ldpfl/common: below every layer
 
 ALLOWED = {
-    "mechanisms": {"mechanisms"},
-    "contract": {"contract", "mechanisms"},
-    "stage1_features": {"stage1_features", "contract", "mechanisms"},
-    "stage2_federate": {"stage2_federate", "contract", "mechanisms"},
-    APP: {*SUBPACKAGES, APP},
+    FLOOR: {FLOOR},
+    "mechanisms": {FLOOR, "mechanisms"},
+    "contract": {FLOOR, "contract", "mechanisms"},
+    "stage1_features": {FLOOR, "stage1_features", "contract", "mechanisms"},
+    "stage2_federate": {FLOOR, "stage2_federate", "contract", "mechanisms"},
+    APP: {FLOOR, *SUBPACKAGES, APP},
 }
 INSPECT_MODULES = ("ldpfl.inspect", "ldpfl.inspect_")  # ldpfl inspect reads files: no stage imports
-INSPECT_ALLOWED = {APP, "contract", "mechanisms"}
+INSPECT_ALLOWED = {FLOOR, APP, "contract", "mechanisms"}
 
 
 def module_name(path: Path) -> str:
@@ -42,6 +45,8 @@ def layer_of(name: str) -> str | None:
     parts = name.split(".")
     if parts[0] != "ldpfl":
         return None
+    if len(parts) > 1 and parts[1] == FLOOR:
+        return FLOOR
     return parts[1] if len(parts) > 1 and parts[1] in SUBPACKAGES else APP
 
 
@@ -90,7 +95,7 @@ def project_modules() -> list[tuple[str, Path]]:
 
 def test_every_layer_imports_only_below_it() -> None:
     modules = project_modules()
-    assert len(modules) > 40 and {layer_of(m) for m, _ in modules} == {*SUBPACKAGES, APP}
+    assert len(modules) > 40 and {layer_of(m) for m, _ in modules} == {FLOOR, *SUBPACKAGES, APP}
     problems = [v for module, path in modules
                 for v in violations(module, path.read_text(), path.name == "__init__.py")]
     assert problems == []
@@ -115,6 +120,8 @@ def test_scripts_and_tests_use_the_installed_name() -> None:
     ("ldpfl.inspect", "from ldpfl.stage1_features.export import run_export"),
     ("ldpfl.demo", "from stage1_features.export import run_export"),  # the old top-level name
     ("ldpfl.mechanisms.uer", "import mechanisms.base"),
+    ("ldpfl.common.errors", "from ldpfl.mechanisms.base import FLOAT32"),  # the floor imports nothing above it
+    ("ldpfl.common.registry", "from ldpfl import cli"),
 ])
 def test_a_violating_import_is_found(module: str, source: str) -> None:
     assert violations(module, source)
@@ -128,6 +135,7 @@ def test_relative_imports_are_resolved() -> None:
     assert violations("ldpfl.inspect_cli", "from .demo import run_demo") == []  # the app itself
     assert violations("ldpfl.demo", "from ldpfl.stage1_features.export import run_export") == []
     assert violations("ldpfl.stage1_features.cli", "from ldpfl import mechanisms") == []
+    assert violations("ldpfl.mechanisms.base", "from ldpfl.common.errors import ParameterError") == []
     assert violations("ldpfl.stage1_features.export", "from ..stage2_federate import data") == [
-        "ldpfl.stage1_features.export:1 imports ldpfl.stage2_federate (stage1_features may import contract, "
+        "ldpfl.stage1_features.export:1 imports ldpfl.stage2_federate (stage1_features may import common, contract, "
         "mechanisms, stage1_features)"]

@@ -14,6 +14,7 @@ import pytest
 from cli_checks import one_error_line, run
 from test_plan import make_plan
 
+from ldpfl.common.errors import ParameterError
 from ldpfl.contract.client_reader import read_client_file
 from ldpfl.contract.label_release import (
     CLEAR_LABELS,
@@ -26,7 +27,6 @@ from ldpfl.contract.label_release import (
 )
 from ldpfl.contract.layout import PARTITION_FILE
 from ldpfl.contract.plan import SharedPlan
-from ldpfl.mechanisms.base import ParameterError
 from ldpfl.mechanisms.krr import KRR
 from ldpfl.stage1_features.datasets import load_dataset
 from ldpfl.stage1_features.export import run_export

@@ -20,9 +20,9 @@ import os
 from pathlib import Path
 from typing import Any, Unpack
 
+from ldpfl.common.errors import ParameterError
 from ldpfl.contract.names import check_name, child_path
 from ldpfl.contract.plan import SharedPlan, read_plan
-from ldpfl.mechanisms.base import ParameterError
 from ldpfl.stage1_features.export_config import DEFAULT_MECHANISM_PARAMS, ExportConfig
 from ldpfl.stage1_features.export_results import ExportResult
 

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Unpack
 
+from ldpfl.common.errors import ParameterError
 from ldpfl.contract.release_guarantee import ReleaseGuarantee, weakest
-from ldpfl.mechanisms.base import ParameterError
 from ldpfl.stage2_federate.config import FederationConfig
 
 from .fields import FederationFields, StrPath

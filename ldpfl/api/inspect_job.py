@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ldpfl.common.errors import ParameterError
 from ldpfl.contract.release_guarantee import ReleaseGuarantee, weakest
 from ldpfl.inspection import Inspection, inspect_path
-from ldpfl.mechanisms.base import ParameterError
 
 from .fields import StrPath
 from .progress import ProgressCallback, report

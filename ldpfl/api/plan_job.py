@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from ldpfl import mechanisms
+from ldpfl.common.errors import ParameterError
 from ldpfl.contract.names import check_name
 from ldpfl.contract.plan import SharedPlan, write_plan
-from ldpfl.mechanisms.base import ParameterError
 
 from .fields import StrPath
 from .progress import ProgressCallback, report
