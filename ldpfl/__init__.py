@@ -26,15 +26,15 @@ if TYPE_CHECKING:
     from ldpfl.contract.gather import GatherResult
     from ldpfl.contract.plan import SharedPlan
     from ldpfl.contract.release_guarantee import ReleaseGuarantee
-    from ldpfl.stage1_features.export_config import ExportConfig
-    from ldpfl.stage1_features.export_results import ExportResult
+    from ldpfl.stage1_features.export.config import ExportConfig
+    from ldpfl.stage1_features.export.results import ExportResult
     from ldpfl.stage2_federate.config import FederationConfig
 
 __version__ = package_version()
 
 _LAZY = {
-    "export": "ldpfl.api.export_job", "ExportConfig": "ldpfl.stage1_features.export_config",
-    "ExportResult": "ldpfl.stage1_features.export_results",
+    "export": "ldpfl.api.export_job", "ExportConfig": "ldpfl.stage1_features.export.config",
+    "ExportResult": "ldpfl.stage1_features.export.results",
     "plan": "ldpfl.api.plan_job", "PlanResult": "ldpfl.api.plan_job", "SharedPlan": "ldpfl.contract.plan",
     "gather": "ldpfl.api.gather_job", "GatherResult": "ldpfl.contract.gather",
     "federate": "ldpfl.api.federate_job", "FederationConfig": "ldpfl.stage2_federate.config",

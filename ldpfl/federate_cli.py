@@ -12,7 +12,14 @@ from pathlib import Path
 
 import click
 
+from ldpfl.api.federate_job import federate
+from ldpfl.contract.jsonout import echo_json
 from ldpfl.stage2_federate import budgets
+from ldpfl.stage2_federate.flower_engine import FlowerMissingError
+from ldpfl.stage2_federate.flower_engine.control import SuperLinkError, parse_superlink
+from ldpfl.stage2_federate.flower_engine.launch import FlowerRunError
+from ldpfl.stage2_federate.ledger import ledger_lines
+from ldpfl.stage2_federate.outputs import summary_table
 from ldpfl.stage2_federate.perturbation import SIGN_MODES, TARGETS, perturbation_names, perturbation_wiring
 from ldpfl.stage2_federate.strategies import strategy_class, strategy_names
 
@@ -79,7 +86,6 @@ def _parse_superlink(ctx: click.Context, param: click.Parameter, value: str | No
     """Check ``--superlink HOST:PORT`` (stdlib only: Flower loads later, in the command)."""
     if value is None:
         return None
-    from ldpfl.stage2_federate.flower_engine.control import parse_superlink
 
     try:
         return parse_superlink(value)
@@ -236,10 +242,6 @@ def federate_command(run_dir: Path, presets: tuple[str, ...], out_dir: Path | No
                                    "values; give one")
         options[key] = name
 
-    from ldpfl.api.federate_job import federate
-    from ldpfl.stage2_federate.flower_engine import FlowerMissingError
-    from ldpfl.stage2_federate.flower_engine.launch import FlowerRunError
-
     try:
         result = federate(run_dir, engine=engine, out=out_dir, resume=resume, overwrite=overwrite,
                           keep_checkpoint=keep_checkpoint, cpus_per_client=cpus_per_client,
@@ -249,24 +251,17 @@ def federate_command(run_dir: Path, presets: tuple[str, ...], out_dir: Path | No
     except FlowerMissingError as error:  # --engine flower: one Error: line each
         raise click.ClickException(str(error)) from None
     except FlowerRunError as error:
-        from ldpfl.stage2_federate.flower_engine.control import SuperLinkError
-
         if isinstance(error, SuperLinkError):  # the SuperLink itself: its own line
             raise click.ClickException(str(error)) from None
         raise click.ClickException(f"the Flower run failed: {error}") from None
     if as_json:
-        from ldpfl.contract.jsonout import echo_json
-
         echo_json(result.to_dict())
         return
     if quiet:
         return
-    from ldpfl.stage2_federate.outputs import summary_table
 
     click.echo(summary_table(result.rounds))
     if result.privacy_ledger is not None:
-        from ldpfl.stage2_federate.ledger import ledger_lines
-
         click.echo("\n".join(ledger_lines(result.privacy_ledger)))
     final = result.final_accuracy
     click.echo(f"final test accuracy {'n/a' if final is None else f'{final:.4f}'} after {len(result.rounds)} "

@@ -11,6 +11,10 @@ from typing import Any
 
 import click
 
+from ldpfl.api.predict_job import predict
+from ldpfl.contract.jsonout import echo_json
+from ldpfl.stage1_features.own_data.formats import COLOR_MODES, SCALES
+
 _EPILOG = """\b
 Examples:
   # client 0's held-out records, clean release, federated model RUN/federation/model.pt
@@ -25,8 +29,6 @@ Examples:
 
 
 def _option_list() -> list[Any]:
-    from ldpfl.stage1_features.own_data import COLOR_MODES, SCALES
-
     return [
         click.option("--client-index", type=click.IntRange(min=0), default=None,
                      help="The silo: client_NNN.h5 of RUN_DIR  [default: the only client file there]"),
@@ -106,16 +108,12 @@ def predict_command(run_dir: Path | None, client_index: int | None, model_path: 
     dataset or file), or --out FILE (.csv or .json). With labels, the accuracy is printed (stderr when the
     CSV goes to stdout).
     """
-    from ldpfl.api.predict_job import predict
-
     reader_options = {k: v for k, v in reader.items() if k in READER_OPTIONS and v is not None}
     result = predict(run_dir, client_index=client_index, model=model_path, cnn=cnn_path, dataset=dataset, data=data,
                      data_dir=data_dir, data_options=reader_options, split=split, randomized=randomized,
                      seed=seed, released=released, out=out_path, batch_size=batch_size, threads=threads,
                      progress_bars=not quiet, on_warning=_warn)
     if as_json:
-        from ldpfl.contract.jsonout import echo_json
-
         echo_json(result.to_dict())
         return
     if out_path is None:

@@ -19,8 +19,9 @@ from dataset_files import (
     write_svhn_mat,
 )
 
-from ldpfl.stage1_features import datasets
-from ldpfl.stage1_features.datasets import Dataset, DatasetError, dataset_names, load_dataset
+from ldpfl.stage1_features.datasets import loaders as datasets
+from ldpfl.stage1_features.datasets.errors import DatasetError
+from ldpfl.stage1_features.datasets.loaders import Dataset, dataset_names, load_dataset
 
 
 @pytest.fixture

@@ -24,8 +24,8 @@ from dp_accounting.pld import PLDAccountant
 from ldpfl.common.errors import ParameterError
 from ldpfl.contract.client_reader import read_client_file
 from ldpfl.contract.layout import client_file_name
-from ldpfl.stage1_features import cnn, dp_training
-from ldpfl.stage1_features.export_config import ExportConfig
+from ldpfl.stage1_features.export.config import ExportConfig
+from ldpfl.stage1_features.models import cnn, dp_training
 
 ROOT = Path(__file__).resolve().parents[1]
 DP_FIELDS = {"training", "epsilon", "delta", "noise_multiplier", "sampling_probability", "steps", "records",

@@ -28,9 +28,9 @@ from ldpfl.contract.label_release import (
 from ldpfl.contract.layout import PARTITION_FILE
 from ldpfl.contract.plan import SharedPlan
 from ldpfl.mechanisms.krr import KRR
-from ldpfl.stage1_features.datasets import load_dataset
-from ldpfl.stage1_features.export import run_export
-from ldpfl.stage1_features.export_config import ExportConfig
+from ldpfl.stage1_features.datasets.loaders import load_dataset
+from ldpfl.stage1_features.export.config import ExportConfig
+from ldpfl.stage1_features.export.run import run_export
 
 Z_TOL = 4.5
 K = 10

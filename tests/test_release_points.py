@@ -21,8 +21,8 @@ from ldpfl.cli import cli
 from ldpfl.contract.client_reader import read_client_file
 from ldpfl.contract.layout import client_file_name, local_file_name
 from ldpfl.contract.release_point import ReleasePoint, parse_release
-from ldpfl.stage1_features.export_config import ExportConfig
-from ldpfl.stage1_features.release import check_mechanism, release_mechanisms, release_values
+from ldpfl.stage1_features.export.config import ExportConfig
+from ldpfl.stage1_features.export.release import check_mechanism, release_mechanisms, release_values
 
 TINY = ["--dataset", "mnist5k", "--limit", "120", "--clients", "2", "--epochs", "1", "--batch-size", "32",
         "--no-augment", "--quiet", "--seed", "7"]
