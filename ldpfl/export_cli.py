@@ -14,11 +14,19 @@ from typing import Any
 import click
 
 from ldpfl.api.export_job import export
+from ldpfl.contract.datasets import dataset_names
 from ldpfl.contract.jsonout import echo_json
 from ldpfl.contract.names import child_path
-from ldpfl.export_options import explicit_parameters, mechanism_parameters, own_data_options, silo_config
+from ldpfl.export_options import (
+    alpha_help,
+    explicit_parameters,
+    extractor_help,
+    mechanism_help,
+    mechanism_parameters,
+    own_data_options,
+    silo_config,
+)
 from ldpfl.release_cli import check_from_models, release_options
-from ldpfl.stage1_features.datasets.loaders import dataset_names
 from ldpfl.stage1_features.export.config import ExportConfig, exportable_mechanisms
 from ldpfl.stage1_features.export.partition import PARTITION_KINDS
 from ldpfl.stage1_features.export.plan import describe_privacy
@@ -80,21 +88,15 @@ def _print_table(result: Any) -> None:
               help="Each client's hold-out share (IV-C: 10 %).")
 @click.option("--extractor", type=click.Choice([cnn.AUTO, *cnn.extractor_names()]), default=cnn.AUTO,
               show_default=True,
-              help="Feature extractor: mnist-cnn (Fig. 3), cifar-cnn (Fig. 4), none (raw inputs). auto: the "
-                   "paper's choice (mnist-cnn for mnist/mnist5k, cifar-cnn for fashion-mnist/cifar10/svhn(-extra), "
-                   "none otherwise); under --cnn-epsilon, dp-cnn wherever it would be a CNN. DP-SGD variants: "
-                   "mnist-cnn-gn, cifar-cnn-gn (GroupNorm for BatchNorm) and dp-cnn (small tanh net), each a "
-                   "labelled deviation from the paper.")
+              help=extractor_help())
 @click.option("--epochs", type=int, default=50, show_default=True,
               help="CNN training epochs (IV-C: 50). CPU runs often use a few.")
 @click.option("--batch-size", type=int, default=64, show_default=True, help="CNN batch size (IV-C: 64).")
 @click.option("--no-augment", is_flag=True, help="Train without rotation/shift augmentation.")
 @click.option("--mechanism", type=click.Choice(MECHANISM_CHOICES), default="uer", show_default=True,
-              help="Randomization: a bit mechanism over the fixed-point encoding, a float mechanism over the "
-                   "features, or none (NOT private). --release bottleneck:K and scores take bounded (duchi, "
-                   "piecewise, hybrid, laplace) or real mechanisms, label takes krr or oue-label.")
+              help=mechanism_help())
 @click.option("--epsilon", type=float, default=None, help="Nominal privacy budget ε  [default: 0.5, IV-D]")
-@click.option("--alpha", type=float, default=None, help="α of uer/moue  [default: 10, IV-D]")
+@click.option("--alpha", type=float, default=None, help=alpha_help())
 @click.option("-m", "--integer-bits", type=int, default=None, help="m, integer bits  [default: 4, IV-D]")
 @click.option("-n", "--fraction-bits", type=int, default=None, help="n, fraction bits  [default: 5, IV-D]")
 @click.option("--param", "params", multiple=True, metavar="KEY=VALUE",

@@ -17,9 +17,13 @@ from typing import Any
 
 import click
 
+from ldpfl.contract.datasets import paper_extractors
 from ldpfl.contract.names import check_name
 from ldpfl.contract.plan import read_plan
+from ldpfl.contract.release_point import FLATTEN, RELEASES
+from ldpfl.mechanisms.registry import mechanism_class, mechanism_names
 from ldpfl.stage1_features.export.config import DEFAULT_MECHANISM_PARAMS
+from ldpfl.stage1_features.export.release import takes_text
 from ldpfl.stage1_features.export.silo import apply_plan
 from ldpfl.stage1_features.models import cnn
 from ldpfl.stage1_features.own_data.formats import COLOR_MODES, SCALES
@@ -29,6 +33,35 @@ SILO_OPTIONS = ("data", "name", "label_column", "image_size", "color_mode", "x_k
                 "client_index", "plan_path")
 _READER_OPTIONS = ("label_column", "image_size", "color_mode", "x_key", "y_key", "scale")
 DEDICATED = {"epsilon": "--epsilon", "alpha": "--alpha", "integer_bits": "-m", "fraction_bits": "-n"}
+
+
+def extractor_help() -> str:
+    """Return ``--extractor``'s help; ``auto``'s choice per dataset comes from the dataset registry."""
+    groups = paper_extractors()
+    paper = ", ".join(f"{extractor} for {'/'.join(names)}" for extractor, names in groups.items()
+                      if extractor != cnn.NO_EXTRACTOR)
+    return ("Feature extractor: mnist-cnn (Fig. 3), cifar-cnn (Fig. 4), none (raw inputs). auto: the "
+            f"paper's choice ({paper}, none otherwise); under --cnn-epsilon, dp-cnn wherever it would be a CNN. "
+            "DP-SGD variants: mnist-cnn-gn, cifar-cnn-gn (GroupNorm for BatchNorm) and dp-cnn (small tanh net), "
+            "each a labelled deviation from the paper.")
+
+
+def mechanism_help() -> str:
+    """Return ``ldpfl export --mechanism``'s help; what each release takes comes from the registries."""
+    takes: dict[str, list[str]] = {}
+    for name, kind in RELEASES.items():
+        if name != FLATTEN:
+            takes.setdefault(takes_text(kind.domains), []).append(kind.usage)
+    others = ", ".join(f"{' and '.join(kinds)} {'take' if len(kinds) > 1 else 'takes'} {text}"
+                       for text, kinds in takes.items())
+    return ("Randomization: a bit mechanism over the fixed-point encoding, a float mechanism over the features, "
+            f"or none (NOT private). --release {others}.")
+
+
+def alpha_help() -> str:
+    """Return ``--alpha``'s help: the mechanisms that take α, from the mechanism registry."""
+    takers = [n for n in mechanism_names() if "alpha" in mechanism_class(n).parameter_names()]
+    return f"α of {'/'.join(takers)}  [default: 10, IV-D]"
 
 
 def parse_param(text: str) -> tuple[str, Any]:

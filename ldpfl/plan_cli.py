@@ -14,7 +14,7 @@ from ldpfl.api.plan_job import plan as make_shared_plan
 from ldpfl.contract.jsonout import echo_json
 from ldpfl.contract.names import check_name
 from ldpfl.contract.write_targets import check_write_target
-from ldpfl.export_options import data_options, data_source_options, mechanism_parameters
+from ldpfl.export_options import alpha_help, data_options, data_source_options, mechanism_parameters
 from ldpfl.stage1_features.export.config import exportable_mechanisms
 from ldpfl.stage1_features.export.plan import describe_privacy
 from ldpfl.stage1_features.models import cnn
@@ -36,7 +36,7 @@ def _mechanism_choices() -> list[str]:
 @click.option("--mechanism", type=click.Choice(_mechanism_choices()), default="uer", show_default=True,
               help="Randomization every silo applies.")
 @click.option("--epsilon", type=float, default=None, help="Nominal privacy budget ε  [default: 0.5, IV-D]")
-@click.option("--alpha", type=float, default=None, help="α of uer/moue  [default: 10, IV-D]")
+@click.option("--alpha", type=float, default=None, help=alpha_help())
 @click.option("-m", "--integer-bits", type=int, default=None, help="m, integer bits  [default: 4, IV-D]")
 @click.option("-n", "--fraction-bits", type=int, default=None, help="n, fraction bits  [default: 5, IV-D]")
 @click.option("--param", "params", multiple=True, metavar="KEY=VALUE", help="Another mechanism parameter.")

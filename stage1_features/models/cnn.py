@@ -55,6 +55,7 @@ import numpy as np
 
 from ldpfl.common.errors import ParameterError
 from ldpfl.contract.atomic import atomic_path
+from ldpfl.contract.datasets import DATASETS
 from ldpfl.stage1_features.models.keras_backend import import_keras
 
 MNIST_CNN = "mnist-cnn"
@@ -66,20 +67,6 @@ WEIGHT_DECAY = 1e-4  # IV-A1: regularizers.l2(1e-4) on all convolution layers
 BN_MOMENTUM = 0.9  # see the module docstring: moving statistics usable after a few dozen steps
 FLATTEN_LAYER = "flatten_features"  # the layer whose output is exported (Fig. 3 no. 16, Fig. 4 no. 27)
 BOTTLENECK_LAYER = "release_bottleneck"  # ``--release bottleneck:K``: K tanh units right after the flatten layer
-
-# ``--extractor auto``: the paper's choice per dataset (IV-A). digits (8×8) is too small for either net
-# and covtype is tabular, so both use the raw features unless a CNN is asked for explicitly.
-AUTO_EXTRACTORS = {
-    "mnist": MNIST_CNN,
-    "mnist5k": MNIST_CNN,
-    "fashion-mnist": CIFAR_CNN,
-    "cifar10": CIFAR_CNN,
-    "svhn": CIFAR_CNN,
-    "svhn-extra": CIFAR_CNN,
-    "digits": NO_EXTRACTOR,
-    "covtype": NO_EXTRACTOR,
-}
-
 
 @dataclass(frozen=True)
 class Architecture:
@@ -210,13 +197,13 @@ def architecture(name: str) -> Architecture:
 
 
 def resolve_extractor(name: str, dataset: str, *, dp: bool = False) -> str:
-    """``auto`` becomes the paper's extractor for ``dataset`` (``none`` for datasets it does not use).
+    """``auto`` becomes the paper's extractor for ``dataset`` (``ldpfl.contract.datasets``; ``none`` for own data).
 
     With ``dp`` (DP-SGD training, ``--cnn-epsilon``) ``auto`` becomes the small DP net ``dp-cnn`` wherever the
     paper uses a CNN (``ldpfl.stage1_features.models.dp_nets``).
     """
     if name == AUTO:
-        chosen = AUTO_EXTRACTORS.get(dataset, NO_EXTRACTOR)
+        chosen = DATASETS.get(dataset).extractor if dataset in DATASETS else NO_EXTRACTOR
         return DP_AUTO_EXTRACTOR if dp and chosen != NO_EXTRACTOR else chosen
     return architecture(name).name
 
