@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any, Literal
 
 import click
 
@@ -223,9 +224,10 @@ Examples:
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar and no summary.")
 def federate_command(run_dir: Path, presets: tuple[str, ...], out_dir: Path | None, resume: bool, overwrite: bool,
-                     keep_checkpoint: bool, as_json: bool, quiet: bool, engine: str, cpus_per_client: int | None,
+                     keep_checkpoint: bool, as_json: bool, quiet: bool, engine: Literal["local", "flower"],
+                     cpus_per_client: int | None,
                      client_timeout: float | None, superlink: str | None, root_certificates: Path | None,
-                     insecure: bool, min_clients: int | None, **options: object) -> None:
+                     insecure: bool, min_clients: int | None, **options: Any) -> None:
     """Federated training of a fully-connected model over the client files in RUN_DIR (LDPFL stage 2).
 
     Each round selects clients, trains them locally on their randomized features, perturbs their uploads

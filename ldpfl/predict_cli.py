@@ -7,7 +7,7 @@ A thin command: it maps the flags to the function's arguments and prints the res
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import click
 
@@ -87,7 +87,8 @@ READER_OPTIONS = ("label_column", "image_size", "color_mode", "x_key", "y_key", 
 @click.argument("run_dir", required=False, type=click.Path(exists=True, file_okay=False, path_type=Path))
 @_with_options
 def predict_command(run_dir: Path | None, client_index: int | None, model_path: Path | None, cnn_path: Path | None,
-                    dataset: str | None, data: str | None, data_dir: str | None, split: str | None,
+                    dataset: str | None, data: str | None, data_dir: str | None,
+                    split: Literal["test", "train", "all"] | None,
                     randomized: bool, seed: int | None, released: Path | None, out_path: Path | None,
                     batch_size: int, threads: int | None, as_json: bool, quiet: bool, **reader: Any) -> None:
     """Predict a silo's records with the federated model, through the silo's own pipeline.

@@ -197,7 +197,8 @@ def federate(run_dir: StrPath, config: FederationConfig | None = None, /, *, eng
         if superlink is not None:
             record = run_on_superlink(Path(run_dir), config, superlink=superlink, out_dir=target, resume=resume,
                                       progress=progress_bars, overwrite=overwrite, keep_checkpoint=keep_checkpoint,
-                                      options=options, insecure=insecure, root_certificates=root_certificates,
+                                      options=options, insecure=insecure,
+                                      root_certificates=None if root_certificates is None else Path(root_certificates),
                                       on_warning=on_warning, on_round=rounds_done)
         else:
             record = run_flower(Path(run_dir), config, out_dir=target, resume=resume, progress=progress_bars,

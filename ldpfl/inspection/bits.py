@@ -169,7 +169,7 @@ class BitStatistics:
     @property
     def total_ones(self) -> np.ndarray:
         """1s per position over every split, shape (r*l,)."""
-        return np.sum(list(self.ones.values()), axis=0, dtype=np.int64)
+        return np.asarray(np.sum(list(self.ones.values()), axis=0, dtype=np.int64))
 
     def to_dict(self) -> dict[str, Any]:
         """Return a JSON-ready dict (the counts per position are left out)."""
@@ -200,7 +200,7 @@ def bit_statistics(ones: Mapping[str, np.ndarray], rows: Mapping[str, int], *, f
     if p10 is not None and p11 is not None:
         low = reduce_per_class(np.minimum(p10, p11), bits_per_value, how="mean")
         high = reduce_per_class(np.maximum(p10, p11), bits_per_value, how="mean")
-        if input_density is not None:
+        if input_density is not None and mechanism is not None:
             predicted = reduce_per_class(mechanism.expected_density(input_density), bits_per_value, how="mean")
     else:
         notes.append("no range or prediction: the attributes do not describe a usable bit mechanism")

@@ -233,7 +233,7 @@ def _read_data(path: Path, handle: h5py.File, metadata: ClientMetadata, mechanis
         other = (report.floats.output_fractions or {}).get("other")
         if other:
             report.flags.append(f"a share {other:.4g} of the values is none of the mechanism's outputs "
-                                f"{list(report.floats.outputs.values())}")
+                                f"{list((report.floats.outputs or {}).values())}")
     report.checksums = "ok" if not unprotected else "unprotected"
 
 

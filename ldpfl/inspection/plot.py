@@ -15,7 +15,9 @@ global backend switch). The PNG is written to a temporary name and renamed into 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -28,10 +30,11 @@ DPI = 110
 
 def _bit_panel(ax, fig, reports: list[FileReport]) -> None:
     first = next(r for r in reports if r.bits is not None)
+    assert first.bits is not None
     shape = (first.bits.features, first.bits.bits_per_value)
-    pooled = [r for r in reports if r.bits is not None and (r.bits.features, r.bits.bits_per_value) == shape]
-    rows = sum(r.bits.total_rows for r in pooled)
-    ones = np.sum([r.bits.total_ones for r in pooled], axis=0, dtype=np.int64)
+    pooled = [r.bits for r in reports if r.bits is not None and (r.bits.features, r.bits.bits_per_value) == shape]
+    rows = sum(bits.total_rows for bits in pooled)
+    ones = np.sum([bits.total_ones for bits in pooled], axis=0, dtype=np.int64)
     density = (ones / max(rows, 1)).reshape(shape).T  # (l, r): bit position x feature
     image = ax.imshow(density, aspect="auto", interpolation="nearest", cmap="viridis", vmin=0.0, vmax=1.0)
     ax.set_yticks(range(shape[1]), first.bits.position_labels)
@@ -45,7 +48,9 @@ def _bit_panel(ax, fig, reports: list[FileReport]) -> None:
 
 def _float_panel(ax, reports: list[FileReport]) -> None:
     first = next(r for r in reports if r.floats is not None)
-    mean, std = first.floats.mean, first.floats.std
+    floats = first.floats
+    assert floats is not None
+    mean, std = floats.mean, floats.std
     x = np.arange(mean.size)
     ax.plot(x, mean, color="C0", label="mean")
     ax.fill_between(x, mean - std, mean + std, color="C0", alpha=0.25, label="mean +/- std")
@@ -53,7 +58,7 @@ def _float_panel(ax, reports: list[FileReport]) -> None:
     ax.set_ylabel("value")
     mechanism = first.metadata.mechanism if first.metadata else "?"
     ax.set_title(f"Per-feature mean and std of the float32 features ({mechanism}; {first.name}, "
-                 f"{first.floats.rows} rows)")
+                 f"{floats.rows} rows)")
     ax.legend(loc="upper right")
 
 
@@ -105,6 +110,7 @@ def _accuracy_panel(ax, inspection: Inspection) -> None:
     from matplotlib.ticker import MaxNLocator
 
     fed = inspection.federation
+    assert fed is not None
     points = [(r, a) for r, a in zip(fed.rounds, fed.test_accuracy, strict=True) if a is not None]
     ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", markersize=3, color="C2")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
@@ -134,18 +140,16 @@ def write_plot(inspection: Inspection, out: str | os.PathLike) -> Path:
     if not readable:
         raise ValueError(f"{out}: nothing to plot, no file of {inspection.path} could be read")
     fed = inspection.federation
-    panels = [_bit_panel if any(r.bits for r in readable) else _float_panel, _label_panel]
+    panels: list[Callable[[Any], None]] = [  # each draws on its axes (``fig`` is bound below, before any is called)
+        (lambda ax: _bit_panel(ax, fig, readable)) if any(r.bits for r in readable)
+        else (lambda ax: _float_panel(ax, readable)),
+        lambda ax: _label_panel(ax, readable)]
     if fed is not None and not fed.problem and any(a is not None for a in fed.test_accuracy):
-        panels.append(_accuracy_panel)
+        panels.append(lambda ax: _accuracy_panel(ax, inspection))
     fig = Figure(figsize=(12, 3.6 * len(panels)), layout="constrained")
     FigureCanvasAgg(fig)
     axes = fig.subplots(len(panels), 1, squeeze=False)[:, 0]
     for ax, panel in zip(axes, panels, strict=True):
-        if panel is _bit_panel:
-            panel(ax, fig, readable)
-        elif panel is _accuracy_panel:
-            panel(ax, inspection)
-        else:
-            panel(ax, readable)
+        panel(ax)
     fig.suptitle(f"ldpfl inspect: {inspection.path}")
     return atomic_write(out, lambda handle: fig.savefig(handle, format="png", dpi=DPI))

@@ -15,7 +15,7 @@ import pickle
 import zlib
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, cast
 
 import numpy as np
 
@@ -30,7 +30,7 @@ MAX_PICKLE_BYTES = 256 * 2**20  # a real CIFAR-10 batch is about 30 MiB
 
 def open_binary(path: Path) -> BinaryIO:
     """Open ``path`` for reading bytes, through gzip when its suffix is ``.gz``."""
-    return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")  # noqa: SIM115
+    return cast(BinaryIO, gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb"))  # noqa: SIM115
 
 
 READ_ERRORS = (OSError, EOFError, zlib.error)  # gzip.BadGzipFile is an OSError

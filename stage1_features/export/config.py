@@ -160,11 +160,10 @@ class ExportConfig:
             if self.keras_backend is None:
                 object.__setattr__(self, "keras_backend", "tensorflow")
             return
-        if self.cnn_delta is None:
-            object.__setattr__(self, "cnn_delta", DEFAULT_CNN_DELTA)
-        check_budget(self.cnn_epsilon, self.cnn_delta)
+        delta = DEFAULT_CNN_DELTA if self.cnn_delta is None else self.cnn_delta
+        check_budget(self.cnn_epsilon, delta)
         object.__setattr__(self, "cnn_epsilon", float(self.cnn_epsilon))
-        object.__setattr__(self, "cnn_delta", float(self.cnn_delta))
+        object.__setattr__(self, "cnn_delta", float(delta))
         if self.keras_backend is None:
             object.__setattr__(self, "keras_backend", "jax")
         elif self.keras_backend != "jax":
@@ -181,6 +180,7 @@ class ExportConfig:
         if self.cnn_epsilon is None:
             return None
 
+        assert self.cnn_delta is not None  # filled in at construction
         return DPBudget(self.cnn_epsilon, self.cnn_delta)
 
     def exported_clients(self) -> list[int]:

@@ -115,7 +115,7 @@ def read_source_run(path: str | Path) -> SourceRun:
     info = manifest.info
     if info.get("tool") != TOOL:
         raise ExportError(f"`from_models`: {run_dir / MANIFEST_NAME} was not written by {TOOL}")
-    config = info.get("config") if isinstance(info.get("config"), Mapping) else {}
+    config: Mapping[str, Any] = info["config"] if isinstance(info.get("config"), Mapping) else {}
     try:
         history = history_from_manifest(info, manifest.files, str(run_dir.resolve()))
         release = str(parse_release(str(config.get("release", FLATTEN))))
@@ -251,6 +251,7 @@ def source_partition(source: SourceRun, plan: Any) -> tuple[list[np.ndarray], di
         streams = plan.randomness.child_sequences(config.clients)
         holdouts = [client_holdout(clients[i], config.test_fraction, streams[i], plan.randomness.mode)
                     for i in range(config.clients)]
+    assert holdouts is not None
     for i in config.exported_clients():
         check_holdout(source, i, holdouts[i][0], holdouts[i][1], plan.dataset.y, redrawn=redrawn)
     described = source.info.get("partition")

@@ -136,6 +136,7 @@ def run_export(config: ExportConfig, out_dir: str | os.PathLike[str], *, progres
     started = time.perf_counter()
     if (cnn.is_cnn(cnn.resolve_extractor(config.extractor, config.dataset)) or config.from_models is not None
             or config.dp_budget() is not None):
+        assert config.keras_backend is not None  # filled in by ExportConfig
         select_keras_backend(config.keras_backend)  # before Keras is imported here or in spawned workers
         select_device(keras_backend(), config.device)
     plan = make_plan(config)

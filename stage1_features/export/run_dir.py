@@ -116,6 +116,7 @@ def _mismatches(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
 
 def _check_metadata(path: Path, meta: ClientMetadata, plan: ExportPlan, index: int) -> None:
     layout = plan.layout
+    assert layout is not None  # filled in by ExportPlan
     expected = {"dataset": plan.dataset.name, "client_index": index, "client_count": plan.config.clients,
                 "extractor": plan.extractor, "features": plan.features, "mechanism": plan.spec.name,
                 "feature_format": layout.feature_format, "integer_bits": layout.integer_bits,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -37,7 +38,7 @@ def save_partition(run_dir: Path, clients: list[np.ndarray],
     ``client_000_train`` / ``client_000_test`` … hold each client's hold-out split (IV-C), in the row order
     of its file (``--from-models`` reuses them).
     """
-    arrays = {client_stem(i): np.asarray(c, dtype=np.int64) for i, c in enumerate(clients)}
+    arrays: dict[str, Any] = {client_stem(i): np.asarray(c, dtype=np.int64) for i, c in enumerate(clients)}
     for i, parts in enumerate(holdouts or ()):
         arrays |= {client_stem(i) + key: np.asarray(part, dtype=np.int64) for key, part in zip(HOLDOUT_KEYS, parts,
                                                                                                 strict=True)}

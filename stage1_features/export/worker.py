@@ -238,8 +238,8 @@ def export_client(task: ClientTask, dataset: Any = None) -> ClientOutcome:
         class_names=getattr(dataset, "class_names", None), plan_fingerprint=task.plan_fingerprint,
         release=str(point), label_release=dict(task.label_release), extractor_training=dict(training_record),
     )
-    rows = {s: len(idx) for s, idx in splits.items()}
-    guarantee = file_guarantee(metadata, records=sum(rows.values()), history=task.prior_releases,
+    row_counts = {s: len(idx) for s, idx in splits.items()}
+    guarantee = file_guarantee(metadata, records=sum(row_counts.values()), history=task.prior_releases,
                                diagnostic=task.store_input_density)
     metadata = dataclasses.replace(metadata, release_guarantee=guarantee.to_dict())
     local_record = None
@@ -250,9 +250,9 @@ def export_client(task: ClientTask, dataset: Any = None) -> ClientOutcome:
     path = run_dir / client_file_name(task.index)
     pipeline = layout.pipeline
     density = BitDensity(metadata.feature_width) if task.store_input_density else None
-    bar = progress_bar(total=sum(rows.values()), desc=f"{name} release", unit="row", leave=False,
+    bar = progress_bar(total=sum(row_counts.values()), desc=f"{name} release", unit="row", leave=False,
                        position=task.position, disable=not task.progress)
-    with bar, ClientFileWriter(path, metadata, rows) as writer:
+    with bar, ClientFileWriter(path, metadata, row_counts) as writer:
         for split in ("train", "test"):  # one stream, train rows first, in row order
             write_split(writer, split, batches(split, released), pipeline, release_rng,
                         density=density if split == "train" else None, progress=bar)
@@ -260,7 +260,7 @@ def export_client(task: ClientTask, dataset: Any = None) -> ClientOutcome:
             writer.write_input_bit_density(density.density())
         require_parent(str(path))  # a worker whose export died commits nothing (issue 13)
         digest = writer.commit()
-    return ClientOutcome(task.index, record_for(path, task.index, digest, rows), accuracy, model_file,
+    return ClientOutcome(task.index, record_for(path, task.index, digest, row_counts), accuracy, model_file,
                          time.perf_counter() - start, rate, local_record)
 
 

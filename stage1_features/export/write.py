@@ -62,6 +62,7 @@ class ReleasePipeline:
         if self.feature_format == FLOAT32:
             out = self.mechanism.randomize(features, rng=rng) if self.randomizes else features
             return np.asarray(out, dtype=np.float32), None
+        assert self.encoding is not None  # checked at construction for packed bits
         bits = self.encoding.encode(features)  # eq. 14 / Algorithm 1 lines 7-8: (b, r·l) uint8, saturating
         out = self.mechanism.randomize(bits, rng=rng) if self.randomizes else bits  # lines 9-10
         return mechanisms.pack_bits(out), bits

@@ -39,7 +39,7 @@ def noise_aware_model(model: Any, variance: tuple[float, float], seed: int) -> A
     ops = keras.ops
     a, b = (float(v) for v in variance)
 
-    class MechanismNoise(keras.layers.Layer):
+    class MechanismNoise(keras.layers.Layer):  # type: ignore[name-defined]
         def __init__(self) -> None:
             super().__init__(name="training_mechanism_noise")
             self.generator = keras.random.SeedGenerator(seed)
