@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 
 import pytest
+from plan_files import UER, make_plan
 
 from ldpfl.contract.plan import (
     PLAN_SCHEMA,
     PlanError,
     PlanMismatch,
-    SharedPlan,
     check_against_plan,
     fingerprint_of,
     read_plan,
@@ -18,17 +18,6 @@ from ldpfl.contract.plan import (
 )
 from ldpfl.contract.schema import SCHEMA_VERSION
 from ldpfl.mechanisms import MechanismSpec
-
-UER = {"epsilon": 0.5, "alpha": 10.0, "integer_bits": 4, "fraction_bits": 5}
-
-
-def make_plan(**changes) -> SharedPlan:
-    features = changes.pop("features", 64)
-    mechanism = changes.pop("mechanism", None) or MechanismSpec.resolve("uer", UER, features=features)
-    fields = dict(dataset="clinics", classes=("benign", "malignant", "unclear"), extractor="mnist-cnn",
-                  input_shape=(20, 20, 1), features=features, mechanism=mechanism)
-    fields.update(changes)
-    return SharedPlan(**fields)
 
 
 def test_round_trip_through_a_file(tmp_path):

@@ -20,6 +20,7 @@ import h5py
 import pytest
 from cli_checks import one_error_line, run
 from dp_accounting.pld import PLDAccountant
+from repository import ROOT
 
 from ldpfl.contract.client_reader import read_client_file
 from ldpfl.contract.layout import client_file_name
@@ -27,7 +28,6 @@ from ldpfl.mechanisms.base import ParameterError
 from ldpfl.stage1_features import cnn, dp_training
 from ldpfl.stage1_features.export_config import ExportConfig
 
-ROOT = Path(__file__).resolve().parents[1]
 DP_FIELDS = {"training", "epsilon", "delta", "noise_multiplier", "sampling_probability", "steps", "records",
              "clipping_norm", "library", "accountant"}
 

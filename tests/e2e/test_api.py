@@ -26,11 +26,11 @@ import h5py
 import numpy as np
 import pytest
 from cli_checks import run
+from repository import ROOT
 
 import ldpfl
 from ldpfl.api.fields import ExportFields, FederationFields
 
-ROOT = Path(__file__).resolve().parents[1]
 SECTION = "## Python API"
 TIMES = ("seconds", "train_samples_per_s")  # wall-clock figures: never equal across two runs
 HEAVY = ("tensorflow", "torch", "keras", "jax", "matplotlib", "flwr")

@@ -7,16 +7,16 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from cli_checks import stderr_error_line as one_line
 from click.testing import CliRunner
+from repository import ROOT
 
 from ldpfl.cli import cli
 from ldpfl.contract.client_reader import read_client_file
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = ROOT
 
 
 @pytest.mark.parametrize("exception, expected", [

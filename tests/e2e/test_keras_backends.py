@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from repository import ROOT
 
 from ldpfl.cli import cli
 from ldpfl.contract.client_reader import read_client_file
@@ -26,7 +27,6 @@ from ldpfl.mechanisms.base import ParameterError
 from ldpfl.stage1_features import cnn, keras_backend
 from ldpfl.stage1_features.export_config import ExportConfig
 
-ROOT = Path(__file__).resolve().parents[1]
 TINY = ["--dataset", "mnist5k", "--limit", "120", "--clients", "2", "--epochs", "1", "--batch-size", "32",
         "--mechanism", "none", "--save-models", "--seed", "3", "--quiet", "--json"]
 

@@ -13,10 +13,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
+from cli_checks import run as invoke
 
 from ldpfl import mechanisms
-from ldpfl.cli import cli
 from ldpfl.contract.client_reader import read_client_file
 from ldpfl.contract.digest import sha256_file
 from ldpfl.contract.layout import MANIFEST_NAME, PARTITION_FILE, client_file_name, local_file_name
@@ -29,8 +28,6 @@ SOURCE = ["--dataset", "mnist5k", "--limit", "120", "--clients", "2", "--epochs"
 SOURCE_EPSILON = 0.01  # rr per bit: a finite exact ε per record, so totals stay finite
 
 
-def invoke(*args: str):
-    return CliRunner().invoke(cli, list(args))
 
 
 def digests(run: Path) -> dict[str, str]:

@@ -8,10 +8,8 @@ import subprocess
 import sys
 
 import pytest
-from click.testing import CliRunner
+from cli_checks import assert_usage_error, command
 from federate_files import write_run
-
-from ldpfl.cli import cli
 
 FAST = ["--hidden", "8", "--local-epochs", "1", "--batch-size", "16", "--threads", "1", "--seed", "3"]
 
@@ -21,17 +19,7 @@ def run_dir(tmp_path_factory):
     return write_run(tmp_path_factory.mktemp("cli"), clients=4, rows=32, features=8)
 
 
-def invoke(*args: str):
-    return CliRunner().invoke(cli, ["federate", *args])
-
-
-def assert_one_line_error(result, *fragments: str) -> None:
-    assert result.exit_code == 2, (result.exit_code, result.output)
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("Error: "), result.stderr
-    assert "Traceback" not in result.output
-    for fragment in fragments:
-        assert fragment in lines[0], (fragment, lines[0])
+invoke = command("federate")
 
 
 def test_help_lists_options_and_presets() -> None:
@@ -59,7 +47,7 @@ def test_default_out_dir_and_resume(tmp_path) -> None:
     run_dir = write_run(tmp_path / "run", clients=2, rows=16)
     assert invoke(str(run_dir), *FAST, "--rounds", "1", "--quiet", "--keep-checkpoint").exit_code == 0
     assert (run_dir / "federation" / "checkpoint.pt").is_file()
-    assert_one_line_error(invoke(str(run_dir), *FAST, "--rounds", "1", "--quiet"), "already holds a federation run")
+    assert_usage_error(invoke(str(run_dir), *FAST, "--rounds", "1", "--quiet"), "already holds a federation run")
     resumed = invoke(str(run_dir), *FAST, "--rounds", "2", "--resume", "--json")
     assert resumed.exit_code == 0, resumed.output
     payload = json.loads(resumed.stdout)
@@ -69,32 +57,32 @@ def test_default_out_dir_and_resume(tmp_path) -> None:
 
 
 def test_missing_run_directory(tmp_path) -> None:
-    assert_one_line_error(invoke(str(tmp_path / "nope")), "does not exist")
+    assert_usage_error(invoke(str(tmp_path / "nope")), "does not exist")
 
 
 def test_directory_without_manifest(tmp_path) -> None:
-    assert_one_line_error(invoke(str(tmp_path)), "no manifest")
+    assert_usage_error(invoke(str(tmp_path)), "no manifest")
 
 
 def test_mismatched_files(tmp_path) -> None:
     run_dir = write_run(tmp_path, clients=3, rows=16, features=8, features_of={1: 9})
-    assert_one_line_error(invoke(str(run_dir), *FAST), "'features' differs", "client_000.h5", "client_001.h5")
+    assert_usage_error(invoke(str(run_dir), *FAST), "'features' differs", "client_000.h5", "client_001.h5")
 
 
 def test_budget_list_of_the_wrong_length(run_dir, tmp_path) -> None:
     result = invoke(str(run_dir), *FAST, "--perturbation", "gaussian", "--client-epsilons", "1,2,3",
                     "--out", str(tmp_path))
-    assert_one_line_error(result, "client epsilons list has 3 values but the run has 4 clients")
+    assert_usage_error(result, "client epsilons list has 3 values but the run has 4 clients")
 
 
 def test_budget_file_and_preset_of_the_wrong_length(run_dir, tmp_path) -> None:
     (tmp_path / "eps.csv").write_text("epsilon\n1\n2\n")
     result = invoke(str(run_dir), *FAST, "--perturbation", "gaussian", "--client-epsilons", f"@{tmp_path}/eps.csv",
                     "--out", str(tmp_path / "o"))
-    assert_one_line_error(result, "has 2 values but the run has 4 clients")
+    assert_usage_error(result, "has 2 values but the run has 4 clients")
     result = invoke(str(run_dir), *FAST, "--perturbation", "ldpsign", "--budget-preset", "wu-fmnist-LH",
                     "--out", str(tmp_path / "o"))
-    assert_one_line_error(result, "'wu-fmnist-LH' is defined for 10 clients", "this run has 4")
+    assert_usage_error(result, "'wu-fmnist-LH' is defined for 10 clients", "this run has 4")
 
 
 @pytest.mark.parametrize(("args", "fragments"), [
@@ -113,7 +101,7 @@ def test_bad_options_are_one_line_errors(run_dir, tmp_path, args, fragments) -> 
     result = invoke(str(run_dir), *FAST, *args, "--out", str(tmp_path))
     if "--device" in args and result.exit_code == 0:
         pytest.skip("this machine has CUDA")
-    assert_one_line_error(result, *fragments)
+    assert_usage_error(result, *fragments)
 
 
 def test_cli_module_does_not_import_torch() -> None:

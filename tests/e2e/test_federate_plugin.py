@@ -16,7 +16,6 @@ from typing import ClassVar
 import numpy as np
 import pytest
 import torch
-from federate_files import write_run
 
 from ldpfl import mechanisms as mech
 from ldpfl.mechanisms.base import UPDATE, FederationWiring, ParameterError, param, require_generator
@@ -65,11 +64,6 @@ def toy():
         yield ToyLaplace
     finally:
         unregister(ToyLaplace.NAME)
-
-
-@pytest.fixture(scope="module")
-def packed_run(tmp_path_factory):
-    return write_run(tmp_path_factory.mktemp("plugin"), clients=4, rows=32, features=8)
 
 
 def _initial(seed: int) -> torch.Tensor:

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from repository import ROOT
 
 from ldpfl.cli import cli
 from ldpfl.contract.client_writer import ClientFileExists, ClientFileWriter
@@ -29,7 +30,7 @@ from ldpfl.stage1_features import export_run_dir, worker_guard
 from ldpfl.stage1_features.export import run_export
 from ldpfl.stage1_features.export_config import ExportConfig, ExportError
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = ROOT
 ARGS = ["export", "--extractor", "none", "--clients", "4", "--limit", "400", "--seed", "5", "--quiet"]
 
 SLOW_SITE = textwrap.dedent("""

@@ -18,6 +18,7 @@ from dataset_files import (
     write_idx_file,
     write_svhn_mat,
 )
+from repository import ROOT
 
 from ldpfl.stage1_features import datasets
 from ldpfl.stage1_features.datasets import Dataset, DatasetError, dataset_names, load_dataset
@@ -80,7 +81,7 @@ def test_default_search_uses_repo_data_folder(tmp_path, rng, monkeypatch):
 
 def test_default_data_dir_in_a_checkout_and_in_a_wheel(tmp_path, monkeypatch):
     monkeypatch.delenv(datasets.DATA_DIR_ENV, raising=False)
-    assert datasets.default_data_dir() == Path(__file__).resolve().parents[1] / "data"  # this checkout
+    assert datasets.default_data_dir() == ROOT / "data"  # this checkout
     monkeypatch.setattr(datasets, "SOURCE_DATA_DIR", tmp_path / "site-packages" / "ldpfl" / "data")  # a wheel
     monkeypatch.chdir(tmp_path)
     assert datasets.default_data_dir() == tmp_path / "data"

@@ -16,9 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[1]
-
+from repository import ROOT
 
 MAPPED = ("mechanisms", "contract", "stage1_features", "stage2_federate")  # pyproject's package-dir
 TYPED = ("ldpfl.contract", "ldpfl.mechanisms", "ldpfl.api")  # packages mypy checks

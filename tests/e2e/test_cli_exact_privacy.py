@@ -6,13 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from click.testing import CliRunner
-
-from ldpfl.cli import cli
-
-
-def invoke(*args: str):
-    return CliRunner().invoke(cli, list(args))
+from cli_checks import run
 
 
 @pytest.mark.parametrize("args", [
@@ -20,10 +14,10 @@ def invoke(*args: str):
     ("ldpsign", "--epsilon", "100", "--dim", "10"),
 ])
 def test_deterministic_settings_report_infinite_epsilon(args: tuple[str, ...]) -> None:
-    text = invoke("mechanisms", "show", *args)
+    text = run("mechanisms", "show", *args)
     assert text.exit_code == 0, text.output
     assert "inf (not private) per coordinate" in text.output
-    as_json = invoke("mechanisms", "show", *args, "--json")
+    as_json = run("mechanisms", "show", *args, "--json")
     assert as_json.exit_code == 0, as_json.output
     report = json.loads(as_json.stdout)
     assert report["exact_epsilon_per_coordinate"] == "inf"
@@ -31,7 +25,7 @@ def test_deterministic_settings_report_infinite_epsilon(args: tuple[str, ...]) -
 
 
 def test_finite_settings_stay_finite() -> None:
-    result = invoke("mechanisms", "show", "pdpm", "--epsilon", "30", "--dim", "10", "--json")
+    result = run("mechanisms", "show", "pdpm", "--epsilon", "30", "--dim", "10", "--json")
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["exact_epsilon_per_coordinate"] == pytest.approx(30.0, rel=1e-5)
 
@@ -44,7 +38,7 @@ def test_finite_settings_stay_finite() -> None:
     (("pdpm", "--dim", "10000001"), "dim must be an integer <= 10000000"),
 ])
 def test_out_of_range_values_are_one_line_usage_errors(args: tuple[str, ...], fragment: str) -> None:
-    result = invoke("mechanisms", "show", *args)
+    result = run("mechanisms", "show", *args)
     assert result.exit_code == 2, result.output
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("Error:"), result.output
@@ -53,7 +47,7 @@ def test_out_of_range_values_are_one_line_usage_errors(args: tuple[str, ...], fr
 
 
 def test_gaussian_report_names_the_discrete_sampler() -> None:
-    result = invoke("mechanisms", "show", "gaussian", "--epsilon", "1", "--delta", "1e-5", "--clip", "4",
+    result = run("mechanisms", "show", "gaussian", "--epsilon", "1", "--delta", "1e-5", "--clip", "4",
                     "--dim", "100", "--json")
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)

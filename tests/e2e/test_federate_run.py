@@ -22,11 +22,6 @@ FAST = dict(hidden=(16,), local_epochs=2, batch_size=16, lr=0.01, threads=1)
 
 
 @pytest.fixture(scope="module")
-def packed_run(tmp_path_factory):
-    return write_run(tmp_path_factory.mktemp("packed"), clients=4, rows=64, features=8)
-
-
-@pytest.fixture(scope="module")
 def float_run(tmp_path_factory):
     return write_run(tmp_path_factory.mktemp("float"), clients=4, rows=64, features=8, feature_format=mech.FLOAT32)
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
+from cli_checks import command
 from click.testing import CliRunner
 from heavy_imports import heavy_modules_after
 from inspect_files import (
@@ -42,8 +43,7 @@ DIGITS = ["sign", "2^3", "2^2", "2^1", "2^0", "2^-1", "2^-2", "2^-3", "2^-4", "2
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
-def invoke(*args: str):
-    return CliRunner().invoke(cli, ["inspect", *map(str, args)])
+invoke = command("inspect")
 
 
 def strict_json(text: str) -> dict:

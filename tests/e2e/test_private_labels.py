@@ -12,7 +12,7 @@ import math
 import numpy as np
 import pytest
 from cli_checks import one_error_line, run
-from test_plan import make_plan
+from plan_files import make_plan
 
 from ldpfl.contract.client_reader import read_client_file
 from ldpfl.contract.label_release import (
@@ -330,7 +330,7 @@ def test_the_local_engine_trains_with_t_from_the_files(runs, tmp_path):
 def test_a_plan_fixes_the_label_epsilon_of_every_silo(tmp_path):
     """``ldpfl plan --label-epsilon`` writes it; a silo exporting with the plan takes it, another value is refused."""
     from cli_checks import ok
-    from test_cross_silo import write_silos
+    from silo_files import write_silos
 
     from ldpfl.contract.plan import read_plan
 

@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
+from cli_checks import run
 from heavy_imports import heavy_modules_after
 
 from ldpfl import mechanisms as mech
-from ldpfl.cli import cli
 
-ROOT = Path(__file__).resolve().parents[1]
 PAPER_MECHANISMS = {
     "uer",
     "moue",
@@ -26,12 +23,10 @@ PAPER_MECHANISMS = {
 }
 
 
-def invoke(*args: str):
-    return CliRunner().invoke(cli, list(args))
 
 
 def test_listing_as_json() -> None:
-    result = invoke("mechanisms", "--json")
+    result = run("mechanisms", "--json")
     assert result.exit_code == 0, result.output
     rows = json.loads(result.stdout)
     names = [row["name"] for row in rows]
@@ -53,14 +48,14 @@ def test_listing_as_json() -> None:
 
 
 def test_listing_as_text() -> None:
-    result = invoke("mechanisms")
+    result = run("mechanisms")
     assert result.exit_code == 0, result.output
     for name in PAPER_MECHANISMS:
         assert any(line.startswith(name + " ") for line in result.stdout.splitlines()), name
 
 
 def test_show_uer_paper_setting_as_json() -> None:
-    result = invoke(
+    result = run(
         "mechanisms",
         "show",
         "uer",
@@ -98,7 +93,7 @@ def test_show_uer_paper_setting_as_json() -> None:
 
 
 def test_show_as_text_prints_both_epsilons() -> None:
-    result = invoke("mechanisms", "show", "rr", "--features", "1152", "--sensitivity-rule", "reference-code")
+    result = run("mechanisms", "show", "rr", "--features", "1152", "--sensitivity-rule", "reference-code")
     assert result.exit_code == 0, result.output
     text = result.stdout
     assert "nominal epsilon      0.5" in text
@@ -118,7 +113,7 @@ def test_show_as_text_prints_both_epsilons() -> None:
     ],
 )
 def test_show_every_kind_of_option(name: str, args: list[str]) -> None:
-    result = invoke("mechanisms", "show", name, *args, "--json")
+    result = run("mechanisms", "show", name, *args, "--json")
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["mechanism"] == name
 
@@ -142,7 +137,7 @@ def test_show_every_kind_of_option(name: str, args: list[str]) -> None:
     ],
 )
 def test_bad_parameters_give_one_error_line_and_exit_code_2(args: list[str]) -> None:
-    result = invoke("mechanisms", *args)
+    result = run("mechanisms", *args)
     assert result.exit_code == 2, result.output
     lines = result.output.strip().splitlines()
     assert len(lines) == 1, result.output
@@ -152,9 +147,9 @@ def test_bad_parameters_give_one_error_line_and_exit_code_2(args: list[str]) -> 
 
 
 def test_bad_epsilon_message_quotes_the_value() -> None:
-    result = invoke("mechanisms", "show", "uer", "--epsilon", "-1")
+    result = run("mechanisms", "show", "uer", "--epsilon", "-1")
     assert "epsilon must be a finite number > 0, got -1.0" in result.output
-    result = invoke("mechanisms", "show", "rr", "--alpha", "3")
+    result = run("mechanisms", "show", "rr", "--alpha", "3")
     assert "--alpha does not apply to mechanism 'rr'" in result.output
 
 

@@ -13,8 +13,8 @@ import ast
 from pathlib import Path
 
 import pytest
+from repository import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 SUBPACKAGES = ("mechanisms", "contract", "stage1_features", "stage2_federate")  # folders mapped into ldpfl
 FOLDERS = (*SUBPACKAGES, "ldpfl")
 APP = "app"  # the layer of ldpfl's own modules (ldpfl/*.py)

@@ -1,7 +1,7 @@
 """Stage 2 on a CUDA device: the same random draws as on the CPU, checkpoints that resume on either device.
 
 Every test here needs a GPU that torch can see and is skipped without one (CI has none): they run on a
-GPU machine, e.g. ``python3 -m pytest tests/test_cuda.py`` there. The federation's torch generators live
+GPU machine, e.g. ``python3 -m pytest tests/e2e/test_cuda.py`` there. The federation's torch generators live
 on the CPU whatever the device (``stage2_federate/streams.py``), so a CUDA run starts from the CPU run's
 initial model and draws its shuffles, dropout masks and perturbation noise from the same streams: the two
 differ by float rounding only. With generators on the device, the initial models would differ outright
@@ -14,13 +14,12 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 from click.testing import CliRunner
-from federate_files import write_run
+from repository import ROOT
 
 from ldpfl import mechanisms as mech
 from ldpfl.cli import cli
@@ -37,11 +36,6 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(),
 
 FAST = dict(hidden=(16,), local_epochs=2, batch_size=16, lr=0.01, seed=11, rounds=2)
 TOLERANCE = 1e-4  # float rounding of a few local steps; an other initial model differs by ~0.1
-
-
-@pytest.fixture(scope="module")
-def packed_run(tmp_path_factory):
-    return write_run(tmp_path_factory.mktemp("cuda"), clients=4, rows=64, features=8)
 
 
 def run(run_dir, out, device, **overrides):
@@ -156,7 +150,7 @@ STAGE1 = ["--dataset", "mnist5k", "--limit", "400", "--clients", "2", "--epochs"
 def export_process(*args):
     env = {k: v for k, v in os.environ.items() if k not in ("KERAS_BACKEND", "KERAS_TORCH_DEVICE")}
     done = subprocess.run([sys.executable, "-c", "from ldpfl.cli import main; main()", "export", *map(str, args)],
-                          cwd=Path(__file__).resolve().parents[1], env=env, capture_output=True, text=True,
+                          cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout)

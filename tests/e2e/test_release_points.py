@@ -14,10 +14,9 @@ import h5py
 import numpy as np
 import pytest
 from cli_checks import one_error_line
-from click.testing import CliRunner
+from cli_checks import run as invoke
 
 from ldpfl import mechanisms
-from ldpfl.cli import cli
 from ldpfl.contract.client_reader import read_client_file
 from ldpfl.contract.layout import client_file_name, local_file_name
 from ldpfl.contract.release_point import ReleasePoint, parse_release
@@ -28,8 +27,6 @@ TINY = ["--dataset", "mnist5k", "--limit", "120", "--clients", "2", "--epochs", 
         "--no-augment", "--quiet", "--seed", "7"]
 
 
-def invoke(*args: str):
-    return CliRunner().invoke(cli, list(args))
 
 
 # ----------------------------------------------------------------------------------------------------

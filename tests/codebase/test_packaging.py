@@ -8,8 +8,8 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from repository import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 MAPPED = ("mechanisms", "contract", "stage1_features", "stage2_federate")
 
 

@@ -15,15 +15,15 @@ from pathlib import Path
 
 import pytest
 import torch
-from click.testing import CliRunner
+from cli_checks import command, stderr_error_line
 from federate_files import write_run
+from repository import ROOT
 
-from ldpfl.cli import cli
 from ldpfl.stage2_federate import outdir, resources
 from ldpfl.stage2_federate.federation import FederationConfig, run_federation
 from ldpfl.stage2_federate.model_file import read_model
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = ROOT
 FAST = ["--hidden", "8", "--local-epochs", "1", "--batch-size", "16", "--threads", "1", "--seed", "3"]
 FAST_CONFIG = dict(hidden=(8,), local_epochs=1, batch_size=16, threads=1, seed=3)
 
@@ -33,16 +33,7 @@ def run_dir(tmp_path_factory):
     return write_run(tmp_path_factory.mktemp("hard"), clients=3, rows=32, features=8)
 
 
-def invoke(*args: str):
-    return CliRunner().invoke(cli, ["federate", *args])
-
-
-def one_line_error(result, code: int = 2) -> str:
-    assert result.exit_code == code, (result.exit_code, result.output)
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("Error: "), result.stderr
-    assert "Traceback" not in result.output
-    return lines[0]
+invoke = command("federate")
 
 
 def temporaries(directory: Path) -> list[str]:
@@ -55,7 +46,7 @@ def temporaries(directory: Path) -> list[str]:
 def test_second_federation_into_the_same_out_is_refused(run_dir, tmp_path) -> None:
     out = tmp_path / "out"
     with outdir.locked(out):  # a federation holding the directory (another lock of the same file conflicts)
-        line = one_line_error(invoke(str(run_dir), *FAST, "--rounds", "1", "--out", str(out)))
+        line = stderr_error_line(invoke(str(run_dir), *FAST, "--rounds", "1", "--out", str(out)))
         assert "another ldpfl federate is writing into" in line and "--out" in line, line
         assert not (out / "config.json").exists()  # the refused run wrote nothing
     result = invoke(str(run_dir), *FAST, "--rounds", "1", "--out", str(out), "-q")  # lock released: runs
@@ -82,7 +73,7 @@ def test_lock_held_by_a_live_process_and_released_when_it_dies(run_dir, tmp_path
 def test_refused_run_leaves_no_directory_behind(tmp_path) -> None:
     run = write_run(tmp_path / "run", clients=2, rows=16)
     out = tmp_path / "never"
-    line = one_line_error(invoke(str(run), *FAST, "--hidden", "100000000", "--out", str(out)))
+    line = stderr_error_line(invoke(str(run), *FAST, "--hidden", "100000000", "--out", str(out)))
     assert "needs at least" in line
     assert not out.exists()
 
@@ -165,11 +156,11 @@ def test_resume_refuses_a_checkpoint_of_another_run_directory(run_dir, tmp_path)
     run_federation(run_dir, FederationConfig(rounds=1, **FAST_CONFIG), out_dir=out, progress=False,
                    keep_checkpoint=True)
     other = write_run(tmp_path / "other", clients=3, rows=32, features=8, seed=99)  # same shape, other records
-    line = one_line_error(invoke(str(other), *FAST, "--rounds", "2", "--out", str(out), "--resume"))
+    line = stderr_error_line(invoke(str(other), *FAST, "--rounds", "2", "--out", str(out), "--resume"))
     assert "trained on other client files" in line and "client_000.h5" in line and "--overwrite" in line, line
 
     fewer = write_run(tmp_path / "fewer", clients=2, rows=32, features=8)
-    line = one_line_error(invoke(str(fewer), *FAST, "--rounds", "2", "--out", str(out), "--resume"))
+    line = stderr_error_line(invoke(str(fewer), *FAST, "--rounds", "2", "--out", str(out), "--resume"))
     assert "trained on other client files" in line or "client count" in line or "differ" in line, line
 
     copy = tmp_path / "copy"  # the same files elsewhere are the same data: resuming is fine
@@ -190,9 +181,9 @@ def test_model_size_is_checked_against_memory_before_allocation() -> None:
     assert available is not None and available > 2**28 and source
 
 
-def test_huge_hidden_layer_is_a_quick_one_line_error(run_dir, tmp_path) -> None:
+def test_huge_hidden_layer_is_a_quick_stderr_error_line(run_dir, tmp_path) -> None:
     started = time.perf_counter()
-    line = one_line_error(invoke(str(run_dir), *FAST, "--hidden", "100000000", "--out", str(tmp_path / "o")))
+    line = stderr_error_line(invoke(str(run_dir), *FAST, "--hidden", "100000000", "--out", str(tmp_path / "o")))
     assert time.perf_counter() - started < 30
     assert "5,300,000,004 parameters" in line and "GiB" in line and "available" in line and "--hidden" in line
 
@@ -201,7 +192,7 @@ def test_ten_million_input_bits_with_the_default_hidden_layer_is_refused(tmp_pat
     # r · l = 1,666,666 · 6 = 9,999,996 input bits (the schema's limit is 10^7): 2.0e10 parameters, 82 GB
     run = write_run(tmp_path / "wide", clients=1, rows=2, features=1_666_666)
     started = time.perf_counter()
-    line = one_line_error(invoke(str(run), "--threads", "1", "--seed", "1", "--out", str(tmp_path / "o")))
+    line = stderr_error_line(invoke(str(run), "--threads", "1", "--seed", "1", "--out", str(tmp_path / "o")))
     assert time.perf_counter() - started < 60
     assert "9999996 -> 2048 -> 4" in line and "20,480,002,052 parameters" in line, line
 
@@ -227,7 +218,7 @@ def test_excluded_uploads_warn_without_numpy_warnings(run_dir, tmp_path) -> None
 
 
 def test_noise_that_cannot_fit_float32_is_refused(run_dir, tmp_path) -> None:
-    line = one_line_error(invoke(str(run_dir), *FAST, "--perturbation", "gaussian", "--epsilon", "1e-300",
+    line = stderr_error_line(invoke(str(run_dir), *FAST, "--perturbation", "gaussian", "--epsilon", "1e-300",
                                  "--out", str(tmp_path / "o")))
     assert "noise scale 3.88e+301" in line and "overflow" in line and "--epsilon" in line, line
 
@@ -235,6 +226,6 @@ def test_noise_that_cannot_fit_float32_is_refused(run_dir, tmp_path) -> None:
 @pytest.mark.parametrize("perturbation, expected", [("pdpm", "too small for PDPM"),
                                                     ("gaussian-wu", "out of range for WU eq. 4")])
 def test_tiny_epsilon_is_a_one_line_error_not_a_zero_division(run_dir, tmp_path, perturbation, expected) -> None:
-    line = one_line_error(invoke(str(run_dir), *FAST, "--perturbation", perturbation, "--epsilon", "1e-300",
+    line = stderr_error_line(invoke(str(run_dir), *FAST, "--perturbation", perturbation, "--epsilon", "1e-300",
                                  "--out", str(tmp_path / "o")))
     assert expected in line and "ZeroDivisionError" not in line, line

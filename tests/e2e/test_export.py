@@ -10,13 +10,13 @@ import struct
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
-from cli_checks import one_error_line
+from cli_checks import command, one_error_line
 from click.testing import CliRunner
 from heavy_imports import heavy_modules_after
+from repository import ROOT
 
 from ldpfl import mechanisms
 from ldpfl.cli import cli
@@ -30,7 +30,6 @@ from ldpfl.mechanisms.randomness import secure_generator_name
 from ldpfl.stage1_features.export import run_export
 from ldpfl.stage1_features.export_config import DEFAULT_MECHANISM_PARAMS, ExportConfig, ExportError
 
-ROOT = Path(__file__).resolve().parents[1]
 SEED = 987_654_321  # distinctive, so that a leak into any output would be found
 QUICK = {"dataset": "mnist5k", "extractor": "none", "limit": 300}  # raw 28×28 pixels: r = 784, r·l = 7,840
 
@@ -39,8 +38,7 @@ def quick_config(**overrides) -> ExportConfig:
     return ExportConfig(**{**QUICK, "clients": 2, "seed": SEED, **overrides})
 
 
-def invoke(*args: str):
-    return CliRunner().invoke(cli, ["export", *args])
+invoke = command("export")
 
 
 @pytest.fixture(scope="module")

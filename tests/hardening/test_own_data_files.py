@@ -17,8 +17,8 @@ import h5py
 import numpy as np
 import pytest
 from cli_checks import one_error_line, run
+from memory_checks import peak_growth
 from PIL import Image
-from test_hardening_sizes import peak_growth
 
 from ldpfl.stage1_features.own_data import DataError, load_own_data
 
