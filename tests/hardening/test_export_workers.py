@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import psutil
 import pytest
 from click.testing import CliRunner
 from repository import ROOT
@@ -48,28 +49,23 @@ SLOW_SITE = textwrap.dedent("""
 
 
 def children(pid: int) -> list[int]:
-    found = []
-    for task in Path(f"/proc/{pid}/task").glob("*"):
-        try:
-            found += [int(c) for c in (task / "children").read_text().split()]
-        except OSError:
-            continue
-    return found
+    try:
+        return [child.pid for child in psutil.Process(pid).children()]
+    except psutil.Error:
+        return []
 
 
 def alive(pid: int) -> bool:
     try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state not in ("Z", "X")  # a zombie has exited (PID 1 here need not reap it)
+        return psutil.Process(pid).status() not in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD)
+    except psutil.Error:
+        return False  # a zombie has exited (PID 1 here need not reap it)
 
 
 def client_files(run: Path) -> dict[str, str]:
     return {p.name: sha256_file(p) for p in sorted(run.glob("client_*.h5"))}
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_sigkilled_parallel_export_leaves_no_orphan_and_reruns_cleanly(tmp_path) -> None:
     site = tmp_path / "site"
     site.mkdir()
