@@ -113,7 +113,9 @@ def test_export_equals_the_cli(readme) -> None:
     assert export.release_guarantee is not None and not export.release_guarantee.private
     manifest = json.loads((work / "runs/api/manifest.json").read_text())
     assert {f"client_{i:03d}": g.to_dict() for i, g in export.release_guarantees.items()} == \
-        manifest["release_guarantee"]
+        manifest["release_guarantee"] == cli["release_guarantees"]  # --json says it too
+    assert cli["release_guarantee"] == export.release_guarantee.to_dict()
+    assert cli["release_guarantee"]["epsilon"] == "inf"  # labels in clear
 
 
 def test_federate_equals_the_cli(readme) -> None:
