@@ -34,6 +34,8 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
@@ -57,8 +59,7 @@ def parse_variant(name: str) -> tuple[str, str, int, int | None]:
 
 
 def _rss_mib() -> float:
-    with open("/proc/self/statm") as handle:
-        return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+    return psutil.Process().memory_info().rss / 2**20
 
 
 def child_train(variant: str, samples: int) -> dict:

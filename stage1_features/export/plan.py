@@ -59,7 +59,7 @@ class ExportPlan:
     privacy: mechanisms.PrivacyReport
     release: ReleasePoint = ReleasePoint("flatten")
     layout: StoredLayout | None = None
-    source: Any = None  # stage1_features.from_models.SourceRun with ``from_models``
+    source: Any = None  # stage1_features.export.from_models.SourceRun with ``from_models``
     label_release: dict[str, Any] = dataclasses.field(default_factory=lambda: dict(CLEAR_LABELS))
 
     def __post_init__(self) -> None:

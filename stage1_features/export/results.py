@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ldpfl import mechanisms
+from ldpfl.contract.layout import client_stem
 from ldpfl.contract.release_guarantee import ReleaseGuarantee, weakest
 
 
@@ -79,4 +80,7 @@ class ExportResult:
             "clients": [c.to_dict() for c in self.clients],
             "new": self.new, "reused": len(self.clients) - self.new, "notes": list(self.notes),
             "label_release": self.label_release or {"mechanism": "clear"},
+            "release_guarantee": None if self.release_guarantee is None else self.release_guarantee.to_dict(),
+            "release_guarantees": {client_stem(index): g.to_dict()  # keyed as the manifest's
+                                   for index, g in sorted(self.release_guarantees.items())},
         }

@@ -66,7 +66,7 @@ class ClientTask:
     data_options: Mapping[str, Any] = field(default_factory=dict)
     classes: tuple[str, ...] | None = None  # the shared plan's class list
     plan_fingerprint: str | None = None
-    release: str = "flatten"  # the release point (stage1_features.release)
+    release: str = "flatten"  # the release point (stage1_features.export.release)
     model_path: str | None = None  # from_models: the source run's trained CNN of this client
     holdout: tuple[np.ndarray, np.ndarray] | None = None  # (train, test) rows, when fixed by the parent
     release_number: int = 1  # the how-many-th release of this client's records (from_models: > 1)

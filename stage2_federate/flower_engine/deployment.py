@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import os
 import secrets
 import time
 from collections.abc import Callable, Mapping
@@ -216,7 +217,7 @@ def _why_ended(state: RunState | None, run_id: int, target: Path) -> str:
 def run_on_superlink(run_dir: str | Path, config: FederationConfig, *, superlink: str,
                      out_dir: str | Path | None = None, resume: bool = False, progress: bool = True,
                      overwrite: bool = False, keep_checkpoint: bool = False, options: FlowerOptions | None = None,
-                     insecure: bool = False, root_certificates: str | Path | None = None,
+                     insecure: bool = False, root_certificates: str | os.PathLike[str] | None = None,
                      on_warning: Callable[[str], None] | None = print_warning,
                      on_round: Callable[[Mapping[str, Any]], None] | None = None) -> Any:
     """Run (or resume) the federation of ``run_dir`` on the SuperNodes of the SuperLink at ``superlink``.
