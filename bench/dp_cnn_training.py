@@ -66,8 +66,8 @@ def child_train(variant: str, samples: int) -> dict:
     """One epoch of ``variant`` on ``samples`` images, in this (one-thread, pinned) process."""
     import numpy as np
 
-    from ldpfl.stage1_features import cnn, dp_training
-    from ldpfl.stage1_features.datasets import load_dataset
+    from ldpfl.stage1_features.datasets.loaders import load_dataset
+    from ldpfl.stage1_features.models import cnn, dp_training
 
     kind, net, batch, micro = parse_variant(variant)
     keras = cnn.import_keras(1)

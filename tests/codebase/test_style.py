@@ -1,9 +1,10 @@
 """Style checks run by the test suite (and so by ``.ci/run``): ruff (lint, numpy docstrings) and mypy.
 
 The configuration is in pyproject.toml: ruff checks the whole tree (``D`` rules for the package source),
-mypy checks ``ldpfl`` itself (its lazy API names), ``ldpfl.contract``, ``ldpfl.mechanisms`` and ``ldpfl.api``
-(the stage modules the API calls are read for their types only). mypy cannot follow setuptools' ``package-dir``
-mapping (``mechanisms/`` installed as ``ldpfl.mechanisms``), so it reads a tree of links laid out as installed.
+mypy checks every module of ``ldpfl/`` itself (the app and its lazy API names) and every package but
+``ldpfl.stage2_federate`` (read for its types only while issue 21 item 3 restructures it). mypy cannot follow
+setuptools' ``package-dir`` mapping (``mechanisms/`` installed as ``ldpfl.mechanisms``), so it reads a tree of links
+laid out as installed.
 Each test skips only when its tool is not installed; the
 ``test`` extra installs both.
 """
@@ -19,8 +20,9 @@ import pytest
 from repository import ROOT
 
 MAPPED = ("mechanisms", "contract", "stage1_features", "stage2_federate")  # pyproject's package-dir
-TYPED = ("ldpfl.contract", "ldpfl.mechanisms", "ldpfl.api")  # packages mypy checks
-TYPED_MODULES = ("ldpfl",)  # the top-level module alone (its subpackages are the stages, read for types only)
+TYPED = ("ldpfl.common", "ldpfl.mechanisms", "ldpfl.contract", "ldpfl.stage1_features", "ldpfl.api",
+         "ldpfl.inspection")  # packages mypy checks
+TYPED_MODULES = ("ldpfl", *sorted(f"ldpfl.{p.stem}" for p in (ROOT / "ldpfl").glob("*.py") if p.stem != "__init__"))
 
 
 def run_tool(module: str, *args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
@@ -49,7 +51,7 @@ def test_ruff_check_passes() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def test_mypy_passes_on_contract_mechanisms_and_the_api(tmp_path: Path) -> None:
+def test_mypy_passes_on_every_package_but_stage2(tmp_path: Path) -> None:
     packages = [*(arg for name in TYPED_MODULES for arg in ("-m", name)),
                 *(arg for name in TYPED for arg in ("-p", name))]
     result = run_tool("mypy", "--config-file", str(ROOT / "pyproject.toml"), "--cache-dir", str(tmp_path / "cache"),

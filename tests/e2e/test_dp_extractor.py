@@ -22,11 +22,11 @@ from cli_checks import one_error_line, run
 from dp_accounting.pld import PLDAccountant
 from repository import ROOT
 
+from ldpfl.common.errors import ParameterError
 from ldpfl.contract.client_reader import read_client_file
 from ldpfl.contract.layout import client_file_name
-from ldpfl.mechanisms.base import ParameterError
-from ldpfl.stage1_features import cnn, dp_training
-from ldpfl.stage1_features.export_config import ExportConfig
+from ldpfl.stage1_features.export.config import ExportConfig
+from ldpfl.stage1_features.models import cnn, dp_training
 
 DP_FIELDS = {"training", "epsilon", "delta", "noise_multiplier", "sampling_probability", "steps", "records",
              "clipping_norm", "library", "accountant"}

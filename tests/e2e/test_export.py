@@ -27,8 +27,9 @@ from ldpfl.contract.manifest import read_manifest, record_for, write_manifest
 from ldpfl.contract.run_dir import verify_file_record
 from ldpfl.mechanisms import FLOAT32, PACKED_BITS
 from ldpfl.mechanisms.randomness import secure_generator_name
-from ldpfl.stage1_features.export import run_export
-from ldpfl.stage1_features.export_config import DEFAULT_MECHANISM_PARAMS, ExportConfig, ExportError
+from ldpfl.stage1_features.export.config import DEFAULT_MECHANISM_PARAMS, ExportConfig
+from ldpfl.stage1_features.export.errors import ExportError
+from ldpfl.stage1_features.export.run import run_export
 
 SEED = 987_654_321  # distinctive, so that a leak into any output would be found
 QUICK = {"dataset": "mnist5k", "extractor": "none", "limit": 300}  # raw 28×28 pixels: r = 784, r·l = 7,840

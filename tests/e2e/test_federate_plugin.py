@@ -18,7 +18,8 @@ import pytest
 import torch
 
 from ldpfl import mechanisms as mech
-from ldpfl.mechanisms.base import UPDATE, FederationWiring, ParameterError, param, require_generator
+from ldpfl.common.errors import ParameterError
+from ldpfl.mechanisms.base import UPDATE, FederationWiring, param, require_generator
 from ldpfl.mechanisms.real import RealMechanism, pure_report
 from ldpfl.mechanisms.registry import register, unregister
 from ldpfl.mechanisms.report import PrivacyReport

@@ -416,7 +416,7 @@ def test_a_failing_client_ends_the_run_and_a_dead_supernode_is_lost(flower, tmp_
     assert leftovers(marked) == []
 
 def test_each_engine_refuses_the_others_checkpoint(three_clients, tmp_path) -> None:
-    from ldpfl.mechanisms.base import ParameterError
+    from ldpfl.common.errors import ParameterError
     from ldpfl.stage2_federate.checkpoint import load_checkpoint
     from ldpfl.stage2_federate.flower_engine.server_side import load_server_checkpoint
 

@@ -38,10 +38,10 @@ from flower_helpers import (  # noqa: F401 - fixtures
     tls_files,
 )
 
+from ldpfl.common.errors import ParameterError
 from ldpfl.contract.plan import PLAN_FILE, SharedPlan, write_plan
 from ldpfl.contract.schema import FormatError
 from ldpfl.mechanisms import MechanismSpec
-from ldpfl.mechanisms.base import ParameterError
 from ldpfl.stage2_federate.flower_engine import client_side as cs
 from ldpfl.stage2_federate.flower_engine.control import parse_superlink
 from ldpfl.stage2_federate.flower_engine.deployment import coordinator_run

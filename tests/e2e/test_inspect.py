@@ -33,9 +33,10 @@ from inspect_files import (
 from ldpfl import mechanisms as mech
 from ldpfl.cli import cli
 from ldpfl.contract.layout import client_file_name
-from ldpfl.inspect_bits import binomial_se
-from ldpfl.inspect_file import ERROR, FLAGGED, OK
-from ldpfl.inspection import inspect_path
+from ldpfl.inspection.bits import binomial_se
+from ldpfl.inspection.file import ERROR, FLAGGED, OK
+from ldpfl.inspection.report import inspect_path
+from ldpfl.inspection.text import inspection_text
 
 K_SE = 5.0
 L = 10  # m = 4, n = 5
@@ -402,7 +403,7 @@ def test_sha_mismatch_alone_is_flagged(uer_run: Path, tmp_path: Path) -> None:
     result = inspect_path(run)
     report = result.files[0]
     assert report.error is None and report.manifest.status == "mismatch" and report.status == FLAGGED
-    assert result.exit_code == 1 and "BAD" in result.format_text()
+    assert result.exit_code == 1 and "BAD" in inspection_text(result)
 
 
 def test_unlisted_and_mismatched_clients_are_run_problems(uer_run: Path, tmp_path: Path) -> None:
@@ -415,7 +416,7 @@ def test_unlisted_and_mismatched_clients_are_run_problems(uer_run: Path, tmp_pat
     assert any("client indices [1] appear in more than one file" in p for p in result.problems)
     extra = next(f for f in result.files if f.name == "client_007.h5")
     assert extra.status == FLAGGED and "not listed in manifest.json" in extra.flags
-    assert "run problems" in result.format_text()
+    assert "run problems" in inspection_text(result)
 
 
 def test_directory_without_client_files(tmp_path: Path) -> None:

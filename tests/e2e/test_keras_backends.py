@@ -20,12 +20,12 @@ from click.testing import CliRunner
 from repository import ROOT
 
 from ldpfl.cli import cli
+from ldpfl.common.errors import ParameterError
 from ldpfl.contract.client_reader import read_client_file
 from ldpfl.contract.layout import client_file_name
 from ldpfl.contract.manifest import read_manifest
-from ldpfl.mechanisms.base import ParameterError
-from ldpfl.stage1_features import cnn, keras_backend
-from ldpfl.stage1_features.export_config import ExportConfig
+from ldpfl.stage1_features.export.config import ExportConfig
+from ldpfl.stage1_features.models import cnn, keras_backend
 
 TINY = ["--dataset", "mnist5k", "--limit", "120", "--clients", "2", "--epochs", "1", "--batch-size", "32",
         "--mechanism", "none", "--save-models", "--seed", "3", "--quiet", "--json"]

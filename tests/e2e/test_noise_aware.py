@@ -8,7 +8,7 @@ from click.testing import CliRunner
 
 from ldpfl import mechanisms
 from ldpfl.cli import cli
-from ldpfl.stage1_features.release import noise_variance
+from ldpfl.stage1_features.export.release import noise_variance
 
 
 @pytest.mark.parametrize(("name", "params"), [("duchi", {}), ("piecewise", {}), ("hybrid", {}), ("laplace", {}),
@@ -39,7 +39,7 @@ def test_noise_aware_with_none_exits_2(tmp_path) -> None:
 
 @pytest.mark.slow
 def test_training_model_adds_the_variance_and_shares_the_weights() -> None:
-    from ldpfl.stage1_features import cnn, cnn_release
+    from ldpfl.stage1_features.models import cnn, cnn_release
 
     keras = cnn.import_keras()
     keras.utils.set_random_seed(1)
@@ -65,7 +65,7 @@ def test_training_model_adds_the_variance_and_shares_the_weights() -> None:
 @pytest.mark.slow
 def test_noise_aware_export_saves_a_model_without_the_noise(tmp_path) -> None:
     from ldpfl.contract.manifest import read_manifest
-    from ldpfl.stage1_features import cnn_release
+    from ldpfl.stage1_features.models import cnn_release
 
     out = tmp_path / "run"
     result = CliRunner().invoke(cli, ["export", "--dataset", "mnist5k", "--limit", "120", "--clients", "1",

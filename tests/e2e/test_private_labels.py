@@ -14,6 +14,7 @@ import pytest
 from cli_checks import one_error_line, run
 from plan_files import make_plan
 
+from ldpfl.common.errors import ParameterError
 from ldpfl.contract.client_reader import read_client_file
 from ldpfl.contract.label_release import (
     CLEAR_LABELS,
@@ -26,11 +27,10 @@ from ldpfl.contract.label_release import (
 )
 from ldpfl.contract.layout import PARTITION_FILE
 from ldpfl.contract.plan import SharedPlan
-from ldpfl.mechanisms.base import ParameterError
 from ldpfl.mechanisms.krr import KRR
-from ldpfl.stage1_features.datasets import load_dataset
-from ldpfl.stage1_features.export import run_export
-from ldpfl.stage1_features.export_config import ExportConfig
+from ldpfl.stage1_features.datasets.loaders import load_dataset
+from ldpfl.stage1_features.export.config import ExportConfig
+from ldpfl.stage1_features.export.run import run_export
 
 Z_TOL = 4.5
 K = 10

@@ -19,9 +19,15 @@ from cli_checks import run as invoke
 from ldpfl import mechanisms
 from ldpfl.contract.client_reader import read_client_file
 from ldpfl.contract.layout import client_file_name, local_file_name
-from ldpfl.contract.release_point import ReleasePoint, parse_release
-from ldpfl.stage1_features.export_config import ExportConfig
-from ldpfl.stage1_features.release import check_mechanism, release_mechanisms, release_values
+from ldpfl.contract.release_point import RELEASE_KINDS, RELEASES, ReleasePoint, parse_release, release_kind
+from ldpfl.stage1_features.export.config import ExportConfig
+from ldpfl.stage1_features.export.release import (
+    RELEASE_DOMAINS,
+    check_mechanism,
+    release_help,
+    release_mechanisms,
+    release_values,
+)
 
 TINY = ["--dataset", "mnist5k", "--limit", "120", "--clients", "2", "--epochs", "1", "--batch-size", "32",
         "--no-augment", "--quiet", "--seed", "7"]
@@ -206,3 +212,16 @@ def test_eval_clean_without_local_files_is_one_line(tmp_path: Path) -> None:
     result = invoke("federate", str(run), "--rounds", "1", "--hidden", "8", "--eval-clean", "--quiet")
     line = one_error_line(result)
     assert "client_000.local.h5: missing: --eval-clean needs the local-only clean test file" in line
+
+
+def test_release_points_and_their_help_come_from_one_registry() -> None:
+    assert RELEASE_KINDS == ("flatten", "bottleneck", "scores", "label")
+    text = release_help()
+    for name, kind in RELEASES.items():
+        assert f"{kind.usage}" in text and kind.domains == RELEASE_DOMAINS[name]
+    for mechanism in mechanisms.mechanism_names("category") + mechanisms.mechanism_names("bounded"):
+        assert mechanism in text  # every mechanism a low-dimensional release takes is named
+    with pytest.raises(ValueError, match="release must be one of flatten, bottleneck:K, scores, label; got 'logits'"):
+        parse_release("logits")
+    with pytest.raises(ValueError, match="is already registered"):
+        RELEASES.add("label", release_kind("label"))

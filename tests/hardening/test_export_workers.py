@@ -27,9 +27,11 @@ from ldpfl.contract.digest import sha256_file
 from ldpfl.contract.manifest import read_manifest
 from ldpfl.contract.run_dir import validate_run
 from ldpfl.contract.schema import ClientMetadata
-from ldpfl.stage1_features import export_run_dir, worker_guard
-from ldpfl.stage1_features.export import run_export
-from ldpfl.stage1_features.export_config import ExportConfig, ExportError
+from ldpfl.stage1_features.export import run_dir as export_run_dir
+from ldpfl.stage1_features.export import worker_guard
+from ldpfl.stage1_features.export.config import ExportConfig
+from ldpfl.stage1_features.export.errors import ExportError
+from ldpfl.stage1_features.export.run import run_export
 
 REPO = ROOT
 ARGS = ["export", "--extractor", "none", "--clients", "4", "--limit", "400", "--seed", "5", "--quiet"]
@@ -37,7 +39,7 @@ ARGS = ["export", "--extractor", "none", "--clients", "4", "--limit", "400", "--
 SLOW_SITE = textwrap.dedent("""
     import os, time
     if os.environ.get("LDPFL_TEST_SLOW_RELEASE"):
-        import ldpfl.stage1_features.export_worker as worker
+        import ldpfl.stage1_features.export.worker as worker
         _write_split = worker.write_split
 
         def slow_write_split(*args, **kwargs):
@@ -116,7 +118,7 @@ def test_rerun_waits_for_a_stale_worker_then_proceeds(tmp_path, monkeypatch) -> 
     run = tmp_path / "run"
     run.mkdir()
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import time\nfrom ldpfl.stage1_features.worker_guard import hold_workers_lock\n"
+        [sys.executable, "-c", "import time\nfrom ldpfl.stage1_features.export.worker_guard import hold_workers_lock\n"
                                f"lock = hold_workers_lock({str(run)!r})\nprint('held', flush=True)\ntime.sleep(2.5)\n"],
         stdout=subprocess.PIPE, text=True)
     try:

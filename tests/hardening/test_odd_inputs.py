@@ -22,7 +22,8 @@ from cli_checks import ok, one_error_line, run
 from click.testing import CliRunner
 
 from ldpfl.cli import cli
-from ldpfl.stage1_features.own_data import DataError, load_own_data
+from ldpfl.stage1_features.own_data.errors import DataError
+from ldpfl.stage1_features.own_data.load import load_own_data
 
 
 @pytest.mark.parametrize("labels", [[0.0, 1e19, 2e19], [0.0, -(2.0**60), 2.0**60]])

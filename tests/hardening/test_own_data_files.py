@@ -20,7 +20,8 @@ from cli_checks import one_error_line, run
 from memory_checks import peak_growth
 from PIL import Image
 
-from ldpfl.stage1_features.own_data import DataError, load_own_data
+from ldpfl.stage1_features.own_data.errors import DataError
+from ldpfl.stage1_features.own_data.load import load_own_data
 
 LABELS = np.arange(10) % 2
 
@@ -46,7 +47,7 @@ def test_npz_header_declaring_730_gib_is_refused_without_allocating(tmp_path):
         archive.writestr("y.npy", labels_npy())
     assert path.stat().st_size < 4096
     out, growth = peak_growth(f"""
-        from ldpfl.stage1_features.own_data import load_own_data
+        from ldpfl.stage1_features.own_data.load import load_own_data
         # --- measure
         load_own_data({str(path)!r})
     """)
@@ -67,7 +68,7 @@ def test_npz_zip_bomb_is_refused_without_decompressing(tmp_path):
         archive.writestr("y.npy", labels_npy())
     assert path.stat().st_size < 2 << 20
     out, growth = peak_growth(f"""
-        from ldpfl.stage1_features.own_data import load_own_data
+        from ldpfl.stage1_features.own_data.load import load_own_data
         # --- measure
         load_own_data({str(path)!r})
     """)
@@ -83,7 +84,7 @@ def test_hdf5_declaring_15_gib_with_nothing_written_is_refused(tmp_path, compres
         handle["y"] = LABELS
     assert path.stat().st_size < 64 * 1024
     out, growth = peak_growth(f"""
-        from ldpfl.stage1_features.own_data import load_own_data
+        from ldpfl.stage1_features.own_data.load import load_own_data
         # --- measure
         load_own_data({str(path)!r})
     """)
@@ -133,7 +134,7 @@ def test_an_image_of_81_megapixels_is_refused_before_it_is_decoded(tmp_path):
     Image.new("L", (9000, 9000)).save(folder / "a" / "huge.png")
     assert (folder / "a" / "huge.png").stat().st_size < 1 << 20
     out, growth = peak_growth(f"""
-        from ldpfl.stage1_features.own_data import load_own_data
+        from ldpfl.stage1_features.own_data.load import load_own_data
         # --- measure
         load_own_data({str(folder)!r})
     """)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ldpfl.stage1_features import cnn
+from ldpfl.stage1_features.models import cnn
 
 PAPER_WIDTHS = [  # IV-D: r = 1,024 (MNIST, Fig. 3), 1,152 (FMNIST, Fig. 4 on 28×28×1), 2,048 (CIFAR-10/SVHN)
     (cnn.MNIST_CNN, (28, 28, 1), 1024),

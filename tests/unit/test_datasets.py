@@ -20,8 +20,18 @@ from dataset_files import (
 )
 from repository import ROOT
 
-from ldpfl.stage1_features import datasets
-from ldpfl.stage1_features.datasets import Dataset, DatasetError, dataset_names, load_dataset
+from ldpfl.contract.datasets import (
+    FASHION_MNIST_SYSTEM_DIR,
+    DatasetEntry,
+    dataset_entry,
+    dataset_names,
+    paper_optimizer,
+    register_dataset,
+)
+from ldpfl.stage1_features.datasets import loaders as datasets
+from ldpfl.stage1_features.datasets.errors import DatasetError
+from ldpfl.stage1_features.datasets.loaders import Dataset, load_dataset
+from ldpfl.stage1_features.models import cnn
 
 
 @pytest.fixture
@@ -49,7 +59,18 @@ def test_registry_names_and_unknown_name():
 
 def test_registry_refuses_a_duplicate_name():
     with pytest.raises(ValueError, match="'mnist' is already registered"):
-        datasets.register_dataset(datasets.dataset_spec("mnist"))
+        register_dataset(dataset_entry("mnist"))
+
+
+def test_every_registered_dataset_has_a_loader_an_extractor_and_the_papers_optimizer():
+    for name in dataset_names():
+        entry = dataset_entry(name)
+        assert entry.loader in datasets.LOADERS and entry.extractor in cnn.extractor_names()
+        assert cnn.resolve_extractor("auto", name) == entry.extractor
+    assert [n for n in dataset_names() if paper_optimizer(n) == "adam"] == ["mnist", "mnist5k"]  # LDPFL IV-E
+    assert paper_optimizer("my-scans") == "sgd" and cnn.resolve_extractor("auto", "my-scans") == "none"  # own data
+    with pytest.raises(ValueError, match="optimizer must be 'adam' or 'sgd'"):
+        DatasetEntry("x", "", "", "idx", "none", "rmsprop")
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -91,10 +112,10 @@ def test_default_data_dir_in_a_checkout_and_in_a_wheel(tmp_path, monkeypatch):
 
 def test_fashion_mnist_searches_the_debian_directory(tmp_path, monkeypatch):
     monkeypatch.setenv(datasets.DATA_DIR_ENV, str(tmp_path))
-    dirs = datasets.dataset_spec("fashion-mnist").search_dirs(None)
+    dirs = datasets.search_dirs(dataset_entry("fashion-mnist"), None)
     assert dirs == (tmp_path / "fashion-mnist", Path("/usr/share/datasets/fashion-mnist"))
-    assert datasets.dataset_spec("mnist").search_dirs(None) == (tmp_path / "mnist",)
-    assert datasets.dataset_spec("mnist").search_dirs(tmp_path / "d") == (tmp_path / "d", tmp_path / "d" / "mnist")
+    assert datasets.search_dirs(dataset_entry("mnist"), None) == (tmp_path / "mnist",)
+    assert datasets.search_dirs(dataset_entry("mnist"), tmp_path / "d") == (tmp_path / "d", tmp_path / "d" / "mnist")
 
 
 def test_missing_files_name_files_dirs_and_source(tmp_path):
@@ -182,7 +203,7 @@ def test_digits_scale_is_one_sixteenth():
     assert features.max() == 1.0 and features.min() == 0.0 and set(np.unique(ds.y)) == set(range(10))
 
 
-@pytest.mark.skipif(not all((datasets.FASHION_MNIST_SYSTEM_DIR / f"{n}.gz").is_file()
+@pytest.mark.skipif(not all((FASHION_MNIST_SYSTEM_DIR / f"{n}.gz").is_file()
                             for n in ("train-images-idx3-ubyte", "t10k-labels-idx1-ubyte")),
                     reason="Fashion-MNIST is not installed in /usr/share/datasets/fashion-mnist "
                            "(apt-get install dataset-fashion-mnist)")

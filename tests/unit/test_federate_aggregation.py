@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from ldpfl import mechanisms as mech
-from ldpfl.mechanisms.base import ParameterError
+from ldpfl.common.errors import ParameterError
 from ldpfl.stage2_federate import aggregation as agg
 from ldpfl.stage2_federate.strategies import (
     ClientProfile,

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from ldpfl import mechanisms as mech
-from ldpfl.mechanisms.base import ParameterError
+from ldpfl.common.errors import ParameterError
 from ldpfl.mechanisms.calibration import pdpm_output_values, pdpm_probabilities, pdpm_variance_bound
 from ldpfl.stage2_federate import budgets
 from ldpfl.stage2_federate.perturbation import (

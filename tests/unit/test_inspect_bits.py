@@ -1,4 +1,4 @@
-"""The pure bit statistics of ``ldpfl inspect`` (``ldpfl.inspect_bits``), against plain numpy."""
+"""The pure bit statistics of ``ldpfl inspect`` (``ldpfl.inspection.bits``), against plain numpy."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from ldpfl.inspect_bits import count_ones_per_position, position_class_names, reduce_per_class
+from ldpfl.inspection.bits import count_ones_per_position, position_class_names, reduce_per_class
 
 
 @pytest.mark.parametrize("width", [1, 7, 8, 64, 120, 121, 1000])

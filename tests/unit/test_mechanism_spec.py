@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from ldpfl import mechanisms as mech
-from ldpfl.mechanisms.plugins import Registry
+from ldpfl.common.registry import Registry
 
 IV_D = {"epsilon": 0.5, "alpha": 10.0, "integer_bits": 4, "fraction_bits": 5}
 NAMES = mech.mechanism_names()

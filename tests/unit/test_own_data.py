@@ -15,20 +15,11 @@ import pandas as pd
 import pytest
 from PIL import Image
 
-from ldpfl.stage1_features.datasets import Dataset
-from ldpfl.stage1_features.own_data import (
-    CSV,
-    HDF5,
-    IMAGE_FOLDER,
-    NPZ,
-    PARQUET,
-    DataError,
-    OwnDataset,
-    default_extractor,
-    detect_format,
-    load_own_data,
-)
-from ldpfl.stage1_features.own_data_labels import encode_labels
+from ldpfl.stage1_features.datasets.loaders import Dataset
+from ldpfl.stage1_features.own_data.errors import DataError
+from ldpfl.stage1_features.own_data.formats import CSV, HDF5, IMAGE_FOLDER, NPZ, PARQUET
+from ldpfl.stage1_features.own_data.labels import encode_labels
+from ldpfl.stage1_features.own_data.load import OwnDataset, default_extractor, detect_format, load_own_data
 
 
 def write_image_folder(root: Path, classes: dict[str, int], *, size=(6, 5), mode="L", rng, suffix=".png") -> dict:

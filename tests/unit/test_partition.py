@@ -7,12 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from ldpfl.stage1_features.partition import (
-    PARTITION_KINDS,
-    holdout_split,
-    make_partition,
-    partition_indices,
-)
+from ldpfl.stage1_features.export.partition import PARTITION_KINDS, holdout_split, make_partition, partition_indices
 
 SEED = 7
 
