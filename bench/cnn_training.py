@@ -93,7 +93,7 @@ def training_flops(model) -> float:
 
 def child_peak(threads: int) -> dict:
     """GEMM and convolution rates (FLOP/s) of TensorFlow on this process's cores."""
-    from ldpfl.stage1_features import cnn
+    from ldpfl.stage1_features.models import cnn
 
     cnn.import_keras(threads)
     import tensorflow as tf
@@ -127,8 +127,8 @@ def child_train(variant: str, extractor: str, samples: int, threads: int) -> dic
     """One epoch of ``cnn.train_model`` for ``variant``; wall and CPU samples/s from the third batch on."""
     import numpy as np
 
-    from ldpfl.stage1_features import cnn
-    from ldpfl.stage1_features.datasets import load_dataset
+    from ldpfl.stage1_features.datasets.loaders import load_dataset
+    from ldpfl.stage1_features.models import cnn
 
     backend, xla, augment, batch = VARIANTS[variant]
     keras = cnn.import_keras(threads)

@@ -23,8 +23,8 @@ def main() -> None:
     """Train once and print one line: the accuracy, σ, the accountant's ε, steps, seconds, samples/s."""
     import numpy as np
 
-    from ldpfl.stage1_features import cnn, dp_training
-    from ldpfl.stage1_features.datasets import load_dataset
+    from ldpfl.stage1_features.datasets.loaders import load_dataset
+    from ldpfl.stage1_features.models import cnn, dp_training
 
     eps, batch, epochs = float(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
     net = sys.argv[4] if len(sys.argv) > 4 else "dp-cnn"

@@ -34,6 +34,8 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
@@ -57,16 +59,15 @@ def parse_variant(name: str) -> tuple[str, str, int, int | None]:
 
 
 def _rss_mib() -> float:
-    with open("/proc/self/statm") as handle:
-        return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+    return psutil.Process().memory_info().rss / 2**20
 
 
 def child_train(variant: str, samples: int) -> dict:
     """One epoch of ``variant`` on ``samples`` images, in this (one-thread, pinned) process."""
     import numpy as np
 
-    from ldpfl.stage1_features import cnn, dp_training
-    from ldpfl.stage1_features.datasets import load_dataset
+    from ldpfl.stage1_features.datasets.loaders import load_dataset
+    from ldpfl.stage1_features.models import cnn, dp_training
 
     kind, net, batch, micro = parse_variant(variant)
     keras = cnn.import_keras(1)

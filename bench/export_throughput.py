@@ -57,8 +57,8 @@ def rss_mib() -> float:
 
 
 def phase_cnn(args: argparse.Namespace) -> dict:
-    from ldpfl.stage1_features import cnn
-    from ldpfl.stage1_features.datasets import load_dataset
+    from ldpfl.stage1_features.datasets.loaders import load_dataset
+    from ldpfl.stage1_features.models import cnn
 
     keras = cnn.import_keras()
     dataset = load_dataset("fashion-mnist")
@@ -102,7 +102,7 @@ def phase_stream(args: argparse.Namespace) -> dict:
     from ldpfl import mechanisms
     from ldpfl.contract.client_writer import ClientFileWriter
     from ldpfl.contract.schema import ClientMetadata
-    from ldpfl.stage1_features.features import BATCH_ROWS, RELEASE_ROWS, ReleasePipeline, write_split
+    from ldpfl.stage1_features.export.write import BATCH_ROWS, RELEASE_ROWS, ReleasePipeline, write_split
 
     pool = np.load(args.pool_file)
     mech = mechanisms.create_mechanism("uer", features=R, **PAPER)

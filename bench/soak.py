@@ -38,6 +38,8 @@ import uuid
 from collections import Counter
 from pathlib import Path
 
+import psutil
+
 from ldpfl.contract.digest import sha256_file
 from ldpfl.contract.run_dir import validate_run
 
@@ -47,20 +49,15 @@ ORPHAN_GRACE_SECONDS = 10.0
 
 
 def tagged_processes(tag: str) -> list[int]:
-    """Return the live (not zombie) processes whose environment carries ``LDPFL_SOAK_TAG=tag``."""
+    """Return the live (not zombie) processes whose environment carries ``LDPFL_SOAK_TAG=tag`` (psutil)."""
     found = []
-    needle = f"LDPFL_SOAK_TAG={tag}".encode()
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit() or int(proc.name) == os.getpid():
-            continue
+    for process in psutil.process_iter():
         try:
-            if needle not in (proc / "environ").read_bytes().split(b"\0"):
-                continue
-            state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except (OSError, IndexError):
+            if (process.pid != os.getpid() and process.status() not in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD)
+                    and process.environ().get("LDPFL_SOAK_TAG") == tag):
+                found.append(process.pid)
+        except psutil.Error:
             continue
-        if state not in ("Z", "X"):
-            found.append(int(proc.name))
     return found
 
 
@@ -240,8 +237,8 @@ def main() -> None:
     parser.add_argument("--dir", type=Path, default=None, help="Working directory (default: a temp dir, removed).")
     parser.add_argument("--phases", default="export,federate")
     args = parser.parse_args()
-    if not sys.platform.startswith("linux"):
-        raise SystemExit("the soak test reads /proc (Linux only)")
+    if os.name != "posix":
+        raise SystemExit("the soak test kills its processes with POSIX signals (POSIX only)")
     base = args.dir if args.dir is not None else Path(tempfile.mkdtemp(prefix="ldpfl-soak-"))
     base.mkdir(parents=True, exist_ok=True)
     rng = random.Random(args.seed)

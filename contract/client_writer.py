@@ -17,10 +17,11 @@ from types import TracebackType
 import h5py
 import numpy as np
 
+from ldpfl.common.errors import ParameterError
 from ldpfl.contract.atomic import disk_full, link_durably, replace_durably, temporary_path
 from ldpfl.contract.digest import sha256_file
 from ldpfl.contract.schema import SPLITS, ClientMetadata
-from ldpfl.mechanisms.base import PACKED_BITS, ParameterError
+from ldpfl.mechanisms.base import PACKED_BITS
 
 CHUNK_BYTES = 1 << 20
 

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ldpfl.common.errors import LdpflError
 from ldpfl.contract.atomic import TMP_MARK, fsync_directory, fsync_file
 from ldpfl.contract.digest import sha256_file
 from ldpfl.contract.manifest import FileRecord, write_manifest
@@ -39,7 +40,7 @@ from ldpfl.contract.schema import ClientMetadata, FormatError, compare_metadata
 TOOL = "ldpfl gather"
 
 
-class GatherError(ValueError):
+class GatherError(LdpflError, ValueError):
     """Sources that cannot be gathered into one run; the one-line message names the file or directory."""
 
 

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from ldpfl.common.errors import LdpflError
 from ldpfl.mechanisms.krr import KRR
 from ldpfl.mechanisms.validation import MAX_EPSILON
 
@@ -32,7 +33,7 @@ ROW_TOLERANCE = 1e-9
 """A transition matrix's rows must sum to 1 within this."""
 
 
-class LabelReleaseError(ValueError):
+class LabelReleaseError(LdpflError, ValueError):
     """A ``label_release`` attribute that is malformed or inconsistent; the message says which key."""
 
 

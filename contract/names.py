@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ldpfl.mechanisms.base import ParameterError
+from ldpfl.common.errors import ParameterError
 
 MAX_NAME_CHARS = 128
 MAX_NAME_BYTES = 200

@@ -47,12 +47,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ldpfl.common.errors import ParameterError
 from ldpfl.contract.atomic import atomic_write_text
 from ldpfl.contract.names import name_problem
 from ldpfl.contract.schema import SCHEMA_VERSION, FormatError
 from ldpfl.contract.small_files import MAX_SMALL_FILE_BYTES, SmallFileError, read_small_file
 from ldpfl.contract.version import package_version
-from ldpfl.mechanisms.base import ParameterError
 from ldpfl.mechanisms.spec import MechanismSpec
 
 PLAN_SCHEMA = "ldpfl-plan"

@@ -9,6 +9,10 @@ A client file's ``release`` attribute names what stage 1 randomized and stored f
 * ``label``: the CNN's predicted class, stored as k float32 values (a one-hot row, or the k values a
   categorical mechanism outputs).
 
+Each release point is registered once here (:data:`RELEASES`): its name, whether it takes a size, the mechanism
+domains it takes, the help text and the note its privacy report carries. The CLI's help, the error messages and
+stage 1's checks are built from the registry.
+
 This module is pure (no numpy): the schema checks the attribute with it and stage 1 builds on it.
 """
 
@@ -16,13 +20,77 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ldpfl.common.registry import Registry
+
 FLATTEN = "flatten"
 BOTTLENECK = "bottleneck"
 SCORES = "scores"
 LABEL = "label"
-RELEASE_KINDS = (FLATTEN, BOTTLENECK, SCORES, LABEL)
 MIN_BOTTLENECK = 4
 MAX_BOTTLENECK = 128
+
+
+@dataclass(frozen=True)
+class ReleaseKind:
+    """One registered release point.
+
+    Attributes
+    ----------
+    name : str
+        The ``release`` attribute's kind (``flatten``, ``bottleneck`` ...).
+    sized : bool
+        Whether it takes a size K (``bottleneck:K``).
+    domains : tuple of str
+        The mechanism ``DOMAIN`` values it takes (``any`` is ``none``, which goes with every release).
+    summary : str
+        What a record releases, for ``--release``'s help (after its usage: `` (...): ...`` or ``: ...``).
+    note : str or None
+        The note of its privacy report (``{units}`` and ``{classes}`` filled in); None for LDPFL's flatten features.
+    """
+
+    name: str
+    sized: bool
+    domains: tuple[str, ...]
+    summary: str
+    note: str | None = None
+
+    @property
+    def usage(self) -> str:
+        """Return how ``--release`` spells it: ``bottleneck:K`` for a sized kind, else its name."""
+        return f"{self.name}:K" if self.sized else self.name
+
+
+RELEASES: Registry[ReleaseKind] = Registry("release", describe=lambda kind: kind.name)
+
+for _kind in (
+    ReleaseKind(FLATTEN, False, ("bits", "real", "any"),
+                " (default, LDPFL): the CNN's flatten-layer output, r values"),
+    ReleaseKind(BOTTLENECK, True, ("bounded", "real", "any"),
+                f" ({MIN_BOTTLENECK} <= K <= {MAX_BOTTLENECK}, K <= r): a K-unit tanh layer trained in the CNN right "
+                "after the flatten layer; its output in [-1,1]^K",
+                "release bottleneck:{units}: each record is the output of the client CNN's {units}-unit tanh layer "
+                "after the flatten layer, in [-1, 1]^{units}"),
+    ReleaseKind(SCORES, False, ("bounded", "real", "any"),
+                ": the CNN's class probabilities p, mapped to [-1,1]^k by 2p-1",
+                "release scores: each record is the client CNN's softmax p over the {classes} classes, mapped to "
+                "[-1, 1]^{classes} by 2p - 1"),
+    ReleaseKind(LABEL, False, ("category", "any"), ": the CNN's predicted class (one-hot, width k)",
+                "release label: each record is the client CNN's predicted class, as a one-hot row of {classes} "
+                "values"),
+):
+    RELEASES.add(_kind.name, _kind)
+
+RELEASE_KINDS = tuple(RELEASES.names())
+"""The registered kinds, in registration order."""
+
+
+def release_kind(name: str) -> ReleaseKind:
+    """Return the registered release point ``name`` (``ValueError`` listing the valid ones)."""
+    return RELEASES.get(name)
+
+
+def _choices() -> str:
+    return ", ".join(kind.usage for _, kind in RELEASES.items())
 
 
 @dataclass(frozen=True)
@@ -34,9 +102,9 @@ class ReleasePoint:
 
     def __post_init__(self) -> None:
         """Check the kind and K (``ValueError`` quoting the value and the range)."""
-        if self.kind not in RELEASE_KINDS:
-            raise ValueError(f"release must be one of flatten, bottleneck:K, scores, label; got {self.kind!r}")
-        if self.kind == BOTTLENECK:
+        if self.kind not in RELEASES:
+            raise ValueError(f"release must be one of {_choices()}; got {self.kind!r}")
+        if release_kind(self.kind).sized:
             if isinstance(self.units, bool) or not isinstance(self.units, int) \
                     or not MIN_BOTTLENECK <= self.units <= MAX_BOTTLENECK:
                 raise ValueError(f"bottleneck:K needs an integer K in [{MIN_BOTTLENECK}, {MAX_BOTTLENECK}], "
@@ -79,7 +147,7 @@ def parse_release(text: str) -> ReleasePoint:
                              f"got {size.strip()!r}") from None
         return ReleasePoint(BOTTLENECK, units)
     if sep:
-        if kind in RELEASE_KINDS:
+        if kind in RELEASES:
             raise ValueError(f"release {kind!r} takes no size, got {text!r}")
-        raise ValueError(f"release must be one of flatten, bottleneck:K, scores, label; got {text!r}")
+        raise ValueError(f"release must be one of {_choices()}; got {text!r}")
     return ReleasePoint(kind)

@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from ldpfl.common.errors import LdpflError
 from ldpfl.contract.jsonout import json_default
 from ldpfl.contract.release_point import FLATTEN, parse_release
 from ldpfl.contract.version import package_version
@@ -85,7 +86,7 @@ export adds files of the current version to a run that holds older ones, and rea
 separate silos gathered into one run agree on ``plan_fingerprint`` and ``class_names`` (issue 16)."""
 
 
-class FormatError(ValueError):
+class FormatError(LdpflError, ValueError):
     """A file or run directory that does not match the schema; the message names the file.
 
     Parameters

@@ -12,11 +12,13 @@ import os
 import stat
 from pathlib import Path
 
+from ldpfl.common.errors import LdpflError
+
 MAX_SMALL_FILE_BYTES = 1 << 20
 """The cap of plan.json, manifest.json and ``@file`` options: 1 MiB."""
 
 
-class SmallFileError(ValueError):
+class SmallFileError(LdpflError, ValueError):
     """A small input that is missing, not a regular file, too large or unreadable; the message names it."""
 
     def __init__(self, path: str | os.PathLike[str], message: str) -> None:

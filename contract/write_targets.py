@@ -23,6 +23,7 @@ import re
 from collections.abc import Iterable
 from pathlib import Path
 
+from ldpfl.common.errors import ParameterError
 from ldpfl.contract.layout import (
     CLIENT_FILE_RE,
     LOCAL_FILE_RE,
@@ -31,7 +32,6 @@ from ldpfl.contract.layout import (
     PARTITION_FILE,
 )
 from ldpfl.contract.plan import PLAN_FILE
-from ldpfl.mechanisms.base import ParameterError
 
 CLIENT_MODEL_RE = re.compile(r"^client_(\d{3,})\.keras$")
 FEDERATION_OUTPUTS = ("model.pt", "checkpoint.pt", METRICS_JSON, "metrics.csv", "config.json", "accuracy.png")

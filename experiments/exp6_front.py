@@ -78,7 +78,7 @@ def rerandomize(source: Path, target: Path, mechanism: str, epsilon: float, seed
     This is what ``ldpfl export --from-models MODELS --release R --mechanism M`` computes, without predicting
     the records with the CNNs again (on this 2-core machine a Fashion-MNIST prediction pass takes ~4 minutes
     per point under load): the same clean values (``none`` stores them unchanged), the same pipeline
-    (``ldpfl.stage1_features.release.stored_layout``), the same writer and manifest. The randomness comes from
+    (``ldpfl.stage1_features.export.release.stored_layout``), the same writer and manifest. The randomness comes from
     SeedSequence(seed, label) instead of the export's client streams, so the draws differ from the CLI's but
     follow the same law (checked on MNIST-5k, where every point runs through the CLI).
     """
@@ -94,8 +94,8 @@ def rerandomize(source: Path, target: Path, mechanism: str, epsilon: float, seed
     from ldpfl.contract.release_point import parse_release
     from ldpfl.contract.schema import SPLITS, utc_now
     from ldpfl.mechanisms.spec import MechanismSpec
-    from ldpfl.stage1_features.features import write_split
-    from ldpfl.stage1_features.release import stored_layout
+    from ldpfl.stage1_features.export.release import stored_layout
+    from ldpfl.stage1_features.export.write import write_split
 
     start = time.perf_counter()
     if (target / "manifest.json").is_file():

@@ -22,19 +22,19 @@ if TYPE_CHECKING:
     from ldpfl.api.plan_job import PlanResult, plan
     from ldpfl.api.predict_job import PredictResult, predict
     from ldpfl.api.progress import Progress, ProgressCallback
+    from ldpfl.common.errors import ParameterError
     from ldpfl.contract.gather import GatherResult
     from ldpfl.contract.plan import SharedPlan
     from ldpfl.contract.release_guarantee import ReleaseGuarantee
-    from ldpfl.mechanisms.base import ParameterError
-    from ldpfl.stage1_features.export_config import ExportConfig
-    from ldpfl.stage1_features.export_results import ExportResult
+    from ldpfl.stage1_features.export.config import ExportConfig
+    from ldpfl.stage1_features.export.results import ExportResult
     from ldpfl.stage2_federate.config import FederationConfig
 
 __version__ = package_version()
 
 _LAZY = {
-    "export": "ldpfl.api.export_job", "ExportConfig": "ldpfl.stage1_features.export_config",
-    "ExportResult": "ldpfl.stage1_features.export_results",
+    "export": "ldpfl.api.export_job", "ExportConfig": "ldpfl.stage1_features.export.config",
+    "ExportResult": "ldpfl.stage1_features.export.results",
     "plan": "ldpfl.api.plan_job", "PlanResult": "ldpfl.api.plan_job", "SharedPlan": "ldpfl.contract.plan",
     "gather": "ldpfl.api.gather_job", "GatherResult": "ldpfl.contract.gather",
     "federate": "ldpfl.api.federate_job", "FederationConfig": "ldpfl.stage2_federate.config",
@@ -42,7 +42,7 @@ _LAZY = {
     "predict": "ldpfl.api.predict_job", "PredictResult": "ldpfl.api.predict_job",
     "inspect": "ldpfl.api.inspect_job", "InspectResult": "ldpfl.api.inspect_job",
     "Progress": "ldpfl.api.progress", "ProgressCallback": "ldpfl.api.progress",
-    "ReleaseGuarantee": "ldpfl.contract.release_guarantee", "ParameterError": "ldpfl.mechanisms.base",
+    "ReleaseGuarantee": "ldpfl.contract.release_guarantee", "ParameterError": "ldpfl.common.errors",
 }
 """Each public name of the API and the module that defines it (imported on first use, PEP 562)."""
 

@@ -3,7 +3,7 @@
 Every subcommand module imported here is light (click and numpy at most); TensorFlow and torch load
 inside the commands that need them. Bad input gives one line on stderr and exit code 2.
 
-Library errors name parameters, not flags (``ldpfl.mechanisms.base.ParameterError`` marks them as
+Library errors name parameters, not flags (``ldpfl.common.errors.ParameterError`` marks them as
 ```overwrite```); this layer spells each one as the invoked command's option (``--overwrite``).
 """
 
@@ -18,6 +18,8 @@ from typing import Any
 
 import click
 
+from ldpfl.common.errors import ParameterError
+
 from . import __version__
 
 DEBUG_VARIABLE = "LDPFL_DEBUG"
@@ -26,11 +28,11 @@ DEBUG_VARIABLE = "LDPFL_DEBUG"
 # Subcommands load on demand, so `ldpfl mechanisms` and `ldpfl inspect` never pay for TensorFlow or torch.
 LAZY_COMMANDS = {
     "export": "ldpfl.export_cli:export_command",
-    "plan": "ldpfl.silo_cli:plan_command",
+    "plan": "ldpfl.plan_cli:plan_command",
     "gather": "ldpfl.gather_cli:gather_command",
     "federate": "ldpfl.federate_cli:federate_command",
     "predict": "ldpfl.predict_cli:predict_command",
-    "inspect": "ldpfl.inspect_cli:inspect_command",
+    "inspect": "ldpfl.inspection.cli:inspect_command",
     "mechanisms": "ldpfl.mechanisms_cli:mechanisms_command",
     "demo": "ldpfl.demo:demo_command",
 }
@@ -122,8 +124,6 @@ def option_flag(command: click.Command | None, parameter: str) -> str:
 
 def cli_message(error: ValueError, command: click.Command | None = None) -> str:
     """Return the message of a library error with its parameters spelled as ``command``'s flags."""
-    from ldpfl.mechanisms.base import ParameterError
-
     if isinstance(error, ParameterError):
         return error.render(lambda name: option_flag(command, name))
     return str(error)

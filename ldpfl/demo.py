@@ -21,7 +21,15 @@ from typing import Any
 
 import click
 
+from ldpfl.contract.jsonout import echo_json
+from ldpfl.contract.manifest import read_manifest
+from ldpfl.contract.release_guarantee import ReleaseGuarantee
+from ldpfl.inspection.plot import write_plot
+from ldpfl.inspection.report import inspect_path
+from ldpfl.inspection.text import inspection_text
 from ldpfl.mechanisms.randomness import UNRECORDED, randomness_label
+from ldpfl.stage1_features.export.config import ExportConfig
+from ldpfl.stage1_features.export.run import run_export
 
 PRIVATE_RELEASE = "label"
 PRIVATE_MECHANISM = "krr"
@@ -155,12 +163,7 @@ def run_demo(out: str | Path = "runs/demo", *, clients: int = 2, epochs: int = 3
              local_epochs: int = 1, seed: int | None = None, progress: bool = True,
              echo=print, private: bool = False) -> DemoResult:
     """Run export → federate → inspect on MNIST-5k and return the summary (and, with ``private``, the private run)."""
-    from ldpfl.stage1_features.export import run_export
-    from ldpfl.stage1_features.export_config import ExportConfig
     from ldpfl.stage2_federate.federation import FederationConfig, run_federation
-
-    from .inspect_plot import write_plot
-    from .inspection import inspect_path
 
     run_dir = Path(out)
     echo(f"== 1/3 export: MNIST-5k, {clients} clients, MNIST CNN for {epochs} epochs, "
@@ -181,7 +184,7 @@ def run_demo(out: str | Path = "runs/demo", *, clients: int = 2, epochs: int = 3
 
     echo("== 3/3 inspect")
     inspection = inspect_path(run_dir)
-    echo(inspection.format_text())
+    echo(inspection_text(inspection))
     plot = write_plot(inspection, run_dir / "inspect.png")
     plots = [plot, *[p for p in [federation.paths.get("accuracy_png")] if p is not None and p.exists()]]
 
@@ -208,11 +211,7 @@ def run_demo(out: str | Path = "runs/demo", *, clients: int = 2, epochs: int = 3
 def run_private(run_dir: Path, *, clients: int, epochs: int, rounds: int, local_epochs: int, seed: int | None,
                 progress: bool, echo: Any) -> PrivateRun:
     """Run the private configuration: the predicted class released by krr at ε = 2, federated, clean evaluation."""
-    from ldpfl.stage1_features.export import run_export
-    from ldpfl.stage1_features.export_config import ExportConfig
     from ldpfl.stage2_federate.federation import FederationConfig, run_federation
-
-    from .inspection import inspect_path
 
     echo(f"== private configuration: a DP-SGD CNN (eps {PRIVATE_CNN_EPSILON:g}, delta {PRIVATE_CNN_DELTA:g}); each "
          f"record releases its predicted class, {PRIVATE_MECHANISM} (eps {PRIVATE_EPSILON:g}), and its label, krr "
@@ -226,7 +225,7 @@ def run_private(run_dir: Path, *, clients: int, epochs: int, rounds: int, local_
     federation = run_federation(run_dir, FederationConfig(rounds=rounds, local_epochs=local_epochs, seed=seed,
                                                           eval_clean=True), progress=progress, overwrite=True)
     inspection = inspect_path(run_dir)
-    echo(inspection.format_text())
+    echo(inspection_text(inspection))
     report = export.privacy.to_dict()
     return PrivateRun(run_dir, PRIVATE_RELEASE, PRIVATE_MECHANISM, report.get("nominal_epsilon"),
                       report.get("exact_epsilon_per_record"), [c.local_accuracy for c in export.clients],
@@ -237,9 +236,6 @@ def run_private(run_dir: Path, *, clients: int, epochs: int, rounds: int, local_
 
 def weakest_guarantee(run_dir: Path) -> dict[str, Any]:
     """Return the manifest's weakest client ``release_guarantee`` (everything the files release, composed)."""
-    from ldpfl.contract.manifest import read_manifest
-    from ldpfl.contract.release_guarantee import ReleaseGuarantee
-
     guarantees = [ReleaseGuarantee.from_dict(g) for g in read_manifest(run_dir).info["release_guarantee"].values()]
     return max(guarantees, key=lambda g: (g.epsilon, g.delta)).to_dict()
 
@@ -273,8 +269,6 @@ def demo_command(out: str, clients: int, epochs: int, rounds: int, local_epochs:
     result = run_demo(out, clients=clients, epochs=epochs, rounds=rounds, local_epochs=local_epochs, seed=seed,
                       progress=not quiet, echo=echo, private=private)
     if as_json:
-        from ldpfl.contract.jsonout import echo_json
-
         echo_json(result.to_dict())
     else:
         click.echo(result.format_text())

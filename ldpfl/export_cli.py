@@ -13,16 +13,27 @@ from typing import Any
 
 import click
 
+from ldpfl.api.export_job import export
+from ldpfl.contract.datasets import dataset_names
+from ldpfl.contract.jsonout import echo_json
+from ldpfl.contract.names import child_path
+from ldpfl.export_options import (
+    alpha_help,
+    explicit_parameters,
+    extractor_help,
+    mechanism_help,
+    mechanism_parameters,
+    own_data_options,
+    silo_config,
+)
 from ldpfl.release_cli import check_from_models, release_options
-from ldpfl.silo_cli import explicit_parameters, own_data_options, silo_config
-from ldpfl.stage1_features import cnn
-from ldpfl.stage1_features.datasets import dataset_names
-from ldpfl.stage1_features.export_config import exportable_mechanisms
-from ldpfl.stage1_features.keras_backend import DEVICES, KERAS_BACKENDS
-from ldpfl.stage1_features.partition import PARTITION_KINDS
+from ldpfl.stage1_features.export.config import ExportConfig, exportable_mechanisms
+from ldpfl.stage1_features.export.partition import PARTITION_KINDS
+from ldpfl.stage1_features.export.plan import describe_privacy
+from ldpfl.stage1_features.models import cnn
+from ldpfl.stage1_features.models.keras_backend import DEVICES, KERAS_BACKENDS
 
 MECHANISM_CHOICES = exportable_mechanisms()
-DEDICATED = {"epsilon": "--epsilon", "alpha": "--alpha", "integer_bits": "-m", "fraction_bits": "-n"}
 
 
 class NonEmptyPath(click.Path):
@@ -35,46 +46,11 @@ class NonEmptyPath(click.Path):
         return super().convert(value, param, ctx)
 
 
-def parse_param(text: str) -> tuple[str, Any]:
-    """``KEY=VALUE`` → (key, int | float | str); dashes in KEY become underscores."""
-    key, sep, raw = text.partition("=")
-    key = key.strip().replace("-", "_")
-    if not sep or not key or not key.isidentifier():
-        raise click.BadParameter(f"expected KEY=VALUE, got {text!r}", param_hint="--param")
-    raw = raw.strip()
-    for convert in (int, float):
-        try:
-            return key, convert(raw)
-        except ValueError:
-            continue
-    return key, raw
-
-
-def mechanism_parameters(epsilon: float | None, alpha: float | None, integer_bits: int | None,
-                         fraction_bits: int | None, extra: tuple[str, ...]) -> dict[str, Any]:
-    """IV-D defaults, overridden by the dedicated options, plus every ``--param``."""
-    from ldpfl.stage1_features.export_config import DEFAULT_MECHANISM_PARAMS
-
-    params = dict(DEFAULT_MECHANISM_PARAMS)
-    for key, value in (("epsilon", epsilon), ("alpha", alpha), ("integer_bits", integer_bits),
-                       ("fraction_bits", fraction_bits)):
-        if value is not None:
-            params[key] = value
-    for text in extra:
-        key, value = parse_param(text)
-        if key in DEDICATED:
-            raise click.BadParameter(f"use {DEDICATED[key]} for {key}", param_hint="--param")
-        params[key] = value
-    return params
-
-
 def _format_accuracy(value: float | None) -> str:
     return "-" if value is None else f"{value:.4f}"
 
 
 def _print_table(result: Any) -> None:
-    from ldpfl.stage1_features.export_plan import describe_privacy
-
     click.echo(f"run directory  {result.run_dir}")
     width = (f"r·l = {result.feature_width} bits" if result.feature_format == "packed-bits"
              else f"{result.features} float32 values")
@@ -112,21 +88,15 @@ def _print_table(result: Any) -> None:
               help="Each client's hold-out share (IV-C: 10 %).")
 @click.option("--extractor", type=click.Choice([cnn.AUTO, *cnn.extractor_names()]), default=cnn.AUTO,
               show_default=True,
-              help="Feature extractor: mnist-cnn (Fig. 3), cifar-cnn (Fig. 4), none (raw inputs). auto: the "
-                   "paper's choice (mnist-cnn for mnist/mnist5k, cifar-cnn for fashion-mnist/cifar10/svhn(-extra), "
-                   "none otherwise); under --cnn-epsilon, dp-cnn wherever it would be a CNN. DP-SGD variants: "
-                   "mnist-cnn-gn, cifar-cnn-gn (GroupNorm for BatchNorm) and dp-cnn (small tanh net), each a "
-                   "labelled deviation from the paper.")
+              help=extractor_help())
 @click.option("--epochs", type=int, default=50, show_default=True,
               help="CNN training epochs (IV-C: 50). CPU runs often use a few.")
 @click.option("--batch-size", type=int, default=64, show_default=True, help="CNN batch size (IV-C: 64).")
 @click.option("--no-augment", is_flag=True, help="Train without rotation/shift augmentation.")
 @click.option("--mechanism", type=click.Choice(MECHANISM_CHOICES), default="uer", show_default=True,
-              help="Randomization: a bit mechanism over the fixed-point encoding, a float mechanism over the "
-                   "features, or none (NOT private). --release bottleneck:K and scores take bounded (duchi, "
-                   "piecewise, hybrid, laplace) or real mechanisms, label takes krr or oue-label.")
+              help=mechanism_help())
 @click.option("--epsilon", type=float, default=None, help="Nominal privacy budget ε  [default: 0.5, IV-D]")
-@click.option("--alpha", type=float, default=None, help="α of uer/moue  [default: 10, IV-D]")
+@click.option("--alpha", type=float, default=None, help=alpha_help())
 @click.option("-m", "--integer-bits", type=int, default=None, help="m, integer bits  [default: 4, IV-D]")
 @click.option("-n", "--fraction-bits", type=int, default=None, help="n, fraction bits  [default: 5, IV-D]")
 @click.option("--param", "params", multiple=True, metavar="KEY=VALUE",
@@ -210,9 +180,6 @@ def export_command(dataset: str, data_dir: str | None, clients: int, max_clients
       ldpfl export --plan plan.json --data scans.npz --client-index 0 --clients 3 --out export_a
       ldpfl export --plan plan.json --data records.csv --label-column diagnosis --client-index 2 --clients 3
     """
-    from ldpfl.api.export_job import export
-    from ldpfl.stage1_features.export_config import ExportConfig
-
     for name, value in (("--epsilon", epsilon), ("--alpha", alpha)):
         if value is not None and not math.isfinite(value):
             raise click.BadParameter(f"must be a finite number, got {value!r}", param_hint=name)
@@ -230,15 +197,12 @@ def export_command(dataset: str, data_dir: str | None, clients: int, max_clients
     config = silo_config(click.get_current_context(), config, silo,  # --data, --client-index, --plan (issue 16)
                          explicit_parameters(epsilon, alpha, integer_bits, fraction_bits, params))
     if out is None:  # runs/<dataset>: the name comes from --name, the data's file name or a plan (issue 24)
-        from ldpfl.contract.names import child_path
 
         out = child_path("runs", config.dataset, "name")
     result = export(config, out=out, progress_bars=not quiet)
     for note in result.notes:
         click.echo(f"warning: {note}", err=True)
     if as_json:
-        from ldpfl.contract.jsonout import echo_json
-
         echo_json(result.to_dict())
     else:
         _print_table(result)

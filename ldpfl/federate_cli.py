@@ -9,10 +9,18 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any, Literal
 
 import click
 
+from ldpfl.api.federate_job import federate
+from ldpfl.contract.jsonout import echo_json
 from ldpfl.stage2_federate import budgets
+from ldpfl.stage2_federate.flower_engine import FlowerMissingError
+from ldpfl.stage2_federate.flower_engine.control import SuperLinkError, parse_superlink
+from ldpfl.stage2_federate.flower_engine.launch import FlowerRunError
+from ldpfl.stage2_federate.ledger import ledger_lines
+from ldpfl.stage2_federate.outputs import summary_table
 from ldpfl.stage2_federate.perturbation import SIGN_MODES, TARGETS, perturbation_names, perturbation_wiring
 from ldpfl.stage2_federate.strategies import strategy_class, strategy_names
 
@@ -79,7 +87,6 @@ def _parse_superlink(ctx: click.Context, param: click.Parameter, value: str | No
     """Check ``--superlink HOST:PORT`` (stdlib only: Flower loads later, in the command)."""
     if value is None:
         return None
-    from ldpfl.stage2_federate.flower_engine.control import parse_superlink
 
     try:
         return parse_superlink(value)
@@ -217,9 +224,10 @@ Examples:
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar and no summary.")
 def federate_command(run_dir: Path, presets: tuple[str, ...], out_dir: Path | None, resume: bool, overwrite: bool,
-                     keep_checkpoint: bool, as_json: bool, quiet: bool, engine: str, cpus_per_client: int | None,
+                     keep_checkpoint: bool, as_json: bool, quiet: bool, engine: Literal["local", "flower"],
+                     cpus_per_client: int | None,
                      client_timeout: float | None, superlink: str | None, root_certificates: Path | None,
-                     insecure: bool, min_clients: int | None, **options: object) -> None:
+                     insecure: bool, min_clients: int | None, **options: Any) -> None:
     """Federated training of a fully-connected model over the client files in RUN_DIR (LDPFL stage 2).
 
     Each round selects clients, trains them locally on their randomized features, perturbs their uploads
@@ -236,10 +244,6 @@ def federate_command(run_dir: Path, presets: tuple[str, ...], out_dir: Path | No
                                    "values; give one")
         options[key] = name
 
-    from ldpfl.api.federate_job import federate
-    from ldpfl.stage2_federate.flower_engine import FlowerMissingError
-    from ldpfl.stage2_federate.flower_engine.launch import FlowerRunError
-
     try:
         result = federate(run_dir, engine=engine, out=out_dir, resume=resume, overwrite=overwrite,
                           keep_checkpoint=keep_checkpoint, cpus_per_client=cpus_per_client,
@@ -249,24 +253,17 @@ def federate_command(run_dir: Path, presets: tuple[str, ...], out_dir: Path | No
     except FlowerMissingError as error:  # --engine flower: one Error: line each
         raise click.ClickException(str(error)) from None
     except FlowerRunError as error:
-        from ldpfl.stage2_federate.flower_engine.control import SuperLinkError
-
         if isinstance(error, SuperLinkError):  # the SuperLink itself: its own line
             raise click.ClickException(str(error)) from None
         raise click.ClickException(f"the Flower run failed: {error}") from None
     if as_json:
-        from ldpfl.contract.jsonout import echo_json
-
         echo_json(result.to_dict())
         return
     if quiet:
         return
-    from ldpfl.stage2_federate.outputs import summary_table
 
     click.echo(summary_table(result.rounds))
     if result.privacy_ledger is not None:
-        from ldpfl.stage2_federate.ledger import ledger_lines
-
         click.echo("\n".join(ledger_lines(result.privacy_ledger)))
     final = result.final_accuracy
     click.echo(f"final test accuracy {'n/a' if final is None else f'{final:.4f}'} after {len(result.rounds)} "

@@ -11,6 +11,9 @@ from pathlib import Path
 
 import click
 
+from ldpfl.api.gather_job import gather
+from ldpfl.contract.jsonout import echo_json
+
 
 @click.command("gather", context_settings={"max_content_width": 100})
 @click.argument("sources", nargs=-1, required=True,
@@ -32,12 +35,8 @@ def gather_command(sources: tuple[Path, ...], out: Path, plan_path: Path | None,
     Example:
       ldpfl gather export_a export_b export_c --out run && ldpfl federate run && ldpfl inspect run
     """
-    from ldpfl.api.gather_job import gather
-
     result = gather(sources, out=out, plan=plan_path)
     if as_json:
-        from ldpfl.contract.jsonout import echo_json
-
         echo_json(result.to_dict())
         return
     click.echo(f"run directory  {result.run_dir}  ({len(result.files)} client files"

@@ -3,24 +3,26 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import click
 
 from ldpfl import mechanisms as mech
+from ldpfl.mechanisms.base import ParamSpec
 
 _FLAG_TYPES = {float: float, int: int, str: str}
 
 
-def _all_parameter_specs() -> dict[str, object]:
+def _all_parameter_specs() -> dict[str, ParamSpec]:
     """Return the union of every mechanism's parameters, by name (first declaration wins for help text)."""
-    specs: dict[str, object] = {}
+    specs: dict[str, ParamSpec] = {}
     for name in mech.mechanism_names():
         for spec in mech.mechanism_class(name).parameter_specs():
             specs.setdefault(spec.name, spec)
     return specs
 
 
-def _listing() -> list[dict[str, object]]:
+def _listing() -> list[dict[str, Any]]:
     rows = []
     for name in mech.mechanism_names():
         cls = mech.mechanism_class(name)

@@ -7,9 +7,13 @@ A thin command: it maps the flags to the function's arguments and prints the res
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import click
+
+from ldpfl.api.predict_job import predict
+from ldpfl.contract.jsonout import echo_json
+from ldpfl.stage1_features.own_data.formats import COLOR_MODES, SCALES
 
 _EPILOG = """\b
 Examples:
@@ -25,8 +29,6 @@ Examples:
 
 
 def _option_list() -> list[Any]:
-    from ldpfl.stage1_features.own_data import COLOR_MODES, SCALES
-
     return [
         click.option("--client-index", type=click.IntRange(min=0), default=None,
                      help="The silo: client_NNN.h5 of RUN_DIR  [default: the only client file there]"),
@@ -85,7 +87,8 @@ READER_OPTIONS = ("label_column", "image_size", "color_mode", "x_key", "y_key", 
 @click.argument("run_dir", required=False, type=click.Path(exists=True, file_okay=False, path_type=Path))
 @_with_options
 def predict_command(run_dir: Path | None, client_index: int | None, model_path: Path | None, cnn_path: Path | None,
-                    dataset: str | None, data: str | None, data_dir: str | None, split: str | None,
+                    dataset: str | None, data: str | None, data_dir: str | None,
+                    split: Literal["test", "train", "all"] | None,
                     randomized: bool, seed: int | None, released: Path | None, out_path: Path | None,
                     batch_size: int, threads: int | None, as_json: bool, quiet: bool, **reader: Any) -> None:
     """Predict a silo's records with the federated model, through the silo's own pipeline.
@@ -106,16 +109,12 @@ def predict_command(run_dir: Path | None, client_index: int | None, model_path: 
     dataset or file), or --out FILE (.csv or .json). With labels, the accuracy is printed (stderr when the
     CSV goes to stdout).
     """
-    from ldpfl.api.predict_job import predict
-
     reader_options = {k: v for k, v in reader.items() if k in READER_OPTIONS and v is not None}
     result = predict(run_dir, client_index=client_index, model=model_path, cnn=cnn_path, dataset=dataset, data=data,
                      data_dir=data_dir, data_options=reader_options, split=split, randomized=randomized,
                      seed=seed, released=released, out=out_path, batch_size=batch_size, threads=threads,
                      progress_bars=not quiet, on_warning=_warn)
     if as_json:
-        from ldpfl.contract.jsonout import echo_json
-
         echo_json(result.to_dict())
         return
     if out_path is None:

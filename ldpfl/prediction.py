@@ -33,12 +33,20 @@ from typing import Any
 
 import numpy as np
 
+from ldpfl.common.errors import ParameterError
 from ldpfl.contract.client_reader import open_client_file, read_client_file
 from ldpfl.contract.layout import FEDERATION_DIR, MANIFEST_NAME, PARTITION_FILE, client_file_name, client_files
 from ldpfl.contract.manifest import read_manifest
 from ldpfl.contract.release_point import parse_release
 from ldpfl.contract.schema import ClientMetadata, FormatError
-from ldpfl.mechanisms.base import PACKED_BITS, ParameterError
+from ldpfl.mechanisms.base import PACKED_BITS
+from ldpfl.stage1_features.export.from_models import read_source_run
+from ldpfl.stage1_features.export.release import clean_layout, release_values, stored_layout
+from ldpfl.stage1_features.export.silo import load_export_data
+from ldpfl.stage1_features.export.stored import load_holdouts, model_file_name
+from ldpfl.stage1_features.export.write import RELEASE_ROWS
+from ldpfl.stage1_features.models import cnn, cnn_release
+from ldpfl.stage2_federate.model_file import file_attributes, mismatches, read_model
 
 MODEL_NAME = "model.pt"
 SPLIT_CHOICES = ("test", "train", "all")
@@ -76,11 +84,7 @@ class Silo:
 
     def cnn_path(self) -> Path:
         """Return where the export saved this silo's CNN (``--save-models``; a re-release: its source run's)."""
-        from ldpfl.stage1_features.export_run_dir import model_file_name
-
         if isinstance(self.info.get("from_models"), str):
-            from ldpfl.stage1_features.from_models import read_source_run
-
             return read_source_run(self.run_dir).model_path(self.index)
         return self.run_dir / model_file_name(self.index)
 
@@ -147,7 +151,6 @@ def load_global_model(path: str | Path) -> GlobalModel:
     import torch
 
     from ldpfl.stage2_federate.model import FederatedMLP
-    from ldpfl.stage2_federate.model_file import read_model
 
     saved = read_model(path)
     state = saved.state_dict
@@ -184,8 +187,6 @@ def check_model(model: GlobalModel, meta: ClientMetadata, what: str) -> list[str
     PredictError
         One line listing every difference.
     """
-    from ldpfl.stage2_federate.model_file import file_attributes, mismatches
-
     found: dict[str, Any] = file_attributes(meta)
     if not meta.local_only:
         found["mechanism_parameters"] = dict(meta.mechanism_parameters)
@@ -206,8 +207,6 @@ def check_model(model: GlobalModel, meta: ClientMetadata, what: str) -> list[str
 
 def check_inputs(silo: Silo, model: GlobalModel, cnn_path: Path | None = None) -> list[str]:
     """Refuse a model not trained on the silo's release, or a missing CNN, before any work; return warnings."""
-    from ldpfl.stage1_features import cnn
-
     warnings = check_model(model, silo.metadata, f"the release of {silo.file.name}")
     path = cnn_path if cnn_path is not None else silo.cnn_path()
     if cnn.is_cnn(silo.metadata.extractor) and not path.is_file():
@@ -251,9 +250,6 @@ def silo_records(silo: Silo, *, dataset: str | None = None, data: str | None = N
         The silo's held-out test split (IV-C), its training split, or all its records; default ``test``
         for the run's records, ``all`` for new ones.
     """
-    from ldpfl.stage1_features.export_run_dir import load_holdouts
-    from ldpfl.stage1_features.silo import load_export_data
-
     config, meta = silo.config, silo.metadata
     run_data = config.get("data")
     if dataset is not None and data is not None:
@@ -337,9 +333,6 @@ def _logits_argmax(model: Any, stored: np.ndarray, width: int, packed: bool) -> 
 def _release_values(silo: Silo, records: Records, cnn_path: Path | None,
                     batch_rows: int) -> Iterator[np.ndarray]:
     """Yield the release's float32 values of the records, batch by batch (CNN or raw features)."""
-    from ldpfl.stage1_features import cnn, cnn_release
-    from ldpfl.stage1_features.release import release_values
-
     meta, dataset = silo.metadata, records.dataset
     point = parse_release(meta.release)
     shape = tuple(int(s) for s in dataset.input_shape)
@@ -389,9 +382,6 @@ def predict_silo(silo: Silo, records: Records, model: GlobalModel, *, randomized
     progress : tqdm, optional
         Updated with the records predicted.
     """
-    from ldpfl.stage1_features.features import RELEASE_ROWS
-    from ldpfl.stage1_features.release import clean_layout, stored_layout
-
     meta = silo.metadata
     warnings = check_inputs(silo, model, cnn_path)
     point, spec = parse_release(meta.release), meta.mechanism_spec()

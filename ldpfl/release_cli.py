@@ -12,7 +12,8 @@ from typing import Any
 
 import click
 
-from ldpfl.stage1_features.release import RELEASE_HELP
+from ldpfl.stage1_features.export.from_models import read_source_run, source_conflicts
+from ldpfl.stage1_features.export.release import release_help
 
 FROM_MODELS_HELP = (
     "Release the records of an earlier export RUN_DIR again, from its saved client CNNs (exported with "
@@ -40,7 +41,7 @@ def release_options(command: Callable[..., Any]) -> Callable[..., Any]:
     """Add ``--release``, ``--from-models``, ``--keep-clean-test`` and ``--noise-aware`` to a click command."""
     options = [
         click.option("--release", default="flatten", show_default=True, metavar="flatten|bottleneck:K|scores|label",
-                     help=RELEASE_HELP),
+                     help=release_help()),
         click.option("--from-models", type=click.Path(exists=True, file_okay=False, path_type=str), default=None,
                      metavar="RUN_DIR", help=FROM_MODELS_HELP),
         click.option("--keep-clean-test", is_flag=True, help=KEEP_CLEAN_HELP),
@@ -64,7 +65,6 @@ def check_from_models(ctx: click.Context, from_models: str | None, out: Path | N
     if out is None:
         raise click.BadParameter("--from-models writes a new run: give its directory with --out",
                                  param_hint="--from-models")
-    from ldpfl.stage1_features.from_models import read_source_run, source_conflicts
 
     source = read_source_run(from_models)
     given = {}

@@ -3,6 +3,8 @@
 Importing this package imports numpy and scipy only (never TensorFlow or torch).
 """
 
+from ldpfl.common.registry import Registry
+
 from . import (  # noqa: F401  (importing a mechanism's module registers it)
     duchi,
     fedaw,
@@ -45,7 +47,6 @@ from .calibration import (
 from .clipping import clip_elementwise, clip_l2_norm
 from .encoding import FixedPointEncoding, pack_bits, unpack_bits
 from .fedaw import cosine_similarity, label_distribution_weight
-from .plugins import Registry
 from .randomness import Randomness, default_rng, make_randomness
 from .registry import create_mechanism, federation_names, mechanism_class, mechanism_names
 from .report import PrivacyReport

@@ -19,13 +19,14 @@ Its abilities are declared on the class, not found with ``hasattr``:
 from __future__ import annotations
 
 import dataclasses
-import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, ClassVar
 
 import numpy as np
+
+from ldpfl.common.errors import ParameterError as ParameterError  # stage2_federate imports it from here (issue 21)
 
 from .encoding import FixedPointEncoding
 from .report import PrivacyReport
@@ -198,24 +199,3 @@ def require_generator(rng: Any) -> np.random.Generator:
             f"rng must be a numpy.random.Generator (see mechanisms.make_randomness), got {type(rng).__name__}"
         )
     return rng
-
-
-class ParameterError(ValueError):
-    """A ``ValueError`` whose message names parameters (``clip``, ``client_ranges``), never CLI flags.
-
-    The message marks each parameter name with backquotes (```clip```); ``str(error)`` shows the plain
-    names, ``parameters`` lists them, and a front end shows them its own way with :meth:`render` (the
-    CLI: ``--clip``). Text around the marks is left alone, even where it holds the same word.
-    """
-
-    def __init__(self, template: str) -> None:
-        self.template = template
-        self.parameters = tuple(dict.fromkeys(_MARKED.findall(template)))
-        super().__init__(self.render(lambda name: name))
-
-    def render(self, spell: Callable[[str], str]) -> str:
-        """Return the message with each marked parameter name replaced by ``spell(name)``."""
-        return _MARKED.sub(lambda match: spell(match.group(1)), self.template)
-
-
-_MARKED = re.compile(r"`([A-Za-z_][A-Za-z0-9_]*)`")

@@ -17,7 +17,7 @@ and the benchmark all call these; no formula is written twice. Paper keys:
 * DMNS06: Dwork, McSherry, Nissim & Smith, "Calibrating noise to sensitivity", TCC 2006 (Laplace).
 
 The paper texts are not in /work/shared/papers; formulas are cited by section, algorithm and lemma, and
-each is checked by tests/test_ldp_mechanisms.py (unbiasedness, variance, probability ratios).
+each is checked by tests/statistical/test_ldp_mechanisms.py (unbiasedness, variance, probability ratios).
 
 Quantization. Every sampler compares a uniform 64-bit word u (uniform on [0, 2^64)) with an integer
 threshold T: the event has probability exactly T / 2^64. ``quantize64`` picks T for a probability p and

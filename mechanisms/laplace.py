@@ -17,10 +17,11 @@ import numpy as np
 
 from .base import param
 from .calibration_ldp import discrete_laplace_variance, laplace_scale
+from .discrete_privacy import discrete_laplace_epsilon
 from .ldp_common import BoundedMechanism
 from .registry import register
 from .report import PrivacyReport
-from .secure_noise import SAMPLER_TV_PER_SAMPLE
+from .secure_noise import MAX_NOISE_SCALE, MIN_LAPLACE_SCALE, SAMPLER_TV_PER_SAMPLE, add_discrete_laplace
 from .validation import require_finite_positive, require_int_in_range
 
 MAX_GRID_BITS = 40
@@ -51,8 +52,6 @@ class Laplace(BoundedMechanism):
         super().__post_init__()
         require_finite_positive("clip (c)", self.clip)
         require_int_in_range("grid_bits (b)", self.grid_bits, 0, MAX_GRID_BITS)
-        from .secure_noise import MAX_NOISE_SCALE, MIN_LAPLACE_SCALE
-
         if not MIN_LAPLACE_SCALE <= self.scale <= MAX_NOISE_SCALE:
             raise ValueError(
                 f"laplace: the noise scale d*2*ceil(c/g)/epsilon = {self.scale:.6g} grid steps (d={self.dim}, "
@@ -85,8 +84,6 @@ class Laplace(BoundedMechanism):
         return laplace_scale(self.epsilon, self.record_sensitivity)
 
     def _randomize_rows(self, t: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-        from .secure_noise import add_discrete_laplace
-
         return add_discrete_laplace(t, self.scale * self.grid, self.grid, rng=rng)
 
     def expected_variance(self, x: np.ndarray) -> np.ndarray:
@@ -105,8 +102,6 @@ class Laplace(BoundedMechanism):
 
     def report(self) -> PrivacyReport:
         """Return the report: exact ε = L1 sensitivity / t per record (discrete Laplace)."""
-        from .discrete_privacy import discrete_laplace_epsilon
-
         per_record = discrete_laplace_epsilon(self.scale, self.record_sensitivity)
         per_value = discrete_laplace_epsilon(self.scale, self.value_sensitivity)
         return self._report(

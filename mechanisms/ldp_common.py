@@ -27,6 +27,7 @@ from .base import FLOAT32, Mechanism, param, require_generator
 from .calibration_ldp import THRESHOLD_SCALE
 from .randomness import random_words
 from .report import PrivacyReport
+from .secure_noise import randomized_round as round_to_grid
 from .validation import require_epsilon, require_int_in_range, require_real_array
 
 CATEGORY = "category"
@@ -97,8 +98,6 @@ def sample_dimensions(rows: int, d: int, k: int, rng: np.random.Generator) -> np
 
 def randomized_round(x: np.ndarray, grid: float, *, rng: np.random.Generator) -> np.ndarray:
     """Unbiased stochastic rounding of x/grid to int64 (``ldpfl.mechanisms.secure_noise.randomized_round``)."""
-    from .secure_noise import randomized_round as round_to_grid
-
     return round_to_grid(x, grid, rng=rng)
 
 

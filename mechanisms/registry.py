@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from typing import Any, TypeVar
 
+from ldpfl.common.registry import Registry
+
 from .base import FEATURE_FORMATS, Mechanism
-from .plugins import Registry
 
 M = TypeVar("M", bound=type[Mechanism])
 

@@ -15,6 +15,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from ldpfl.contract.datasets import paper_optimizer
+
 from .config import ADAM, AUTO, DEFAULT_DROPOUT, DEFAULT_HIDDEN, DEFAULT_LR, OPTIMIZERS, SGD
 from .data import ClientSplit
 from .label_noise import LabelNoise, label_loss
@@ -155,14 +157,14 @@ def set_vector(model: nn.Module, vector: torch.Tensor) -> None:
 def resolve_optimizer(name: str, dataset: str) -> str:
     """LDPFL IV-E: Adam for MNIST, SGD for CIFAR-10, FMNIST and SVHN.
 
-    ``auto`` reads the dataset name from the files: a name starting with 'mnist' (mnist, mnist5k …)
-    gets Adam, anything else (fmnist, fashion-mnist, cifar10, svhn …) gets SGD.
+    ``auto`` reads the dataset name from the files and looks it up in the dataset registry
+    (``ldpfl.contract.datasets``): mnist and mnist5k get Adam, the other registered sets and own data get SGD.
     """
     if name not in OPTIMIZERS:
         raise ValueError(f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {name!r}")
     if name != AUTO:
         return name
-    return ADAM if dataset.lower().startswith("mnist") else SGD
+    return ADAM if paper_optimizer(dataset.lower()) == ADAM else SGD
 
 
 def make_optimizer(name: str, parameters: Iterable[torch.nn.Parameter], lr: float) -> torch.optim.Optimizer:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+
 from click.testing import CliRunner, Result
 
 from ldpfl.cli import cli
@@ -10,6 +13,11 @@ from ldpfl.cli import cli
 def run(*args: object) -> Result:
     """Invoke `ldpfl` in-process with ``args`` (each passed as its string)."""
     return CliRunner().invoke(cli, [str(a) for a in args])
+
+
+def command(*words: str) -> Callable[..., Result]:
+    """Return a runner of `ldpfl WORDS... ARGS...` (``command("federate")("--help")``)."""
+    return functools.partial(run, *words)
 
 
 def ok(result: Result) -> Result:
@@ -36,7 +44,7 @@ def one_error_line(result: Result) -> str:
     return lines[0]
 
 
-def stderr_error_line(result: Result, code: int) -> str:
+def stderr_error_line(result: Result, code: int = 2) -> str:
     """Assert exit ``code`` and one `Error: ...` line on stderr, no traceback; return that line."""
     assert result.exit_code == code, (result.exit_code, result.output)
     lines = result.stderr.strip().splitlines()

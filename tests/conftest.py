@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from federate_files import write_run
 
 from ldpfl import mechanisms as mech
 
@@ -38,3 +39,9 @@ def sample_input():
         return rng.normal(0.0, 2.0, size=(rows, 24)).astype(np.float32)
 
     return build
+
+
+@pytest.fixture(scope="module")
+def packed_run(tmp_path_factory):
+    """A run directory of 4 clients' packed-bit files (64 training rows, 8 features each; tests/federate_files.py)."""
+    return write_run(tmp_path_factory.mktemp("packed"), clients=4, rows=64, features=8)

@@ -3,7 +3,7 @@
 Two independent checks that a test left no process behind:
 
 * the fixture ``marked`` / :func:`leftovers`: every process a test starts inherits an environment variable with
-  a token; afterwards no running process may carry it (Linux ``/proc``; this finds processes that
+  a token; afterwards no running process may carry it (psutil reads the environments; this finds processes that
   Flower started in their own session and that were re-parented away from the test);
 * :class:`Descendants`: psutil's tree of the test process's children, sampled while the test runs;
   afterwards none of the processes seen may still run (psutil compares creation times, so a reused pid
@@ -36,29 +36,23 @@ def marked_fixture(monkeypatch) -> str:
     return token
 
 
+def tagged(variable: str, value: str) -> list[int]:
+    """Live (not zombie) processes, other than this one, whose environment has ``variable=value`` (psutil)."""
+    found = []
+    for process in psutil.process_iter():
+        try:
+            if (process.pid != os.getpid() and process.status() != psutil.STATUS_ZOMBIE
+                    and process.environ().get(variable) == value):
+                found.append(process.pid)
+        except psutil.Error:  # gone, or not ours to read
+            continue
+    return sorted(found)
+
+
 def leftovers(token: str, settle: float = 10.0) -> list[int]:
-    """Running processes, other than this one, whose environment carries ``token`` (Linux /proc; [] elsewhere)."""
-    proc = Path("/proc")
-    if not proc.is_dir():
-        return []
-    needle = f"{TOKEN_VARIABLE}={token}".encode()
-
-    def scan() -> list[int]:
-        found = []
-        for entry in proc.iterdir():
-            if not entry.name.isdigit() or int(entry.name) == os.getpid():
-                continue
-            try:
-                environ = (entry / "environ").read_bytes()
-                state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-            except (OSError, IndexError):
-                continue
-            if state != "Z" and needle in environ.split(b"\0"):
-                found.append(int(entry.name))
-        return sorted(found)
-
+    """Live processes, other than this one, whose environment carries ``token``, after up to ``settle`` s."""
     deadline = time.monotonic() + settle
-    while (found := scan()) and time.monotonic() < deadline:
+    while (found := tagged(TOKEN_VARIABLE, token)) and time.monotonic() < deadline:
         time.sleep(0.2)
     return found
 

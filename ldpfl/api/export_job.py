@@ -2,7 +2,7 @@
 
 Two ways to say what to export:
 
-* an ``ExportConfig`` (``ldpfl.stage1_features.export_config``), taken as it is: ``ldpfl export`` builds one
+* an ``ExportConfig`` (``ldpfl.stage1_features.export.config``), taken as it is: ``ldpfl export`` builds one
   from its flags (with a shared plan already applied) and calls this function;
 * keyword arguments, the config's fields (:class:`~ldpfl.api.fields.ExportFields`). The mechanism's
   parameters are the IV-D defaults overridden by ``mechanism_params`` (as the command's ``--epsilon``,
@@ -10,7 +10,7 @@ Two ways to say what to export:
   every setting the plan fixes comes from it, and one given here must agree with it; with ``from_models``
   a given data setting must agree with the source run's.
 
-Either way the job runs ``run_export`` (``ldpfl.stage1_features.export``): the same files, bit for bit,
+Either way the job runs ``run_export`` (``ldpfl.stage1_features.export.run``): the same files, bit for bit,
 for the same settings and seed.
 """
 
@@ -20,11 +20,15 @@ import os
 from pathlib import Path
 from typing import Any, Unpack
 
+from ldpfl.common.errors import ParameterError
 from ldpfl.contract.names import check_name, child_path
 from ldpfl.contract.plan import SharedPlan, read_plan
-from ldpfl.mechanisms.base import ParameterError
-from ldpfl.stage1_features.export_config import DEFAULT_MECHANISM_PARAMS, ExportConfig
-from ldpfl.stage1_features.export_results import ExportResult
+from ldpfl.stage1_features.export.config import DEFAULT_MECHANISM_PARAMS, ExportConfig
+from ldpfl.stage1_features.export.from_models import read_source_run, source_conflicts
+from ldpfl.stage1_features.export.results import ExportResult
+from ldpfl.stage1_features.export.run import run_export
+from ldpfl.stage1_features.export.silo import apply_plan
+from ldpfl.stage1_features.own_data.load import default_name
 
 from .fields import ExportFields, StrPath
 from .progress import ProgressCallback, report
@@ -75,7 +79,6 @@ def export(config: ExportConfig | None = None, /, *, out: StrPath | None = None,
     if config is None:
         config = config_from_fields(fields, plan)
     target = Path(out) if out is not None else child_path(RUNS_DIR, config.dataset, "dataset")
-    from ldpfl.stage1_features.export import run_export
 
     def on_progress(done: int, total: int) -> None:
         report(progress, "export", "client", done, total)
@@ -97,7 +100,6 @@ def config_from_fields(fields: ExportFields, plan: SharedPlan | StrPath | None =
     values["mechanism_params"] = {**DEFAULT_MECHANISM_PARAMS, **dict(given.get("mechanism_params") or {})}
     data = given.get("data")
     if data is not None and (plan is None or "dataset" in given):  # with a plan: the plan's name by default
-        from ldpfl.stage1_features.own_data import default_name
 
         values["dataset"] = check_name(given.get("dataset") or default_name(data), "dataset")
     config = ExportConfig(**values)
@@ -110,8 +112,6 @@ def config_from_fields(fields: ExportFields, plan: SharedPlan | StrPath | None =
 
 def _with_plan(config: ExportConfig, plan: SharedPlan | StrPath, given: dict[str, Any]) -> ExportConfig:
     """Apply the shared plan to the keyword form's config; the fields given here must agree with it."""
-    from ldpfl.stage1_features.silo import apply_plan
-
     if config.data is None:
         raise ParameterError("a shared `plan` applies to your own `data`: give `data`")
     shared = plan if isinstance(plan, SharedPlan) else read_plan(plan)
@@ -125,8 +125,6 @@ def _with_plan(config: ExportConfig, plan: SharedPlan | StrPath, given: dict[str
 
 def _check_source(from_models: str, given: dict[str, Any]) -> None:
     """Refuse data settings given here that contradict the ``from_models`` source run's (its records apply)."""
-    from ldpfl.stage1_features.from_models import read_source_run, source_conflicts
-
     problems = source_conflicts(read_source_run(from_models), given)  # the data settings (SOURCE_SETTINGS) only
     if problems:
         raise ParameterError(f"`from_models` releases the records of {from_models}, whose settings apply: "

@@ -18,9 +18,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Unpack
 
+from ldpfl.common.errors import ParameterError
 from ldpfl.contract.release_guarantee import ReleaseGuarantee, weakest
-from ldpfl.mechanisms.base import ParameterError
 from ldpfl.stage2_federate.config import FederationConfig
+from ldpfl.stage2_federate.flower_engine import require_flower
+from ldpfl.stage2_federate.flower_engine.deployment import run_on_superlink
+from ldpfl.stage2_federate.flower_engine.launch import FlowerOptions, run_flower
+from ldpfl.stage2_federate.runtime import apply_runtime_defaults
 
 from .fields import FederationFields, StrPath
 from .progress import ProgressCallback, report
@@ -173,7 +177,6 @@ def federate(run_dir: StrPath, config: FederationConfig | None = None, /, *, eng
         config = FederationConfig(**fields)
     elif fields:
         raise ParameterError("give `config` or its fields as keyword arguments, not both")
-    from ldpfl.stage2_federate.runtime import apply_runtime_defaults
 
     apply_runtime_defaults()  # before torch loads: huge pages, sleeping OpenMP threads (see runtime.py)
     rounds = config.rounds
@@ -186,20 +189,16 @@ def federate(run_dir: StrPath, config: FederationConfig | None = None, /, *, eng
     target = None if out is None else Path(out)
     rounds_done = on_round if progress is not None else None
     if engine == "flower":
-        from ldpfl.stage2_federate.flower_engine import require_flower
-
         require_flower(simulation=superlink is None)
-        from ldpfl.stage2_federate.flower_engine.launch import FlowerOptions, run_flower
 
         options = FlowerOptions(cpus_per_client=cpus_per_client or 1, round_timeout=client_timeout or 600.0,
                                 min_clients=min_clients_per_round)
         record: FederationResult
         if superlink is not None:
-            from ldpfl.stage2_federate.flower_engine.deployment import run_on_superlink
-
             record = run_on_superlink(Path(run_dir), config, superlink=superlink, out_dir=target, resume=resume,
                                       progress=progress_bars, overwrite=overwrite, keep_checkpoint=keep_checkpoint,
-                                      options=options, insecure=insecure, root_certificates=root_certificates,
+                                      options=options, insecure=insecure,
+                                      root_certificates=None if root_certificates is None else Path(root_certificates),
                                       on_warning=on_warning, on_round=rounds_done)
         else:
             record = run_flower(Path(run_dir), config, out_dir=target, resume=resume, progress=progress_bars,

@@ -1,6 +1,6 @@
 """The keyword arguments of ``ldpfl.export`` and ``ldpfl.federate``: the fields of their configs, typed.
 
-:class:`ExportFields` holds the fields of ``ExportConfig`` (``ldpfl.stage1_features.export_config``) but
+:class:`ExportFields` holds the fields of ``ExportConfig`` (``ldpfl.stage1_features.export.config``) but
 ``plan``, which the job takes as a path or a ``SharedPlan`` of its own; :class:`FederationFields` the fields of
 ``FederationConfig`` (``ldpfl.stage2_federate.config``). A test checks that both list exactly those fields.
 Each is ``total=False``: a field left out keeps the config's default.

@@ -1,6 +1,6 @@
 """``ldpfl.inspect``: what a client file (or every file of a run directory) holds, and whether it verifies.
 
-The checks are those of ``ldpfl.inspection.inspect_path`` (schema and structure before any data is read,
+The checks are those of ``ldpfl.inspection.report.inspect_path`` (schema and structure before any data is read,
 sha256 against the manifest, every data chunk through Fletcher-32, the privacy report against the
 mechanism's parameters, labels against their histograms, bit or float statistics); the result adds each
 file's ``release_guarantee`` and, on request, a PNG. Imports neither TensorFlow nor torch; matplotlib loads
@@ -14,9 +14,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ldpfl.common.errors import ParameterError
 from ldpfl.contract.release_guarantee import ReleaseGuarantee, weakest
-from ldpfl.inspection import Inspection, inspect_path
-from ldpfl.mechanisms.base import ParameterError
+from ldpfl.contract.write_targets import check_write_target
+from ldpfl.inspection.plot import write_plot
+from ldpfl.inspection.report import Inspection, inspect_path
+from ldpfl.inspection.text import inspection_text
 
 from .fields import StrPath
 from .progress import ProgressCallback, report
@@ -65,7 +68,7 @@ class InspectResult:
 
     def format_text(self, *, details: bool = False) -> str:
         """Return the human-readable report (a run's table; with ``details``, every file's section)."""
-        return self.report.format_text(details=details)
+        return inspection_text(self.report, details=details)
 
 
 def inspect(path: StrPath, *, plot: StrPath | None = None, progress: ProgressCallback | None = None) -> InspectResult:
@@ -93,15 +96,12 @@ def inspect(path: StrPath, *, plot: StrPath | None = None, progress: ProgressCal
         raise ParameterError(f"`path` {source} does not exist")
     target = None if plot is None else Path(plot)
     if target is not None:  # never onto the inspected file or a run's artifact (issue 24)
-        from ldpfl.contract.write_targets import check_write_target
 
         check_write_target(target, "plot", [source])
     report(progress, "inspect", "step", 0, 1)
     found = inspect_path(source)
     written = None
     if target is not None and any(f.metadata is not None and (f.bits or f.floats) for f in found.files):
-        from ldpfl.inspect_plot import write_plot
-
         written = write_plot(found, target)
     guarantees = {f.name: f.guarantee for f in found.files if f.guarantee is not None}
     report(progress, "inspect", "step", 1, 1, "ok" if found.ok else "problems found")

@@ -2,7 +2,7 @@
 
 The plan fixes what every silo's files must share: the dataset name, the class list, the extractor and its
 input shape, the release point, the mechanism with all its parameters and the encoding (m, n). It is the
-export's settings resolved exactly as the silos' exports will resolve them (``export_plan.make_plan`` over
+export's settings resolved exactly as the silos' exports will resolve them (``export.plan.make_plan`` over
 the sample), written as JSON (``ldpfl.contract.plan``). ``ldpfl plan`` maps its flags to this function.
 """
 
@@ -14,9 +14,14 @@ from pathlib import Path
 from typing import Any
 
 from ldpfl import mechanisms
+from ldpfl.common.errors import ParameterError
 from ldpfl.contract.names import check_name
 from ldpfl.contract.plan import SharedPlan, write_plan
-from ldpfl.mechanisms.base import ParameterError
+from ldpfl.contract.write_targets import check_write_target
+from ldpfl.stage1_features.export.config import DEFAULT_MECHANISM_PARAMS, ExportConfig
+from ldpfl.stage1_features.export.plan import make_plan
+from ldpfl.stage1_features.export.silo import build_plan
+from ldpfl.stage1_features.own_data.load import default_name
 
 from .fields import StrPath
 from .progress import ProgressCallback, report
@@ -87,12 +92,6 @@ def plan(data: StrPath, *, out: StrPath = "plan.json", overwrite: bool = False, 
         ``out`` exists without ``overwrite`` or is an input, a name that cannot be a file name, a setting the
         export refuses.
     """
-    from ldpfl.contract.write_targets import check_write_target
-    from ldpfl.stage1_features.export_config import DEFAULT_MECHANISM_PARAMS, ExportConfig
-    from ldpfl.stage1_features.export_plan import make_plan
-    from ldpfl.stage1_features.own_data import default_name
-    from ldpfl.stage1_features.silo import build_plan
-
     report(progress, "plan", "step", 0, 1)
     if dataset is not None:
         check_name(dataset, "dataset")

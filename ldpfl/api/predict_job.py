@@ -22,8 +22,15 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ldpfl.contract.release_guarantee import ReleaseGuarantee
+from ldpfl import mechanisms
+from ldpfl import prediction as pr
+from ldpfl.contract.atomic import atomic_write_text
+from ldpfl.contract.client_reader import open_client_file
+from ldpfl.contract.jsonout import json_ready
+from ldpfl.contract.release_guarantee import ReleaseGuarantee, stored_or_computed
+from ldpfl.contract.write_targets import check_write_target
 from ldpfl.prediction import BATCH_ROWS, GlobalModel, PredictError, Prediction, Silo
+from ldpfl.stage1_features.models import cnn
 
 from .fields import StrPath
 from .progress import Bar, ProgressCallback, Tally
@@ -152,8 +159,6 @@ def predict(run_dir: StrPath | None = None, *, client_index: int | None = None, 
         Inputs that cannot be used together, no model, a model not trained on this silo's release (a
         ``ParameterError`` naming the parameter).
     """
-    from ldpfl.contract.write_targets import check_write_target
-
     reader_options = {k: v for k, v in (data_options or {}).items() if v is not None}
     target = None if out is None else Path(out)
     if target is not None and (not str(target).strip() or target.suffix.lower() not in OUT_SUFFIXES):
@@ -200,10 +205,6 @@ def _predict(run_dir: StrPath | None, released: StrPath | None, *, client_index:
              seed: int | None, batch_size: int, threads: int | None, progress: ProgressCallback | None,
              progress_bars: bool, warn: Callable[[str], None]) -> tuple[Prediction, ReleaseGuarantee | None]:
     """Load the model, predict (the silo's records or a client file's rows) and pass on the warnings."""
-    from ldpfl import prediction as pr
-    from ldpfl.contract.client_reader import open_client_file
-    from ldpfl.contract.release_guarantee import stored_or_computed
-
     if threads is not None:
         for variable in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
             os.environ[variable] = str(threads)
@@ -232,7 +233,6 @@ def _predict(run_dir: StrPath | None, released: StrPath | None, *, client_index:
     else:
         silo = pr.open_silo(base, client_index)
         warnings = pr.check_inputs(silo, model, None if cnn_path is None else Path(cnn_path))
-        from ldpfl.stage1_features import cnn
 
         if cnn.is_cnn(silo.metadata.extractor):
             cnn.import_keras(threads)
@@ -240,8 +240,6 @@ def _predict(run_dir: StrPath | None, released: StrPath | None, *, client_index:
                                   data_options=reader_options or None, data_dir=data_dir, split=split)
         rng = None
         if randomized:
-            from ldpfl import mechanisms
-
             randomness = mechanisms.make_randomness(seed)
             rng = randomness.generator()
             warn(randomized_warning(silo, len(records.rows), model, randomness.mode))
@@ -268,8 +266,6 @@ def _counter(callback: ProgressCallback | None, bars: bool, total: int | None) -
 
 def randomized_warning(silo: Silo, rows: int, model: GlobalModel, mode: str) -> str:
     """Return the warning of a randomized prediction: a fresh release of ``rows`` records through the mechanism."""
-    from ldpfl.contract.release_guarantee import stored_or_computed
-
     report = silo.metadata.privacy_report
     epsilon = report.get("exact_epsilon_per_record")
     evaluated = ", ".join((model.trained_on or {}).get("evaluated_on") or ["(not recorded)"])
@@ -297,9 +293,6 @@ def prediction_rows(index: np.ndarray, predicted: np.ndarray, labels: np.ndarray
 
 def _write(target: Path, summary: Mapping[str, object], result: PredictResult) -> None:
     """Write the predictions to ``target`` atomically: JSON (``summary`` and the predictions) or CSV."""
-    from ldpfl.contract.atomic import atomic_write_text
-    from ldpfl.contract.jsonout import json_ready
-
     if target.suffix.lower() == ".json":
         text = json.dumps(json_ready({"summary": dict(summary), "predictions": result.rows()}), indent=1) + "\n"
     else:

@@ -1,0 +1,1 @@
+"""Tests of the code base itself: import layering and cycles, style, type checks, packaging."""

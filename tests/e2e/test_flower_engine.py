@@ -1,0 +1,442 @@
+"""The Flower engine (issue 14): same selections and accuracies as the local engine, real silos, no leftovers.
+
+The protocol, the server's plan, the clients' streams and resume files, and the process teardown are
+tested without Flower. The runs through Flower (a simulation, and a SuperLink with two SuperNodes on
+127.0.0.1) need ``flwr[simulation]`` (``pip install -e '.[flower]'``) and are skipped without it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+import time
+import tomllib
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tomli_w
+import torch
+from federate_files import write_run
+from flower_helpers import leftovers, marked_fixture  # noqa: F401 - the fixture `marked`
+
+from ldpfl.stage2_federate.config import FederationConfig
+from ldpfl.stage2_federate.data import load_run
+from ldpfl.stage2_federate.federation import run_federation
+from ldpfl.stage2_federate.flower_engine import FlowerMissingError, require_flower
+from ldpfl.stage2_federate.flower_engine import client_side as cs
+from ldpfl.stage2_federate.flower_engine.processes import Daemon, alive, stop_all
+from ldpfl.stage2_federate.flower_engine.protocol import (
+    RUN_CONFIG_DEFAULTS,
+    ClientSetup,
+    ClientSummary,
+    EvaluateInstruction,
+    MessageError,
+    TrainInstruction,
+    TrainReply,
+    app_pyproject,
+    read_config,
+    run_config,
+)
+from ldpfl.stage2_federate.flower_engine.server_side import plan_from_summaries
+from ldpfl.stage2_federate.plan import plan_federation
+
+CONFIG = dict(rounds=3, clients_per_round=2, hidden=(16,), device="cpu", drop_per_round=1, seed=1,
+              perturbation="gaussian", client_epsilons=(2.0, 4.0, 8.0), aggregation="weighted")
+
+
+# --------------------------------------------------------------------------------------------------
+# Without Flower.
+
+
+def test_run_config_round_trips_the_configuration_and_its_seed() -> None:
+    config = FederationConfig(**CONFIG)
+    values = run_config(config, num_clients=3, out_dir="/x", resume=True)
+    parsed = tomllib.loads(tomli_w.dumps(values))  # as launch.submit_run writes it
+    assert parsed == values and parsed["num-clients"] == 3 and parsed["resume"] is True
+    again = read_config(parsed)
+    assert again == config and again.seed == 1
+    assert read_config(run_config(FederationConfig(rounds=2))).seed is None
+    with pytest.raises(KeyError, match="unknown run configuration key 'nope'"):
+        run_config(config, nope=1)
+
+
+def test_the_app_declares_every_run_config_key_and_ldpfl_components() -> None:
+    project = tomllib.loads(app_pyproject("1.2.3"))
+    app = project["tool"]["flwr"]["app"]
+    assert set(app["config"]) == set(RUN_CONFIG_DEFAULTS)  # Flower refuses an override of an undeclared key
+    assert app["components"] == {"serverapp": "ldpfl.stage2_federate.flower_engine.server_app:app",
+                                 "clientapp": "ldpfl.stage2_federate.flower_engine.client_entry:app"}
+    assert project["project"]["version"] == "1.2.3" and app["publisher"]
+
+
+def test_missing_flower_is_a_one_line_error_with_the_install_command(monkeypatch) -> None:
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "flwr" else real(name, *a))
+    with pytest.raises(FlowerMissingError) as caught:
+        require_flower()
+    message = str(caught.value)
+    assert "\n" not in message and "pip install -e '.[flower]'" in message and "flwr[simulation]==1.41.0" in message
+
+
+def test_cli_engine_flower_without_flower_is_one_error_line(monkeypatch, tmp_path) -> None:
+    import importlib.util
+
+    from click.testing import CliRunner
+
+    from ldpfl.cli import cli
+
+    run_dir = write_run(tmp_path / "run", clients=2, rows=16, features=8)
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "flwr" else real(name, *a))
+    result = CliRunner().invoke(cli, ["federate", str(run_dir), "--engine", "flower", "--rounds", "1"])
+    assert result.exit_code == 1, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: ") and "pip install -e '.[flower]'" in lines[0]
+    assert not (run_dir / "federation").exists()
+    local_only = CliRunner().invoke(cli, ["federate", str(run_dir), "--cpus-per-client", "2"])
+    assert local_only.exit_code == 2 and "apply to --engine flower only" in local_only.stderr
+
+
+def write_clean_tests(run_dir: Path, seed: int = 11) -> None:
+    """Write each client's local-only clean test file (``export --keep-clean-test``'s): other records, no noise."""
+    import dataclasses
+
+    from ldpfl.contract.client_reader import read_client_file
+    from ldpfl.contract.client_writer import write_client_file
+    from ldpfl.contract.layout import local_file_name
+
+    rng = np.random.default_rng(seed)
+    for path in sorted(run_dir.glob("client_???.h5")):
+        data = read_client_file(path)
+        meta = data.metadata
+        rows = len(data.labels["test"])
+        features = data.features["test"].copy()
+        flip = rng.random(features.shape) < 0.2  # records near, not equal to, the randomized ones
+        features[flip] = rng.integers(0, 256, size=int(flip.sum()), dtype=features.dtype)
+        labels = data.labels["test"].copy()
+        splits = {"train": (features[:0], labels[:0]), "test": (features, labels)}
+        clean = dataclasses.replace(meta, local_only=True, label_histograms={
+            "train": [0] * meta.num_classes, "test": np.bincount(labels, minlength=meta.num_classes).tolist()})
+        assert rows == len(labels)
+        write_client_file(run_dir / local_file_name(meta.client_index), clean, splits)
+
+
+@pytest.fixture(scope="module")
+def three_clients(tmp_path_factory) -> Path:
+    run_dir = write_run(tmp_path_factory.mktemp("flower") / "run", clients=3, rows=64, features=8)
+    write_clean_tests(run_dir)  # for --eval-clean; local-only files are not part of the run
+    return run_dir
+
+
+def test_a_flower_client_evaluates_its_own_clean_file_like_the_local_engine(three_clients) -> None:
+    from ldpfl.stage2_federate.data import load_clean_tests
+    from ldpfl.stage2_federate.model import evaluate
+
+    config = FederationConfig(**{**CONFIG, "eval_clean": True})
+    local = plan_federation(three_clients, config)
+    vector = torch.nn.utils.parameters_to_vector(local.model.parameters()).detach().numpy()
+    plan = plan_from_summaries(config, [cs.summarize(c) for c in local.data.clients])
+    sums = []
+    for client in local.data.clients:  # each client: only its own files
+        opened = cs.open_client(client.path, torch.device("cpu"))
+        sums.append(cs.Trainer.build(config, plan.setups[client.index]).evaluate(config, opened, vector)["clean"])
+    from ldpfl.stage2_federate.flower_engine.server_side import union_evaluation
+
+    loss, accuracy = evaluate(local.model, load_clean_tests(local.data), config.eval_batch_size)
+    assert union_evaluation(sums) == pytest.approx((loss, accuracy), rel=1e-6)
+    assert [rows for _, _, rows in sums] == [len(c.test) for c in local.data.clients]
+
+
+def test_server_plan_from_summaries_equals_the_local_plan(three_clients) -> None:
+    config = FederationConfig(**CONFIG)
+    local = plan_federation(three_clients, config)
+    summaries = [cs.summarize(c) for c in load_run(three_clients).clients]
+    assert [ClientSummary.from_json(s.to_json()) for s in summaries] == summaries
+    plan = plan_from_summaries(config, list(reversed(summaries)))
+    assert np.array_equal(plan.vector, torch.nn.utils.parameters_to_vector(local.model.parameters()).detach().numpy())
+    assert plan.strategy.describe() == local.strategy.describe()
+    assert plan.strategy.weights([0, 1, 2]).tolist() == local.strategy.weights([0, 1, 2]).tolist()
+    assert [p["noise_scale"] for p in plan.privacy] == [p["noise_scale"] for p in local.privacy]
+    assert [p["file"] for p in plan.privacy] == ["client_000.h5", "client_001.h5", "client_002.h5"]
+    assert plan.record["resolved"]["client_epsilons"] == [2.0, 4.0, 8.0]
+    assert [plan.setups[i].position for i in range(3)] == [0, 1, 2]
+    # Each client rebuilds its own mechanism from its setup: the same σ_i as the server's plan.
+    for client in load_run(three_clients).clients:
+        setup = ClientSetup.from_json(plan.setups[client.index].to_json())
+        mine = cs.client_perturbation(config, setup, client)
+        assert mine.noise_scale == local.perturbations[client.index].noise_scale
+        assert mine.epsilon == setup.epsilon
+    with pytest.raises(ValueError, match="two clients hold client index 1"):
+        plan_from_summaries(config, [summaries[0], summaries[1], summaries[1]])
+
+
+def test_messages_round_trip_and_a_malformed_one_names_its_field(three_clients) -> None:
+    """Every INFO record reads back equal; what does not fit its fields is a MessageError naming the field."""
+    config = FederationConfig(**CONFIG)
+    summaries = [cs.summarize(c) for c in load_run(three_clients).clients]
+    setup = plan_from_summaries(config, summaries).setups[1]
+    train = TrainInstruction(round=2, setup=setup, resume_round=1, trained_before=True)
+    for record in (train, EvaluateInstruction(setup), TrainReply(client=1, note=None),
+                   TrainReply(client=0, note="upload not finite; excluded")):
+        assert type(record).from_json(record.to_json()) == record
+    text = summaries[0].to_json()
+    missing = object()
+
+    def refusal(schema, **changes) -> str:
+        values = {**json.loads(text if schema is ClientSummary else train.to_json()), **changes}
+        with pytest.raises(MessageError) as caught:
+            schema.from_json(json.dumps({k: v for k, v in values.items() if v is not missing}))
+        assert isinstance(caught.value, ValueError) and "\n" not in str(caught.value)
+        return str(caught.value)
+
+    assert refusal(ClientSummary, train_rows="64") == (
+        "invalid ClientSummary message: train_rows: Input should be a valid integer, got '64'")  # no coercion
+    assert refusal(ClientSummary, label_histogram=[3, -1]).startswith(
+        "invalid ClientSummary message: label_histogram.1: Input should be greater than or equal to 0")
+    assert refusal(ClientSummary, sha256=missing) == "invalid ClientSummary message: sha256: missing"
+    assert refusal(ClientSummary, rows=3) == "invalid ClientSummary message: rows: not a field of this message"
+    assert refusal(TrainInstruction, setup={**json.loads(setup.to_json()), "lr": "fast"}) == (
+        "invalid TrainInstruction message: setup.lr: Input should be a valid number, got 'fast'")
+    assert "setup.epsilon: Input should be a finite number" in refusal(
+        TrainInstruction, setup={**json.loads(setup.to_json()), "epsilon": float("inf")})
+    assert refusal(TrainInstruction, trained_before=1).endswith(
+        "trained_before: Input should be a valid boolean, got 1")
+    with pytest.raises(MessageError, match="invalid TrainReply message: the message: Invalid JSON"):
+        TrainReply.from_json("{'client': 1}")
+
+
+def test_client_streams_are_the_local_engines_and_survive_a_round_trip(three_clients) -> None:
+    config = FederationConfig(**CONFIG)
+    local = plan_federation(three_clients, config)
+    setup = plan_from_summaries(config, [cs.summarize(c) for c in load_run(three_clients).clients]).setups[2]
+    perturb, train, mode = cs.fresh_streams(config, setup, torch.device("cpu"))
+    assert mode == "seeded"
+    assert perturb.random() == local.streams.perturb[2].random()
+    assert torch.equal(torch.rand(3, generator=train), torch.rand(3, generator=local.streams.train[2]))
+    state = cs.pack_streams(perturb, train)
+    p2, t2, _ = cs.fresh_streams(config, setup, torch.device("cpu"))
+    cs.unpack_streams(json.loads(json.dumps(state)), p2, t2)
+    assert p2.random() == perturb.random() and torch.equal(torch.rand(2, generator=t2), torch.rand(2, generator=train))
+
+
+def test_resume_store_keeps_the_last_three_rounds_and_picks_the_latest_not_after(tmp_path) -> None:
+    store = cs.ResumeStore(tmp_path, 3)
+    assert store.load(5) is None
+    for r in (1, 4, 6, 7):
+        store.save(r, {"perturb": f"p{r}", "train": f"t{r}"})
+    assert [e["round"] for e in json.loads(store.path.read_text())["entries"]] == [4, 6, 7]
+    assert store.load(5) == {"perturb": "p4", "train": "t4"}  # 6 and 7 were saved after the checkpoint of 5
+    assert store.load(9)["perturb"] == "p7" and store.load(3) is None
+    store.save(5, {"perturb": "again", "train": "t"})  # a resumed run overwrites what came after
+    assert [e["round"] for e in json.loads(store.path.read_text())["entries"]] == [4, 5]
+    store.remove()
+    assert not store.path.exists()
+
+
+def test_stop_kills_descendants_in_other_sessions(tmp_path, marked) -> None:
+    code = ("import subprocess, sys, time\n"
+            "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)'], start_new_session=True)\n"
+            "time.sleep(300)\n")
+    daemon = Daemon("tree", [sys.executable, "-c", code], env=dict(os.environ), log=tmp_path / "log", cwd=tmp_path)
+    deadline = time.monotonic() + 20
+    # the grandchild calls setsid between fork and exec: a snapshot may see its pid before its own session
+    while (len(daemon.pids) < 2 or len(daemon.groups) < 2) and time.monotonic() < deadline:
+        daemon.snapshot()
+        time.sleep(0.05)
+    assert len(daemon.pids) == 2 and len(daemon.groups) == 2  # the grandchild lives in its own session
+    assert leftovers(marked, settle=0) == sorted(daemon.pids)  # the leftover detector sees both
+    assert stop_all([daemon]) == []
+    assert alive(daemon.pids) == [] and leftovers(marked) == []
+
+
+# --------------------------------------------------------------------------------------------------
+# Through Flower.
+
+
+@pytest.fixture(scope="module")
+def flower() -> None:
+    pytest.importorskip("flwr", reason="the Flower engine needs pip install -e '.[flower]'")
+    pytest.importorskip("ray")
+
+
+def local_history(run_dir: Path, out: Path, **changes) -> list[dict]:
+    config = FederationConfig(**{**CONFIG, **changes})
+    return run_federation(run_dir, config, out_dir=out, progress=False).history
+
+
+def assert_same_rounds(flower_rounds: list[dict], local_rounds: list[dict]) -> None:
+    assert len(flower_rounds) == len(local_rounds)
+    for f, loc in zip(flower_rounds, local_rounds, strict=True):
+        for key in ("round", "selected", "dropped", "aggregated", "excluded"):
+            assert f[key] == loc[key], key
+        assert f["lost"] == []
+        for key in ("test_accuracy", "test_loss", "train_loss", "train_accuracy", "clean_test_accuracy",
+                    "clean_test_loss"):
+            assert (key in f) == (key in loc), key
+            if key in loc:
+                assert f[key] == pytest.approx(loc[key], rel=1e-5, abs=1e-6), key
+        assert f["weights"] == pytest.approx(loc["weights"], rel=1e-9)
+
+
+@pytest.mark.slow
+def test_simulation_equals_the_local_engine_and_resumes(flower, three_clients, tmp_path, marked) -> None:
+    """`ldpfl federate RUN --engine flower --seed 1` = `--engine local --seed 1`, also across --resume.
+
+    With ``--eval-clean``: each silo evaluates the global model on its own clean file; the server's
+    ``clean_test_accuracy`` equals the local engine's.
+    """
+    from click.testing import CliRunner
+
+    from ldpfl.cli import cli
+
+    local = local_history(three_clients, tmp_path / "local", eval_clean=True)
+    assert all("clean_test_accuracy" in r for r in local)
+    out = tmp_path / "flower"
+    args = ["federate", str(three_clients), "--engine", "flower", "--clients-per-round", "2", "--hidden", "16",
+            "--device", "cpu", "--drop-per-round", "1", "--seed", "1", "--perturbation", "gaussian",
+            "--client-epsilons", "2,4,8", "--aggregation", "weighted", "--eval-clean", "--out", str(out), "--json"]
+    first = CliRunner().invoke(cli, [*args, "--rounds", "2", "--keep-checkpoint"])
+    assert first.exit_code == 0, first.output
+    assert_same_rounds(json.loads((out / "metrics.json").read_text())["rounds"], local[:2])
+    assert (out / ".flower-clients").is_dir()  # each client's own resume state, kept with the checkpoint
+    resumed = CliRunner().invoke(cli, [*args, "--rounds", "3", "--resume"])
+    assert resumed.exit_code == 0, resumed.output
+    assert json.loads(resumed.stdout)["resumed_from_round"] == 2
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert_same_rounds(metrics["rounds"], local)
+    outputs = {p.name for p in out.iterdir()}
+    assert {"metrics.csv", "metrics.json", "accuracy.png", "model.pt", "config.json"} <= outputs
+    assert "checkpoint.pt" not in outputs and ".flower-clients" not in outputs  # seed-equivalent: deleted
+    assert metrics["config"]["engine"] == "flower" and '"seed"' not in json.dumps(metrics)
+    assert metrics["privacy_ledger"]["clients"]
+    assert leftovers(marked) == []
+
+
+@pytest.mark.slow
+def test_two_supernodes_on_localhost_equal_the_local_engine(flower, tmp_path, marked) -> None:
+    from ldpfl.stage2_federate.flower_engine.deployment import run_on_superlink
+    from ldpfl.stage2_federate.flower_engine.launch import FlowerOptions, start_superlink, start_supernode
+
+    run_dir = write_run(tmp_path / "run", clients=2, rows=64, features=8)
+    changes = dict(rounds=2, clients_per_round=None, drop_per_round=0, client_epsilons=(4.0, 8.0))
+    local = local_history(run_dir, tmp_path / "local", **changes)
+    daemons = []
+    try:
+        link, port = start_superlink(tmp_path / "work")
+        daemons.append(link)
+        for index in (0, 1):  # each silo serves its own file only
+            daemons.append(start_supernode(tmp_path / "work", f"127.0.0.1:{port}", run_dir / f"client_00{index}.h5",
+                                           index=index, state_dir=tmp_path / f"silo{index}"))
+        result = run_on_superlink(run_dir, FederationConfig(**{**CONFIG, **changes}), superlink=f"127.0.0.1:{port}",
+                                  insecure=True, out_dir=tmp_path / "flower", progress=False,
+                                  options=FlowerOptions(startup_timeout=240, round_timeout=180))
+    finally:
+        left = stop_all(daemons)
+    assert left == []
+    assert_same_rounds(result.history, local)
+    assert not any((tmp_path / "silo0").iterdir()) and not any((tmp_path / "silo1").iterdir())  # resume state deleted
+    assert leftovers(marked) == []
+
+
+@pytest.mark.slow
+def test_a_failing_client_ends_the_run_and_a_dead_supernode_is_lost(flower, tmp_path, marked) -> None:
+    """One SuperLink, two SuperNodes, two runs: the failure cases of a deployment, at the price of one start-up.
+
+    Run 1: silo 1's file does not exist, so its ClientApp fails to open it and the run ends at once
+    with that client's reason. The file then appears, and run 2 goes on while silo 1 is killed once
+    round 1 is written. Round 1's record is written when round 2's replies (which carry round 1's
+    evaluation) are in, so silo 1 has trained round 2; round 2's evaluation, which travels with round 3's
+    message, leaves its split out, and round 3 logs client 1 as lost and aggregates client 0 alone.
+    """
+    import shutil
+    import threading
+
+    from ldpfl.stage2_federate.flower_engine.deployment import run_on_superlink
+    from ldpfl.stage2_federate.flower_engine.launch import (
+        FlowerOptions,
+        FlowerRunError,
+        start_superlink,
+        start_supernode,
+    )
+
+    run_dir = write_run(tmp_path / "run", clients=2, rows=32, features=8)
+    late = tmp_path / "silo1" / "client_001.h5"  # silo 1's file, not there yet
+    config = FederationConfig(rounds=2, hidden=(8,), device="cpu", seed=1)
+    out = tmp_path / "flower"
+    daemons = []
+    try:
+        link, port = start_superlink(tmp_path / "work")
+        daemons.append(link)
+        daemons.append(start_supernode(tmp_path / "work", f"127.0.0.1:{port}", run_dir / "client_000.h5"))
+        daemons.append(start_supernode(tmp_path / "work", f"127.0.0.1:{port}", late))
+        started = time.monotonic()
+        with pytest.raises(FlowerRunError, match=r"could not open its client file: FileNotFoundError.*client_001\.h5"):
+            run_on_superlink(run_dir, config, superlink=f"127.0.0.1:{port}", insecure=True, out_dir=tmp_path / "failed",
+                             progress=False, options=FlowerOptions(startup_timeout=240, round_timeout=60))
+        assert time.monotonic() - started < 240  # an error, not a wait for the time limit
+        late.parent.mkdir()
+        shutil.copy(run_dir / "client_001.h5", late)
+
+        def kill_after_round_one() -> None:  # silo 1 dies once round 1 is written
+            deadline = time.monotonic() + 600
+            while time.monotonic() < deadline:
+                try:
+                    if json.loads((out / "metrics.json").read_text())["rounds"]:
+                        daemons[2].stop(grace=0)
+                        return
+                except (OSError, ValueError, KeyError):
+                    pass
+                time.sleep(0.2)
+
+        killer = threading.Thread(target=kill_after_round_one, daemon=True)
+        killer.start()
+        result = run_on_superlink(run_dir, dataclasses.replace(config, rounds=3), superlink=f"127.0.0.1:{port}",
+                                  insecure=True, out_dir=out,
+                                  progress=False, on_warning=None,
+                                  # round 1 must finish with both silos alive even on a loaded 2-core machine
+                                  # (each message starts a ClientApp process: 15-40 s under load)
+                                  options=FlowerOptions(startup_timeout=240, round_timeout=75))
+        killer.join(5)
+    finally:
+        left = stop_all(daemons)
+    assert left == []
+    first, second, third = result.history
+    assert first["lost"] == [] and first["aggregated"] == [0, 1]
+    assert second["lost"] == [] and second["aggregated"] == [0, 1]
+    assert any(note.startswith("client 1: no evaluation reply") for note in second["notes"]), second["notes"]
+    assert third["lost"] == [1] and third["aggregated"] == [0]
+    assert any(note.startswith("client 1:") and "lost" in note for note in third["notes"])
+    assert "client 1: lost in training, not asked to evaluate; its test split is left out" in third["notes"]
+    assert any(w.startswith("round 3:") for w in result.warnings)
+    assert leftovers(marked) == []
+
+def test_each_engine_refuses_the_others_checkpoint(three_clients, tmp_path) -> None:
+    from ldpfl.common.errors import ParameterError
+    from ldpfl.stage2_federate.checkpoint import check_inputs, load_checkpoint
+
+    def load_server_checkpoint(path, config, inputs):  # as the ServerApp resumes (server_app._run)
+        payload = load_checkpoint(path, config, engine="flower")
+        check_inputs(path, payload, inputs)
+        return payload
+
+    config = FederationConfig(**{**CONFIG, "rounds": 1})
+    result = run_federation(three_clients, config, out_dir=tmp_path / "local", progress=False, keep_checkpoint=True,
+                            on_warning=None)
+    path = result.paths["checkpoint"]
+    inputs = load_checkpoint(path, config)["inputs"]
+    with pytest.raises(ParameterError) as caught:
+        load_server_checkpoint(path, config, inputs)
+    message = str(caught.value)
+    assert "\n" not in message and "with the flower engine: the local engine wrote it" in message
+    assert caught.value.render(lambda n: "--" + n).endswith("resume it with --engine local")
+    payload = torch.load(path, weights_only=True)
+    payload["engine"] = "flower"
+    torch.save(payload, path)
+    assert load_server_checkpoint(path, config, inputs)["round"] == 1
+    with pytest.raises(ParameterError, match=r"with the local engine: the flower engine wrote it .*`?engine`? flower"):
+        run_federation(three_clients, config, out_dir=tmp_path / "local", progress=False, resume=True)
