@@ -7,7 +7,9 @@ once a run completes unless asked to keep it.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +17,7 @@ import torch
 
 from ldpfl.contract.atomic import atomic_write
 from ldpfl.contract.schema import FormatError
+from ldpfl.contract.version import package_version
 from ldpfl.mechanisms.base import ParameterError
 
 from .config import FederationConfig
@@ -40,20 +43,41 @@ def client_digests(data: FederatedData) -> dict[str, str]:
     return {record.path: record.sha256 for record in sorted(data.manifest.files, key=lambda r: r.path)}
 
 
-def save_checkpoint(path: Path, *, round_number: int, model: torch.nn.Module, streams: Streams,
-                    config: FederationConfig, randomness: str, history: list[dict[str, Any]],
-                    inputs: Mapping[str, str]) -> None:
+@dataclass(frozen=True)
+class Snapshot:
+    """The server's model and streams after a round: what that round's checkpoint holds.
+
+    An engine that completes a round's record later (Flower evaluates round t's model with round t + 1's
+    message) keeps the snapshot until then.
+    """
+
+    model: dict[str, torch.Tensor]
+    rng: dict[str, Any]
+
+    @classmethod
+    def of(cls, model: torch.nn.Module, streams: Streams) -> Snapshot:
+        """Return a copy of ``model``'s parameters (CPU) and of the stream states now."""
+        return cls({k: v.detach().cpu().clone() for k, v in model.state_dict().items()},
+                   copy.deepcopy(streams.state()))
+
+
+def save_checkpoint(path: Path, *, round_number: int, state: Snapshot, config: FederationConfig, randomness: str,
+                    history: list[dict[str, Any]], inputs: Mapping[str, str], engine: str = LOCAL_ENGINE) -> None:
     """Atomically write the state after ``round_number``: model, streams, history, configuration, inputs.
 
-    ``inputs`` maps each client file's name to its sha256 (:func:`client_digests`).
+    ``inputs`` maps each client file's name to its sha256 (:func:`client_digests`). Another engine than
+    the local one records itself and the ldpfl version (a local checkpoint has no ``engine`` entry: it
+    predates the entry, and :func:`check_engine` reads a missing one as local). Flower's ``rng`` holds the
+    server's streams only in substance; each client keeps its own streams in its own resume file.
     """
-    payload = {
-        "format": CHECKPOINT_FORMAT, "version": CHECKPOINT_VERSION, "round": round_number,
-        "model": {k: v.detach().cpu() for k, v in model.state_dict().items()},
-        "rng": streams.state(),
-        "history": history, "config": config.to_dict(), "randomness": randomness,
-        "inputs": dict(inputs),
-    }
+    payload: dict[str, Any] = {"format": CHECKPOINT_FORMAT, "version": CHECKPOINT_VERSION, "round": round_number}
+    if engine != LOCAL_ENGINE:
+        payload["engine"] = engine
+    payload.update(model=state.model, rng=state.rng, history=history, config=config.to_dict(),
+                   randomness=randomness)
+    if engine != LOCAL_ENGINE:
+        payload["ldpfl"] = package_version()
+    payload["inputs"] = dict(inputs)
     atomic_write(path, lambda handle: torch.save(payload, handle))
 
 

@@ -13,9 +13,10 @@ The protocol is LDPFL Algorithm 1 lines 11-25:
 6. the global model is evaluated on the union of the clients' randomized test splits (as the LDPFL
    reference does), and the round's metrics and a checkpoint are written.
 
-The set-up is ``plan``, the steps of a round are ``rounds`` (pure of I/O, shared with other engines), the
-random streams ``streams``, the checkpoint ``checkpoint``; this module runs the rounds in one process and
-writes the outputs. The seed itself is never written anywhere.
+The set-up is ``plan``, the round loop ``loop`` and the steps of a round ``rounds`` (shared with the Flower
+engine), the in-process transport ``in_process``, the random streams ``streams``, the outputs
+``run_outputs`` and the checkpoint ``checkpoint``; this module drives a run in this process. The seed itself
+is never written anywhere.
 
 Decisions:
 
@@ -30,14 +31,10 @@ from __future__ import annotations
 
 import math
 import sys
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-import numpy as np
-import torch
 
 from ldpfl.contract.jsonout import json_ready
 from ldpfl.contract.layout import FEDERATION_DIR
@@ -45,17 +42,17 @@ from ldpfl.mechanisms.base import ParameterError
 
 from . import outdir
 from . import outputs as out
-from .checkpoint import check_inputs, client_digests, load_checkpoint, save_checkpoint
+from .checkpoint import client_digests, load_checkpoint
 from .config import FederationConfig
-from .data import ClientSplit, evaluation_splits, load_clean_tests
-from .ledger import ledger_caption, ledger_section
-from .model import evaluate, set_vector
-from .model_file import run_record, save_model
-from .plan import FederationPlan, plan_federation
-from .rounds import Broadcast, client_step, draw_dropouts, round_record, server_step
+from .in_process import InProcessTransport
+from .loop import restore, run_rounds
+from .model_file import run_record
+from .plan import plan_federation
+from .round_record import RoundRecord, rows
+from .run_outputs import RunWriter, output_paths
 from .streams import Streams
 
-__all__ = ["FederationConfig", "FederationResult", "Streams", "default_out_dir", "play_round", "run_federation"]
+__all__ = ["FederationConfig", "FederationResult", "Streams", "default_out_dir", "run_federation"]
 
 
 @dataclass(frozen=True)
@@ -84,49 +81,9 @@ class FederationResult:
         })
 
 
-def play_round(round_number: int, plan: FederationPlan, config: FederationConfig,
-               eval_splits: list[ClientSplit], clean_splits: list[ClientSplit] | None = None) -> dict[str, Any]:
-    """One round in this process: select, train and perturb each client, drop, aggregate, evaluate.
-
-    With ``clean_splits`` (``eval_clean``) the global model is also evaluated on the clients' clean test
-    features: ``clean_test_accuracy`` / ``clean_test_loss`` in the record.
-    """
-    started = time.perf_counter()
-    streams, model, strategy = plan.streams, plan.model, plan.strategy
-    clients = {c.index: c for c in plan.data.clients}
-    position = {c.index: k for k, c in enumerate(plan.data.clients)}
-    selected = strategy.select(round_number, streams.server)
-    broadcast = Broadcast.of(model)
-    results = [
-        client_step(model, broadcast, clients[cid].train, plan.perturbations[cid], plan.training,
-                    generator=streams.train[position[cid]], rng=streams.perturb[position[cid]])
-        for cid in selected
-    ]
-    dropped = draw_dropouts(selected, config.drop_per_round, streams.server)  # after training (IV-E)
-    surviving = {r.client: r.upload for r in results if r.upload is not None and r.client not in dropped}
-    server = server_step(broadcast.vector, surviving, strategy, plan.rule, rng=streams.server)
-    set_vector(model, torch.from_numpy(np.ascontiguousarray(server.vector, dtype=np.float32)).to(plan.device))
-    test_loss, test_accuracy = evaluate(model, eval_splits, config.eval_batch_size)
-    epsilons = {cid: p.epsilon for cid, p in plan.perturbations.items()}
-    record = round_record(round_number, selected=selected, clients=results, dropped=dropped, server=server,
-                          test_loss=test_loss, test_accuracy=test_accuracy, epsilons=epsilons, started=started)
-    if clean_splits is not None:  # a silo predicting on its own records releases nothing (issue 17 item 4)
-        record["clean_test_loss"], record["clean_test_accuracy"] = evaluate(model, clean_splits,
-                                                                            config.eval_batch_size)
-    return record
-
-
 def default_out_dir(run_dir: str | Path) -> Path:
     """``RUN_DIR/federation``."""
     return Path(run_dir) / FEDERATION_DIR
-
-
-def round_warning(record: dict[str, Any]) -> str | None:
-    """Return one line on what went wrong in a round (clients excluded, no upload, model kept), if anything."""
-    notes = [str(n) for n in record.get("notes", ())]
-    if record.get("kept_previous_model") and not notes:
-        notes.append("the previous global model is kept")
-    return f"round {record['round']}: {'; '.join(notes)}" if notes else None
 
 
 def _print_warning(message: str) -> None:
@@ -183,11 +140,7 @@ def run_federation(run_dir: str | Path, config: FederationConfig, *, out_dir: st
     if not run_dir.is_dir():
         raise ValueError(f"run directory {run_dir} does not exist or is not a directory")
     target_dir = default_out_dir(run_dir) if out_dir is None else Path(out_dir)
-    paths = {
-        "metrics_csv": target_dir / out.METRICS_CSV, "metrics_json": target_dir / out.METRICS_JSON,
-        "accuracy_png": target_dir / out.PLOT_PNG, "model": target_dir / out.MODEL_PT,
-        "config": target_dir / out.CONFIG_JSON, "checkpoint": target_dir / out.CHECKPOINT_PT,
-    }
+    paths = output_paths(target_dir)
     with outdir.locked(target_dir):
         return _run_locked(run_dir, config, target_dir, paths, resume=resume, progress=progress,
                            overwrite=overwrite, keep_checkpoint=keep_checkpoint, on_warning=on_warning,
@@ -207,70 +160,53 @@ def _run_locked(run_dir: Path, config: FederationConfig, target_dir: Path, paths
     payload = load_checkpoint(checkpoint_path, config) if resume else None
     plan = plan_federation(run_dir, config)
     inputs = client_digests(plan.data)
-    history: list[dict[str, Any]] = []
+    history: list[RoundRecord] = []
     start = 1
     if payload is not None:
-        check_inputs(checkpoint_path, payload, inputs)
-        plan.model.load_state_dict(payload["model"])
-        plan.streams.restore(payload["rng"])
-        history = list(payload["history"])
-        start = int(payload["round"]) + 1
-        plan.relabel_randomness(payload["randomness"])
+        history, start = restore(plan, payload, checkpoint_path, inputs)
     elif overwrite:
         outdir.clear_outputs(target_dir)  # nothing of the previous run may mix with this one's
-    warnings = [w for w in map(round_warning, history) if w is not None]  # of the rounds resumed from
+    warnings = [w for w in (r.warning() for r in history) if w is not None]  # of the rounds resumed from
     expected = plan.data.first.client_count
     if len(plan.data.clients) < expected and start == 1:
         warnings.append(f"the run lists {len(plan.data.clients)} client file(s) but its files say client_count "
                         f"{expected}: federating {len(plan.data.clients)} client(s) only")
         if on_warning is not None:
             on_warning(warnings[-1])
-    out.write_json(paths["config"], plan.record)
-    eval_splits = evaluation_splits(plan.data)
-    clean_splits = load_clean_tests(plan.data, plan.device) if config.eval_clean else None
-
-    def write_metrics() -> None:
-        out.write_metrics_csv(paths["metrics_csv"], history)
-        out.write_metrics_json(paths["metrics_json"], config=plan.record, privacy=plan.privacy, rounds=history)
+    writer = RunWriter(target_dir, config, plan.record, plan.privacy, inputs)
+    writer.start()
+    transport = InProcessTransport(plan)
 
     from tqdm.auto import tqdm
 
     bar = tqdm(total=config.rounds, initial=start - 1, desc="federate", unit="round", file=sys.stderr,
                disable=not progress, dynamic_ncols=True, leave=True)
+
+    def kept(record: RoundRecord) -> None:
+        warning = record.warning()
+        if warning is not None:
+            warnings.append(warning)
+            if on_warning is not None:
+                on_warning(warning)
+        bar.update(1)
+        bar.set_postfix(test_acc=_fmt(record.test_accuracy))
+        if on_round is not None:
+            on_round(record.to_dict())
+
     try:
         if history:
-            bar.set_postfix(test_acc=_fmt(history[-1]["test_accuracy"]))
-        for round_number in range(start, config.rounds + 1):
-            record = play_round(round_number, plan, config, eval_splits, clean_splits)
-            history.append(record)
-            save_checkpoint(checkpoint_path, round_number=round_number, model=plan.model, streams=plan.streams,
-                            config=config, randomness=str(plan.record["randomness"]), history=history,
-                            inputs=inputs)
-            write_metrics()
-            warning = round_warning(record)
-            if warning is not None:
-                warnings.append(warning)
-                if on_warning is not None:
-                    on_warning(warning)
-            bar.update(1)
-            bar.set_postfix(test_acc=_fmt(record["test_accuracy"]))
-            if on_round is not None:
-                on_round(record)
+            bar.set_postfix(test_acc=_fmt(history[-1].test_accuracy))
+        run_rounds(plan, transport, writer, history, start=start, on_kept=kept)
     finally:
         bar.close()
-    write_metrics()
-    save_model(paths["model"], plan.model, run_record(plan.data, config, history))  # + what it was trained on
-    ledger = ledger_section(history, plan.privacy)
-    if history:
-        out.plot_history(paths["accuracy_png"], history, title=f"{plan.data.dataset}: {config.aggregation}, "
-                                                               f"perturbation {config.perturbation}",
-                         caption=ledger_caption(ledger))
+    ledger = writer.finish(history, plan.model, lambda written: run_record(plan.data, config, written),
+                           title=f"{plan.data.dataset}: {config.aggregation}, perturbation {config.perturbation}",
+                           keep_checkpoint=keep_checkpoint)
     if not keep_checkpoint:
-        checkpoint_path.unlink(missing_ok=True)
         del paths["checkpoint"]
     outdir.remove_temporaries(target_dir)
-    final = history[-1]["test_accuracy"] if history else None
-    return FederationResult(history, final, paths, plan.record, plan.privacy,
+    final = history[-1].test_accuracy if history else None
+    return FederationResult(rows(history), final, paths, plan.record, plan.privacy,
                             None if payload is None else int(payload["round"]), tuple(warnings), ledger)
 
 

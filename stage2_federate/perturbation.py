@@ -184,7 +184,7 @@ def build_client_perturbations(
             if option == "delta":
                 params[wiring.options[option]] = _client_delta(value, None if train_sizes is None else train_sizes[i])
             else:
-                params[wiring.options[option]] = float(value)  # type: ignore[arg-type]
+                params[wiring.options[option]] = float(value)
         if wiring.rounds is not None and rounds is not None:
             params[wiring.rounds] = int(rounds)  # e.g. R of Wu eq. 4 is the number of federation rounds
         if wiring.ranges is not None:

@@ -8,11 +8,13 @@ sign aggregation when the mechanism's uploads are signs), the server rule, and t
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import dataclasses
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
+import numpy as np
 import torch
 
 from ldpfl import mechanisms as mech
@@ -25,7 +27,15 @@ from . import budgets
 from .config import DEFAULT_LR, DEVICES, FederationConfig
 from .data import ClientDataset, FederatedData, load_run
 from .label_noise import resolve_label_noise
-from .model import FederatedMLP, build_model, evaluation_rows, parameter_count, resolve_optimizer
+from .model import (
+    FederatedMLP,
+    build_model,
+    evaluation_rows,
+    get_vector,
+    parameter_count,
+    resolve_optimizer,
+    set_vector,
+)
 from .perturbation import (
     ClientPerturbation,
     ServerRule,
@@ -98,6 +108,21 @@ def plan_clients(config: FederationConfig, clients: Sequence[ClientLike]) -> Cli
     return ClientPlan(tuple(c.index for c in clients), epsilons, ranges, centres)
 
 
+def configured_perturbations(config: FederationConfig, *, dim: int, epsilons: Sequence[float],
+                             ranges: Sequence[float] | None, centres: Sequence[float] | None,
+                             train_sizes: Sequence[int], clients: Sequence[int]) -> list[ClientPerturbation]:
+    """Build the mechanisms of ``clients`` with the run's options and the per-client ε_i (L_i, c_i, |D_i|).
+
+    The one place a client's perturbation is set up: the local engine for every client
+    (:func:`plan_perturbations`), a Flower client for itself from what the server resolved for it.
+    """
+    target = resolve_target(config.perturbation, config.perturb_target, config.sign_mode)
+    return build_client_perturbations(
+        config.perturbation, dim=dim, epsilons=epsilons, target=target, ranges=ranges, centres=centres,
+        train_sizes=train_sizes, clip=config.clip, delta=config.delta, sensitivity=config.sensitivity,
+        sample_rate=config.sample_rate, rounds=config.rounds, clients=clients)
+
+
 def plan_perturbations(config: FederationConfig, clients: Sequence[ClientLike], dim: int,
                        ) -> tuple[ClientPlan, str, dict[int, ClientPerturbation]]:
     """Each client's perturbation over ``dim`` model parameters; also the per-client lists and the target.
@@ -107,10 +132,8 @@ def plan_perturbations(config: FederationConfig, clients: Sequence[ClientLike], 
     sizes = [ClientSize.of(c) for c in clients]
     plan = plan_clients(config, sizes)
     target = resolve_target(config.perturbation, config.perturb_target, config.sign_mode)
-    built = build_client_perturbations(
-        config.perturbation, dim=dim, epsilons=plan.epsilons, target=target, ranges=plan.ranges,
-        centres=plan.centres, train_sizes=[c.train_rows for c in sizes], clip=config.clip, delta=config.delta,
-        sensitivity=config.sensitivity, sample_rate=config.sample_rate, rounds=config.rounds, clients=plan.ids)
+    built = configured_perturbations(config, dim=dim, epsilons=plan.epsilons, ranges=plan.ranges,
+                                     centres=plan.centres, train_sizes=[c.train_rows for c in sizes], clients=plan.ids)
     return plan, target, {p.client: p for p in built}
 
 
@@ -153,11 +176,76 @@ def check_noise_scales(config: FederationConfig, perturbations: dict[int, Client
                                  "`client_epsilons`)")
 
 
+class ClientFacts(Protocol):
+    """What the plan builder reads of a client: its file's summary (``flower_engine.protocol.ClientSummary``).
+
+    The local engine reads it from the files it holds (:meth:`ClientFile.of`); the Flower server from what
+    each client reports, since it never opens a client file.
+    """
+
+    @property
+    def index(self) -> int: ...  # noqa: D102
+    @property
+    def file(self) -> str: ...  # noqa: D102
+    @property
+    def train_rows(self) -> int: ...  # noqa: D102
+    @property
+    def test_rows(self) -> int: ...  # noqa: D102
+    @property
+    def label_histogram(self) -> tuple[int, ...]: ...  # noqa: D102
+    @property
+    def dataset(self) -> str: ...  # noqa: D102
+    @property
+    def num_classes(self) -> int: ...  # noqa: D102
+    @property
+    def feature_format(self) -> str: ...  # noqa: D102
+    @property
+    def feature_width(self) -> int: ...  # noqa: D102
+    @property
+    def feature_mechanism(self) -> str: ...  # noqa: D102
+    @property
+    def feature_privacy(self) -> dict[str, Any]: ...  # noqa: D102
+    @property
+    def release_guarantee(self) -> dict[str, Any] | None: ...  # noqa: D102
+    @property
+    def label_release(self) -> dict[str, Any] | None: ...  # noqa: D102
+
+
+@dataclass(frozen=True)
+class ClientFile:
+    """:class:`ClientFacts` of a client file this process has opened."""
+
+    index: int
+    file: str
+    train_rows: int
+    test_rows: int
+    label_histogram: tuple[int, ...]
+    dataset: str
+    num_classes: int
+    feature_format: str
+    feature_width: int
+    feature_mechanism: str
+    feature_privacy: dict[str, Any]
+    release_guarantee: dict[str, Any] | None
+    label_release: dict[str, Any] | None
+
+    @classmethod
+    def of(cls, client: ClientDataset) -> ClientFile:
+        """Read ``client``'s facts from its metadata and splits."""
+        meta = client.metadata
+        rows = len(client.train) + len(client.test)
+        return cls(client.index, client.path.name, len(client.train), len(client.test), client.label_histogram,
+                   meta.dataset, meta.num_classes, meta.feature_format, meta.feature_width, meta.mechanism,
+                   dict(meta.privacy_report), stored_or_computed(meta, records=rows).to_dict(),
+                   None if meta.label_release is None else dict(meta.label_release))
+
+
 @dataclass
 class FederationPlan:
-    """A run, set up: data, device, streams, the model, and the per-client and server wiring."""
+    """A run, set up: the clients, device, streams, the model, and the per-client and server wiring."""
 
-    data: FederatedData
+    config: FederationConfig
+    clients: tuple[ClientFacts, ...]  # in client-index order
     device: torch.device
     randomness: mech.Randomness
     streams: Streams
@@ -166,12 +254,33 @@ class FederationPlan:
     strategy: Strategy
     rule: ServerRule
     training: LocalTraining
+    client_plan: ClientPlan
     privacy: list[dict[str, Any]]
     record: dict[str, Any]
 
     def relabel_randomness(self, mode: str) -> None:
         """Label the records with ``mode`` and the streams' generator (a resumed run keeps those it started with)."""
         relabel(self.record, self.privacy, mode, self.streams.generator_name)
+
+    @property
+    def vector(self) -> np.ndarray:
+        """Return the current global vector (float32, CPU)."""
+        return get_vector(self.model).cpu().numpy()
+
+    def set_vector(self, vector: np.ndarray) -> None:
+        """Make ``vector`` the global model."""
+        set_vector(self.model, torch.from_numpy(np.ascontiguousarray(vector, dtype=np.float32)).to(self.device))
+
+    def base(self) -> dict[str, Any]:
+        """Return this plan's fields by name (for an engine's plan that extends it)."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(FederationPlan)}
+
+
+@dataclass
+class LocalPlan(FederationPlan):
+    """The local engine's plan: also the client files it loaded."""
+
+    data: FederatedData
 
 
 def relabel(record: dict[str, Any], privacy: list[dict[str, Any]], mode: str, generator: str) -> None:
@@ -201,46 +310,66 @@ def resolved_settings(*, device: torch.device, training: LocalTraining, dim: int
     }
 
 
-def plan_federation(run_dir: Path, config: FederationConfig) -> FederationPlan:
+def build_plan(config: FederationConfig, clients: Sequence[ClientFacts], *, device: torch.device,
+               batch_rows: int, threads: int | None, run: dict[str, Any],
+               engine: Mapping[str, Any] | None = None) -> FederationPlan:
+    """Set up everything ``config`` describes for ``clients`` (sorted by index), for either engine.
+
+    ``batch_rows``: the rows of the largest training plus evaluation batch this process holds (0 on a
+    server whose clients train elsewhere), for the memory check; ``threads`` and ``run`` go to the record
+    (``config.json``), as do ``engine``'s entries (the Flower engine: ``engine`` and, under ``resolved``,
+    ``flower``).
+    """
+    ordered = tuple(sorted(clients, key=lambda c: c.index))
+    first = ordered[0]
+    per_round = len(ordered) if config.clients_per_round is None else min(config.clients_per_round, len(ordered))
+    check_model(first.feature_width, config.hidden, first.num_classes, per_round, batch_rows=batch_rows)  # before torch
+    randomness = mech.make_randomness(config.seed)
+    streams = Streams.create(randomness, len(ordered))
+    model = build_model(first.feature_width, config.hidden, first.num_classes, dropout=config.dropout,
+                        generator=streams.init, device=device)
+    dim = parameter_count(model)
+    sizes = [ClientSize(c.index, c.train_rows, tuple(c.label_histogram)) for c in ordered]
+    plan, target, perturbations = plan_perturbations(config, sizes, dim)
+    check_noise_scales(config, perturbations)
+    strategy = plan_strategy(config, sizes, perturbations)
+    rule = ServerRule.for_perturbation(config.perturbation, target, config.server_lr)
+    label_noise = resolve_label_noise(config.label_noise_correction,  # issue 22: every file's T must agree
+                                      [(c.file, c.label_release) for c in ordered])
+    training = LocalTraining(resolve_optimizer(config.optimizer, first.dataset),
+                             DEFAULT_LR if config.lr is None else float(config.lr), config.local_epochs,
+                             config.batch_size, label_noise)
+    privacy = []
+    for c in ordered:
+        report = perturbations[c.index].report(randomness.mode, randomness.generator_name)
+        report.update(file=c.file, feature_privacy=dict(c.feature_privacy), feature_mechanism=c.feature_mechanism)
+        if c.release_guarantee is not None:
+            report.update(release_guarantee=dict(c.release_guarantee))
+        privacy.append(report)
+    budgeted = perturbation_wiring(config.perturbation).budget
+    extra = dict(engine or {})
+    resolved_extra = extra.pop("resolved", {})
+    record = {
+        **config.to_dict(),
+        "randomness": randomness.mode,
+        "generator": randomness.generator_name,
+        **extra,
+        "resolved": {**resolved_settings(device=device, training=training, dim=dim, target=target, rule=rule,
+                                         plan=plan, budgeted=budgeted, perturbations=perturbations,
+                                         strategy=strategy, threads=threads), **resolved_extra},
+        "run": run,
+    }
+    return FederationPlan(config, ordered, device, randomness, streams, model, perturbations, strategy, rule,
+                          training, plan, privacy, record)
+
+
+def plan_federation(run_dir: Path, config: FederationConfig) -> LocalPlan:
     """Load the run in ``run_dir`` and set up everything ``config`` describes. Raises ``ValueError``."""
     if config.threads is not None:
         torch.set_num_threads(config.threads)
     device = resolve_device(config.device)
     data = load_run(run_dir, device)
-    clients = list(data.clients)
-    per_round = len(clients) if config.clients_per_round is None else min(config.clients_per_round, len(clients))
     batch_rows = config.batch_size + evaluation_rows(config.eval_batch_size, data.input_width)
-    check_model(data.input_width, config.hidden, data.num_classes, per_round, batch_rows=batch_rows)  # before torch
-    randomness = mech.make_randomness(config.seed)
-    streams = Streams.create(randomness, len(clients))
-    model = build_model(data.input_width, config.hidden, data.num_classes, dropout=config.dropout,
-                        generator=streams.init, device=device)
-    dim = parameter_count(model)
-    plan, target, perturbations = plan_perturbations(config, clients, dim)
-    check_noise_scales(config, perturbations)
-    strategy = plan_strategy(config, clients, perturbations)
-    rule = ServerRule.for_perturbation(config.perturbation, target, config.server_lr)
-    label_noise = resolve_label_noise(config.label_noise_correction,  # issue 22: T from the files
-                                      [(c.path.name, c.metadata.label_release) for c in clients])
-    training = LocalTraining(resolve_optimizer(config.optimizer, data.dataset),
-                             DEFAULT_LR if config.lr is None else float(config.lr), config.local_epochs,
-                             config.batch_size, label_noise)
-    privacy = []
-    for c in clients:
-        report = perturbations[c.index].report(randomness.mode, randomness.generator_name)
-        report.update(file=c.path.name, feature_privacy=dict(c.metadata.privacy_report),
-                      feature_mechanism=c.metadata.mechanism,
-                      release_guarantee=stored_or_computed(c.metadata, records=len(c.train) + len(c.test)).to_dict())
-        privacy.append(report)
-    budgeted = perturbation_wiring(config.perturbation).budget
-    record = {
-        **config.to_dict(),
-        "randomness": randomness.mode,
-        "generator": randomness.generator_name,
-        "resolved": resolved_settings(device=device, training=training, dim=dim, target=target, rule=rule,
-                                      plan=plan, budgeted=budgeted, perturbations=perturbations,
-                                      strategy=strategy, threads=torch.get_num_threads()),
-        "run": data.describe(),
-    }
-    return FederationPlan(data, device, randomness, streams, model, perturbations, strategy, rule, training,
-                          privacy, record)
+    plan = build_plan(config, [ClientFile.of(c) for c in data.clients], device=device, batch_rows=batch_rows,
+                      threads=torch.get_num_threads(), run=data.describe())
+    return LocalPlan(**plan.base(), data=data)

@@ -17,10 +17,8 @@ reads or writes a file, prints, or touches a global random state.
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import torch
@@ -31,6 +29,7 @@ from .data import ClientSplit
 from .label_noise import LabelNoise
 from .model import FederatedMLP, get_vector, make_optimizer, set_vector, train_local
 from .perturbation import ClientPerturbation, ServerRule
+from .round_record import RoundRecord
 from .strategies import Aggregate, Strategy
 from .streaming import StreamedSplit
 
@@ -179,24 +178,24 @@ def _nanmean(values: Sequence[float]) -> float:
 
 
 def round_record(round_number: int, *, selected: Sequence[int], clients: Sequence[ClientResult],
-                 dropped: Sequence[int], server: ServerResult, test_loss: float, test_accuracy: float,
-                 epsilons: Mapping[int, float | None], started: float) -> dict[str, Any]:
-    """Make the round's metrics (one row of ``metrics.csv``/``metrics.json``).
+                 dropped: Sequence[int], server: ServerResult, epsilons: Mapping[int, float | None],
+                 lost: Sequence[int] | None = None, notes: Sequence[str] = ()) -> RoundRecord:
+    """Make the round's record, before the evaluation of its model (test loss and accuracy NaN until then).
 
     Train loss and accuracy are the last local epoch's running values, averaged over the clients that
-    trained in the round (dropped clients trained too; their upload was lost afterwards).
+    trained in the round (dropped clients trained too; their upload was lost afterwards). ``lost``: the
+    selected clients whose reply never came (None for a transport that cannot lose one); ``notes``: why.
     """
     info = server.aggregate.info
-    return {
-        "round": round_number,
-        "train_loss": _nanmean([c.loss for c in clients]), "train_accuracy": _nanmean([c.accuracy for c in clients]),
-        "test_loss": test_loss, "test_accuracy": test_accuracy,
-        "selected": list(selected), "dropped": list(dropped),
-        "excluded": [c.client for c in clients if c.upload is None],
-        "aggregated": list(server.aggregate.used), "weights": list(server.aggregate.weights),
-        "client_epsilons": [epsilons[c] for c in selected],
-        "kept_previous_model": server.kept_previous,
-        "notes": [c.note for c in clients if c.note] + list(server.notes),
-        **({"omega": info["omega"]} if "omega" in info else {}),
-        "seconds": time.perf_counter() - started,
-    }
+    return RoundRecord(
+        round=round_number,
+        train_loss=_nanmean([c.loss for c in clients]), train_accuracy=_nanmean([c.accuracy for c in clients]),
+        test_loss=math.nan, test_accuracy=math.nan,
+        selected=tuple(selected), dropped=tuple(dropped),
+        excluded=tuple(c.client for c in clients if c.upload is None),
+        aggregated=tuple(server.aggregate.used), weights=tuple(server.aggregate.weights),
+        client_epsilons=tuple(epsilons[c] for c in selected),
+        kept_previous_model=server.kept_previous,
+        notes=(*notes, *(c.note for c in clients if c.note), *server.notes),
+        seconds=math.nan, omega=info.get("omega"), lost=None if lost is None else tuple(lost),
+    )

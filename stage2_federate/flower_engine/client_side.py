@@ -36,8 +36,8 @@ from ..config import FederationConfig
 from ..data import ClientDataset, ClientSplit, load_clean_test, load_client
 from ..label_noise import LabelNoise
 from ..model import FederatedMLP, build_model, evaluate, set_vector
-from ..perturbation import ClientPerturbation, build_client_perturbations, resolve_target
-from ..plan import resolve_device
+from ..perturbation import ClientPerturbation
+from ..plan import configured_perturbations, resolve_device
 from ..rounds import Broadcast, ClientResult, LocalTraining, client_step
 from ..streaming import ResidencyBudget, StreamedSplit
 from ..streams import Streams
@@ -102,15 +102,12 @@ def summarize(client: ClientDataset, sha256: str | None = None) -> ClientSummary
 
 
 def client_perturbation(config: FederationConfig, setup: ClientSetup, client: ClientDataset) -> ClientPerturbation:
-    """Build this client's mechanism exactly as the local engine's ``plan_perturbations`` does for it."""
-    target = resolve_target(config.perturbation, config.perturb_target, config.sign_mode)
-    built = build_client_perturbations(
-        config.perturbation, dim=setup.dim, epsilons=[config.epsilon if setup.epsilon is None else setup.epsilon],
-        target=target, ranges=None if setup.range_length is None else [setup.range_length],
-        centres=None if setup.centre is None else [setup.centre], train_sizes=[len(client.train)], clip=config.clip,
-        delta=config.delta, sensitivity=config.sensitivity, sample_rate=config.sample_rate, rounds=config.rounds,
-        clients=[client.index])
-    return built[0]
+    """Build this client's mechanism as the local engine does for it (``plan.configured_perturbations``)."""
+    return configured_perturbations(
+        config, dim=setup.dim, epsilons=[config.epsilon if setup.epsilon is None else setup.epsilon],
+        ranges=None if setup.range_length is None else [setup.range_length],
+        centres=None if setup.centre is None else [setup.centre], train_sizes=[len(client.train)],
+        clients=[client.index])[0]
 
 
 def fresh_streams(config: FederationConfig, setup: ClientSetup, device: torch.device

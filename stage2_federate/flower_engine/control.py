@@ -14,12 +14,12 @@ Imports flwr and httpx inside the functions that talk to a SuperLink; :func:`par
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import ssl
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from types import TracebackType
 from typing import Any
 
@@ -116,7 +116,7 @@ class ControlClient:
         Seconds each request may take.
     """
 
-    def __init__(self, address: str, *, insecure: bool = False, root_certificates: str | Path | None = None,
+    def __init__(self, address: str, *, insecure: bool = False, root_certificates: str | os.PathLike[str] | None = None,
                  timeout: float = 30.0):
         from flwr.supercore.control import ControlHttpClient
 

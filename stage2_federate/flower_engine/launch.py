@@ -63,7 +63,7 @@ class FlowerOptions:
     cpus_per_client: int = 1
     startup_timeout: float = 300.0  # SuperLink start, Ray start, every node describing its file
     round_timeout: float = 600.0  # one exchange (training or evaluation) of a round
-    timings_file: str | None = None  # benchmarks: each message's timeline, as JSON lines (server_app.Timeline)
+    timings_file: str | None = None  # benchmarks: each message's timeline, as JSON lines (transport.Timeline)
     min_clients: int | None = None  # failure policy: the fewest selected clients that must train in a round
 
 
@@ -332,7 +332,7 @@ def _check_out_dir(out_dir: Path, *, resume: bool, overwrite: bool) -> None:
 
 def _result(out_dir: Path, status: Mapping[str, Any], keep_checkpoint: bool) -> Any:
     from ..federation import FederationResult
-    from .server_side import output_paths
+    from ..run_outputs import output_paths
 
     paths = output_paths(out_dir)
     if not keep_checkpoint:

@@ -1,82 +1,44 @@
-"""The server's half of the Flower engine, without flwr: its plan from the clients' summaries, and its outputs.
+"""The server's half of the Flower engine, without flwr: its plan from the clients' summaries, its checks.
 
 The server never opens a client file: it learns N, the rows and the label histograms from the
-clients' :class:`~.protocol.ClientSummary` (what the local engine reads from the files) and builds the
-same plan as ``plan.plan_federation``: the model initialized from the server's stream, each client's
-perturbation (for σ_i and the privacy reports; the clients build their own), the strategy, the server
-rule, the records. The round itself reuses ``rounds`` (``strategy.select``, ``draw_dropouts``,
-``server_step``, ``round_record``) in the local engine's order, so a seeded run selects, drops and
-aggregates exactly as the local engine does.
+clients' :class:`~.protocol.ClientSummary` (what the local engine reads from the files) and builds its
+plan with the local engine's builder (``plan.build_plan``): the model initialized from the server's
+stream, each client's perturbation (for σ_i and the privacy reports; the clients build their own), the
+strategy, the server rule, the records. The rounds are the shared loop's (``loop.run_rounds``), so a
+seeded run selects, drops and aggregates exactly as the local engine does.
 """
 
 from __future__ import annotations
 
-import copy
 import json
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-import numpy as np
-import torch
+from ldpfl.contract.atomic import atomic_write_text
 
-from ldpfl import mechanisms as mech
-from ldpfl.contract.atomic import atomic_write, atomic_write_text
-from ldpfl.contract.version import package_version
-
-from .. import outputs as out
-from ..checkpoint import CHECKPOINT_FORMAT, CHECKPOINT_VERSION, check_inputs, load_checkpoint
-from ..config import DEFAULT_LR, FederationConfig
-from ..label_noise import resolve_label_noise
-from ..model import FederatedMLP, build_model, get_vector, parameter_count, resolve_optimizer, set_vector
-from ..model_file import save_model, summary_record
-from ..perturbation import ClientPerturbation, ServerRule, perturbation_wiring
-from ..plan import (
-    ClientSize,
-    check_noise_scales,
-    plan_perturbations,
-    plan_strategy,
-    relabel,
-    resolve_device,
-    resolved_settings,
-)
-from ..rounds import LocalTraining
-from ..strategies import Strategy
-from ..streams import Streams
+from ..config import FederationConfig
+from ..model import parameter_count
+from ..perturbation import perturbation_wiring
+from ..plan import FederationPlan, build_plan, resolve_device
 from .protocol import SERVERAPP_LOCK, SUBMISSION_FILE, ClientSetup, ClientSummary, ManifestEntry
 
 ENGINE = "flower"
 
 
 @dataclass
-class ServerPlan:
-    """A Flower run, set up on the server: streams, model, strategy, rule, per-client setups, records."""
+class ServerPlan(FederationPlan):
+    """A Flower run, set up on the server (``plan.build_plan``) plus what each client is sent of it."""
 
-    config: FederationConfig
-    summaries: list[ClientSummary]
-    randomness: mech.Randomness
-    streams: Streams
-    model: FederatedMLP
-    perturbations: dict[int, ClientPerturbation]
-    strategy: Strategy
-    rule: ServerRule
-    training: LocalTraining
     setups: dict[int, ClientSetup]
-    privacy: list[dict[str, Any]]
-    record: dict[str, Any]
 
     @property
-    def vector(self) -> np.ndarray:
-        """Return the current global vector (float32, CPU)."""
-        return get_vector(self.model).cpu().numpy()
-
-    def set_vector(self, vector: np.ndarray) -> None:
-        """Make ``vector`` the global model."""
-        tensor = torch.from_numpy(np.ascontiguousarray(vector, dtype=np.float32))
-        set_vector(self.model, tensor.to(next(self.model.parameters()).device))
+    def summaries(self) -> list[ClientSummary]:
+        """The clients' summaries, in client-index order."""
+        return [s for s in self.clients if isinstance(s, ClientSummary)]
 
 
 def check_summaries(summaries: Sequence[ClientSummary]) -> list[ClientSummary]:
@@ -99,62 +61,35 @@ def check_summaries(summaries: Sequence[ClientSummary]) -> list[ClientSummary]:
 
 def plan_from_summaries(config: FederationConfig, summaries: Sequence[ClientSummary], *,
                         run_dir: str | None = None) -> ServerPlan:
-    """Set up the run from the clients' summaries as ``plan.plan_federation`` does from their files."""
+    """Set up the run from the clients' summaries with the local engine's builder (``plan.build_plan``).
+
+    The server holds the model and the uploads of a round, and trains nothing itself: its memory check
+    counts no batch.
+    """
     ordered = check_summaries(summaries)
     first = ordered[0]
-    device = resolve_device(config.device)
-    randomness = mech.make_randomness(config.seed)
-    streams = Streams.create(randomness, len(ordered))
-    model = build_model(first.feature_width, config.hidden, first.num_classes, dropout=config.dropout,
-                        generator=streams.init, device=device)
-    dim = parameter_count(model)
-    sizes = [ClientSize(s.index, s.train_rows, s.label_histogram) for s in ordered]
-    clients_plan, target, perturbations = plan_perturbations(config, sizes, dim)
-    check_noise_scales(config, perturbations)
-    strategy = plan_strategy(config, sizes, perturbations)
-    rule = ServerRule.for_perturbation(config.perturbation, target, config.server_lr)
-    label_noise = resolve_label_noise(config.label_noise_correction,  # issue 22: every file's T must agree
-                                      [(s.file, s.label_release) for s in ordered])
-    training = LocalTraining(resolve_optimizer(config.optimizer, first.dataset),
-                             DEFAULT_LR if config.lr is None else float(config.lr), config.local_epochs,
-                             config.batch_size, label_noise)
-    budgeted = perturbation_wiring(config.perturbation).budget
-    setups = {}
-    for position, s in enumerate(ordered):
-        setups[s.index] = ClientSetup(
-            position=position, clients=len(ordered), dim=dim, input_width=first.feature_width,
-            num_classes=first.num_classes, optimizer=training.optimizer, lr=training.lr,
-            epsilon=clients_plan.epsilons[position] if budgeted else None,
-            range_length=None if clients_plan.ranges is None else clients_plan.ranges[position],
-            centre=None if clients_plan.centres is None else clients_plan.centres[position],
-            label_noise=None if label_noise is None else label_noise.to_dict())
-    privacy = []
-    for s in ordered:
-        report = perturbations[s.index].report(randomness.mode, randomness.generator_name)
-        report.update(file=s.file, feature_privacy=dict(s.feature_privacy), feature_mechanism=s.feature_mechanism)
-        if s.release_guarantee is not None:
-            report.update(release_guarantee=dict(s.release_guarantee))
-        privacy.append(report)
-    record = {
-        **config.to_dict(),
-        "randomness": randomness.mode,
-        "generator": randomness.generator_name,
-        "engine": ENGINE,
-        "resolved": {
-            **resolved_settings(device=device, training=training, dim=dim, target=target, rule=rule,
-                                plan=clients_plan, budgeted=budgeted, perturbations=perturbations,
-                                strategy=strategy, threads=config.threads),
-            "flower": _flower_version(),
-        },
-        "run": {
-            "run_dir": run_dir, "dataset": first.dataset, "clients": len(ordered),
-            "feature_format": first.feature_format, "input_width": first.feature_width,
-            "num_classes": first.num_classes, "feature_mechanism": first.feature_mechanism,
-            "train_rows": [s.train_rows for s in ordered], "test_rows": [s.test_rows for s in ordered],
-        },
-    }
-    return ServerPlan(config, ordered, randomness, streams, model, perturbations, strategy, rule, training, setups,
-                      privacy, record)
+    run = {"run_dir": run_dir, "dataset": first.dataset, "clients": len(ordered),
+           "feature_format": first.feature_format, "input_width": first.feature_width,
+           "num_classes": first.num_classes, "feature_mechanism": first.feature_mechanism,
+           "train_rows": [s.train_rows for s in ordered], "test_rows": [s.test_rows for s in ordered]}
+    plan = build_plan(config, ordered, device=resolve_device(config.device), batch_rows=0, threads=config.threads,
+                      run=run, engine={"engine": ENGINE, "resolved": {"flower": _flower_version()}})
+    return ServerPlan(**plan.base(), setups=client_setups(plan))
+
+
+def client_setups(plan: FederationPlan) -> dict[int, ClientSetup]:
+    """Return what each client is sent of the plan: its position, the model's shape, its ε_i, L_i, c_i."""
+    clients_plan, training = plan.client_plan, plan.training
+    budgeted = perturbation_wiring(plan.config.perturbation).budget
+    first, dim = plan.clients[0], parameter_count(plan.model)
+    label_noise = None if training.label_noise is None else training.label_noise.to_dict()
+    return {c.index: ClientSetup(
+        position=position, clients=len(plan.clients), dim=dim, input_width=first.feature_width,
+        num_classes=first.num_classes, optimizer=training.optimizer, lr=training.lr,
+        epsilon=clients_plan.epsilons[position] if budgeted else None,
+        range_length=None if clients_plan.ranges is None else clients_plan.ranges[position],
+        centre=None if clients_plan.centres is None else clients_plan.centres[position],
+        label_noise=label_noise) for position, c in enumerate(plan.clients)}
 
 
 def _flower_version() -> str | None:
@@ -260,84 +195,10 @@ def union_evaluation(sums: Sequence[tuple[float, int, int]]) -> tuple[float, flo
 
 
 # --------------------------------------------------------------------------------------------------
-# Outputs: the local engine's files, and a status file for the launcher.
-
-
-def output_paths(out_dir: Path) -> dict[str, Path]:
-    """Return the output paths of a run in ``out_dir`` (the local engine's names)."""
-    return {
-        "metrics_csv": out_dir / out.METRICS_CSV, "metrics_json": out_dir / out.METRICS_JSON,
-        "accuracy_png": out_dir / out.PLOT_PNG, "model": out_dir / out.MODEL_PT,
-        "config": out_dir / out.CONFIG_JSON, "checkpoint": out_dir / out.CHECKPOINT_PT,
-    }
+# The status file for the launcher (the outputs are ``run_outputs``'s, as in the local engine).
 
 
 def write_status(path: str | Path, **values: Any) -> None:
     """Atomically write the status file the launcher polls (``state``: running, done or error)."""
     if str(path):
         atomic_write_text(Path(path), json.dumps({**values, "time": time.time()}))
-
-
-@dataclass(frozen=True)
-class Snapshot:
-    """The server's model and streams after a round, kept until that round's record is complete."""
-
-    model: dict[str, torch.Tensor]
-    rng: dict[str, Any]
-
-
-def snapshot(plan: ServerPlan) -> Snapshot:
-    """Return a copy of ``plan``'s model parameters (CPU) and stream states now."""
-    return Snapshot({k: v.detach().cpu().clone() for k, v in plan.model.state_dict().items()},
-                    copy.deepcopy(plan.streams.state()))
-
-
-def save_checkpoint(path: Path, *, round_number: int, plan: ServerPlan, history: list[dict[str, Any]],
-                    inputs: Mapping[str, str], state: Snapshot | None = None) -> None:
-    """Write the server's checkpoint: the local engine's format plus ``engine`` = flower.
-
-    ``inputs``: each client file's name → sha256, as the clients reported them. ``state``: the model and
-    streams as they were after ``round_number`` (default: ``plan``'s now).
-
-    Its ``rng`` holds the server's streams only in substance (selection, dropouts, ω, the initialization);
-    each client keeps its own streams in its own resume file.
-    """
-    state = snapshot(plan) if state is None else state
-    payload = {
-        "format": CHECKPOINT_FORMAT, "version": CHECKPOINT_VERSION, "round": round_number, "engine": ENGINE,
-        "model": state.model,
-        "rng": state.rng, "history": history, "config": plan.config.to_dict(),
-        "randomness": str(plan.record["randomness"]), "ldpfl": package_version(), "inputs": dict(inputs),
-    }
-    atomic_write(path, lambda handle: torch.save(payload, handle))
-
-
-def load_server_checkpoint(path: Path, config: FederationConfig, inputs: Mapping[str, str]) -> dict[str, Any]:
-    """Read a checkpoint with the local engine's checks (configuration, client files); refuse a local one."""
-    payload = load_checkpoint(path, config, engine=ENGINE)
-    check_inputs(path, payload, inputs)
-    return payload
-
-
-def restore(plan: ServerPlan, payload: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """Load the checkpoint's model and streams into ``plan``; return its history."""
-    plan.model.load_state_dict(payload["model"])
-    plan.streams.restore(payload["rng"])
-    relabel(plan.record, plan.privacy, payload["randomness"], plan.streams.generator_name)
-    return list(payload["history"])
-
-
-def finish_outputs(paths: Mapping[str, Path], plan: ServerPlan, history: list[dict[str, Any]], *,
-                   keep_checkpoint: bool) -> None:
-    """Write metrics, the model and the plot; delete the checkpoint unless kept (as the local engine does)."""
-    out.write_metrics_csv(paths["metrics_csv"], history)
-    out.write_metrics_json(paths["metrics_json"], config=plan.record, privacy=plan.privacy, rounds=history)
-    save_model(paths["model"], plan.model, summary_record(plan.summaries, plan.config, history))
-    if history:
-        from ..ledger import ledger_caption, ledger_section
-
-        out.plot_history(paths["accuracy_png"], history, title=f"{plan.summaries[0].dataset}: "
-                         f"{plan.config.aggregation}, perturbation {plan.config.perturbation} (Flower)",
-                         caption=ledger_caption(ledger_section(history, plan.privacy)))
-    if not keep_checkpoint:
-        paths["checkpoint"].unlink(missing_ok=True)

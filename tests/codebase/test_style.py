@@ -1,10 +1,9 @@
 """Style checks run by the test suite (and so by ``.ci/run``): ruff (lint, numpy docstrings) and mypy.
 
 The configuration is in pyproject.toml: ruff checks the whole tree (``D`` rules for the package source),
-mypy checks every module of ``ldpfl/`` itself (the app and its lazy API names) and every package but
-``ldpfl.stage2_federate`` (read for its types only while issue 21 item 3 restructures it). mypy cannot follow
-setuptools' ``package-dir`` mapping (``mechanisms/`` installed as ``ldpfl.mechanisms``), so it reads a tree of links
-laid out as installed.
+mypy checks every module of ``ldpfl/`` itself (the app and its lazy API names) and every package.
+mypy cannot follow setuptools' ``package-dir`` mapping (``mechanisms/`` installed as ``ldpfl.mechanisms``),
+so it reads a tree of links laid out as installed.
 Each test skips only when its tool is not installed; the
 ``test`` extra installs both.
 """
@@ -20,8 +19,8 @@ import pytest
 from repository import ROOT
 
 MAPPED = ("mechanisms", "contract", "stage1_features", "stage2_federate")  # pyproject's package-dir
-TYPED = ("ldpfl.common", "ldpfl.mechanisms", "ldpfl.contract", "ldpfl.stage1_features", "ldpfl.api",
-         "ldpfl.inspection")  # packages mypy checks
+TYPED = ("ldpfl.common", "ldpfl.mechanisms", "ldpfl.contract", "ldpfl.stage1_features", "ldpfl.stage2_federate",
+         "ldpfl.api", "ldpfl.inspection")  # packages mypy checks
 TYPED_MODULES = ("ldpfl", *sorted(f"ldpfl.{p.stem}" for p in (ROOT / "ldpfl").glob("*.py") if p.stem != "__init__"))
 
 
@@ -51,7 +50,7 @@ def test_ruff_check_passes() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def test_mypy_passes_on_every_package_but_stage2(tmp_path: Path) -> None:
+def test_mypy_passes_on_every_package(tmp_path: Path) -> None:
     packages = [*(arg for name in TYPED_MODULES for arg in ("-m", name)),
                 *(arg for name in TYPED for arg in ("-p", name))]
     result = run_tool("mypy", "--config-file", str(ROOT / "pyproject.toml"), "--cache-dir", str(tmp_path / "cache"),

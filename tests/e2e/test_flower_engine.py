@@ -417,8 +417,12 @@ def test_a_failing_client_ends_the_run_and_a_dead_supernode_is_lost(flower, tmp_
 
 def test_each_engine_refuses_the_others_checkpoint(three_clients, tmp_path) -> None:
     from ldpfl.common.errors import ParameterError
-    from ldpfl.stage2_federate.checkpoint import load_checkpoint
-    from ldpfl.stage2_federate.flower_engine.server_side import load_server_checkpoint
+    from ldpfl.stage2_federate.checkpoint import check_inputs, load_checkpoint
+
+    def load_server_checkpoint(path, config, inputs):  # as the ServerApp resumes (server_app._run)
+        payload = load_checkpoint(path, config, engine="flower")
+        check_inputs(path, payload, inputs)
+        return payload
 
     config = FederationConfig(**{**CONFIG, "rounds": 1})
     result = run_federation(three_clients, config, out_dir=tmp_path / "local", progress=False, keep_checkpoint=True,

@@ -344,7 +344,7 @@ def test_the_cli_on_two_supernodes_equals_the_local_engine_and_resumes_a_killed_
 
 
 def test_the_failure_policy_counts_the_clients_that_trained(flower) -> None:
-    from ldpfl.stage2_federate.flower_engine.server_app import TooFewClientsError, check_policy
+    from ldpfl.stage2_federate.loop import TooFewClientsError, check_policy
 
     check_policy(2, [0, 1, 2], 1, ["client 1: lost"], 0)  # no policy
     check_policy(2, [0, 1, 2], 2, ["client 1: lost"], 2)

@@ -1,0 +1,284 @@
+"""The Flower engine's transport (``loop.Transport``): each client step is a message to the node of that client.
+
+Flower's own strategies sample nodes with Python's ``random`` over node ids drawn from ``os.urandom``,
+so seeding cannot reproduce them. Here the shared loop selects client *indices* with the run's seeded
+server Generator, and each index is mapped to the node that holds that client's file (every node
+reports its client index once, :data:`~.protocol.DESCRIBE`). Messages go only to the selected nodes.
+
+**One message per node and round** (pipelined): in a deployment every message starts a ClientApp
+process on its node, so the evaluation of round t's model travels with round t + 1's message: a selected
+client first evaluates the global model it receives, then trains from it; the others get an
+evaluation-only message (:data:`~.protocol.EVALUATE`) in the same exchange. After the last round one
+evaluation-only exchange closes the run.
+
+Failures: a client's error reply (its code raised: an unreadable file, a file replaced since the run
+started) ends the run with that client's index and one-line reason; a node that does not answer within
+``round-timeout`` or is unavailable (a dead SuperNode: Flower replies for it with code NODE_UNAVAILABLE)
+is logged in the round's ``lost`` and ``notes``, and the round goes on without it (it is not asked to
+evaluate that round, nor to finish after a last round it was lost in). With a failure policy (run config
+``min-clients``, ``--min-clients-per-round``: Flower's ``min_fit_clients``) a client's own failure is
+logged the same way, and the loop's policy check ends a round in which too few selected clients trained.
+Replies are matched to clients by message id: Flower's replies for an unavailable node come from the
+SuperLink (``src_node_id`` 1), not from the node.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from flwr.app import ArrayRecord, ConfigRecord, Message, RecordDict
+from flwr.serverapp import Grid
+
+from ..loop import Training
+from ..round_record import Evaluation, RoundRecord
+from ..rounds import Broadcast, ClientResult
+from . import server_side as ss
+from .protocol import (
+    CLIENT_FAILED,
+    DESCRIBE,
+    EVALUATE,
+    EVALUATION,
+    FINISH,
+    GLOBAL,
+    INFO,
+    METRICS,
+    TIMINGS,
+    TRAIN,
+    UPLOAD,
+    ClientSummary,
+    EvaluateInstruction,
+    MessageError,
+    TrainInstruction,
+    TrainReply,
+)
+
+
+class ClientFailedError(RuntimeError):
+    """A client's own code failed (its error reply)."""
+
+
+class Timeline:
+    """Benchmarks (run config ``timings-file``): one JSON line per reply and per completed round.
+
+    A reply's line holds its message type and round, when the message was pushed and its reply arrived,
+    and the ClientApp's own timeline (process start, module ready, handler start, file ready, handler done).
+    """
+
+    path: Path | None = None
+
+    def write(self, **row: Any) -> None:
+        """Append ``row`` as one JSON line (nothing without a timings file)."""
+        if self.path is not None:
+            with open(self.path, "a") as handle:
+                handle.write(json.dumps(row) + "\n")
+
+
+TIMELINE = Timeline()
+
+
+class Submission:
+    """A deployed run's output directory and token: the run goes on while its submission record allows it."""
+
+    out_dir: Path | None = None
+    token = ""
+
+    def check(self) -> None:
+        """Raise ``StopRequested`` when the submitting command asked the run to stop (``ss.stop_requested``)."""
+        if self.out_dir is not None and ss.stop_requested(self.out_dir, self.token):
+            raise ss.StopRequested("the command that submitted this run asked it to stop (it was interrupted, or "
+                                   "a newer ldpfl federate into the output directory took over)")
+
+
+SUBMISSION = Submission()
+
+
+def exchange(grid: Grid, messages: Mapping[int, Message], timeout: float, poll: float = 0.1) -> dict[int, Message]:
+    """Send one message per key and collect the replies by key until all came or ``timeout`` seconds passed.
+
+    Polls with a back-off from 5 ms to ``poll`` (Flower's own ``send_and_receive`` sleeps 3 s between
+    pulls on a deployed SuperLink; a pull is one request to the SuperLink on this machine).
+    """
+    SUBMISSION.check()  # between exchanges: nothing in flight
+    keys = list(messages)
+    ids = list(grid.push_messages([messages[k] for k in keys]))
+    pushed = time.time()
+    key_of = dict(zip(ids, keys, strict=True))
+    pending, replies, arrived = set(ids), {}, {}
+    deadline = time.monotonic() + timeout
+    wait = 0.005
+    while pending:
+        for reply in grid.pull_messages(list(pending)):
+            mid = reply.metadata.reply_to_message_id
+            if mid in pending:
+                pending.discard(mid)
+                replies[key_of[mid]], arrived[key_of[mid]] = reply, time.time()
+        if not pending or time.monotonic() > deadline:
+            break
+        time.sleep(wait)
+        wait = min(2 * wait, poll)
+    for key, reply in replies.items():
+        timeline = {} if reply.has_error() or TIMINGS not in reply.content.config_records else \
+            json.loads(str(reply.content.config_records[TIMINGS]["json"]))
+        TIMELINE.write(kind=messages[key].metadata.message_type, round=messages[key].metadata.group_id, key=key,
+                       pushed=pushed, arrived=arrived[key], **timeline)
+    return replies
+
+
+def wait_for_nodes(grid: Grid, count: int, timeout: float) -> list[int]:
+    """Wait until ``count`` nodes are connected; refuse more (another federation's nodes) or too few in time."""
+    deadline = time.monotonic() + timeout
+    while len(nodes := sorted(grid.get_node_ids())) < count:
+        SUBMISSION.check()
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"only {len(nodes)} of {count} SuperNodes connected within {timeout:.0f} s")
+        time.sleep(0.2)
+    if len(nodes) > count:
+        raise RuntimeError(f"{len(nodes)} SuperNodes are connected but the run has {count} clients")
+    return nodes
+
+
+def _message(content: dict[str, Any], node: int, kind: str, round_number: int) -> Message:
+    return Message(RecordDict(content), dst_node_id=node, message_type=kind, group_id=str(round_number))
+
+
+def _info(text: str = "{}") -> ConfigRecord:
+    """Return a message's INFO record: JSON text (a record's ``to_json``; ``{}`` when the message needs none)."""
+    return ConfigRecord({"json": text})
+
+
+def _numbers(record: Mapping[str, Any]) -> dict[str, float]:
+    """Return a MetricRecord's scalar values as floats (ldpfl's records hold no lists)."""
+    return {key: float(value) for key, value in record.items()}
+
+
+def _failure(reply: Message, client: int, what: str, *, tolerated: bool = False) -> str:
+    """Return the note of a failed reply; a client's own failure ends the run unless ``tolerated`` (a policy)."""
+    reason = " ".join(str(reply.error.reason).split())
+    if int(reply.error.code) == CLIENT_FAILED:
+        if not tolerated:
+            raise ClientFailedError(f"client {client} failed {what}: {reason}")
+        return f"client {client}: failed {what}: {reason[:300]}; lost"
+    return f"client {client}: no {what.split()[0]} reply ({reason[:200]}); lost"
+
+
+def describe(grid: Grid, nodes: list[int], timeout: float) -> tuple[list[ClientSummary], dict[int, int]]:
+    """Ask every node for its client summary; return the summaries and client index → node id."""
+    replies = exchange(grid, {n: _message({INFO: _info()}, n, DESCRIBE, 0) for n in nodes}, timeout)
+    summaries, node_of = [], {}
+    for node in nodes:
+        reply = replies.get(node)
+        if reply is None:
+            raise RuntimeError(f"SuperNode {node} did not describe its client file within {timeout:.0f} s")
+        if reply.has_error():
+            raise ClientFailedError(f"SuperNode {node} could not open its client file: "
+                                    f"{' '.join(str(reply.error.reason).split())}")
+        try:
+            summary = ClientSummary.from_json(str(reply.content.config_records[INFO]["json"]))
+        except MessageError as error:
+            raise MessageError(f"SuperNode {node} described its client file with an {error}") from None
+        if summary.index in node_of:
+            raise RuntimeError(f"two SuperNodes hold client index {summary.index} ({summary.file})")
+        summaries.append(summary)
+        node_of[summary.index] = node
+    return summaries, node_of
+
+
+class FlowerTransport:
+    """Client steps as Flower messages through ``grid`` to the node of each client (``node_of``)."""
+
+    pipelined = True
+    can_lose = True
+
+    def __init__(self, grid: Grid, plan: ss.ServerPlan, node_of: dict[int, int], *, timeout: float,
+                 resume_round: int, history: Sequence[RoundRecord], min_clients: int = 0):
+        self.grid, self.plan, self.node_of, self.timeout = grid, plan, node_of, timeout
+        self.resume_round, self.tolerated = resume_round, min_clients > 0
+        self.trained = {c for r in history for c in r.selected if c not in (r.lost or ())}  # for resume
+
+    def train(self, round_number: int, selected: Sequence[int], broadcast: Broadcast, *,
+              evaluate_without: frozenset[int] | None) -> Training:
+        """One exchange: the selected train (first evaluating ``broadcast`` when asked), the others evaluate it."""
+        vector, timeout = broadcast.vector, self.timeout
+        asked = set() if evaluate_without is None else set(self.node_of) - evaluate_without  # lost: not asked
+        messages = {
+            cid: _message({GLOBAL: ArrayRecord([vector]), INFO: _info(TrainInstruction(
+                round=round_number, setup=self.plan.setups[cid], resume_round=self.resume_round,
+                trained_before=cid in self.trained, evaluate=cid in asked).to_json())},
+                self.node_of[cid], TRAIN, round_number)
+            for cid in selected}
+        messages.update({cid: self._evaluate_message(cid, vector, round_number)
+                         for cid in sorted(asked - set(selected))})
+        replies = exchange(self.grid, messages, timeout)
+        results, lost, notes = [], [], []
+        for cid in selected:
+            reply = replies.get(cid)
+            if reply is None:
+                lost.append(cid)
+                notes.append(f"client {cid}: no training reply within {timeout:.0f} s; lost")
+            elif reply.has_error():
+                lost.append(cid)
+                notes.append(_failure(reply, cid, f"training in round {round_number}", tolerated=self.tolerated))
+            else:
+                results.append(self._result(cid, reply, round_number))
+        self.trained |= set(selected) - set(lost)
+        evaluation = None if evaluate_without is None else self._evaluation(round_number - 1, replies, asked)
+        return Training(tuple(results), tuple(lost), tuple(notes), evaluation)
+
+    def evaluate(self, round_number: int, broadcast: Broadcast, *, without: frozenset[int]) -> Evaluation:
+        """Close the run with one exchange: every node not ``without`` (lost in the last round) evaluates."""
+        asked = set(self.node_of) - without
+        replies = exchange(self.grid, {cid: self._evaluate_message(cid, broadcast.vector, round_number + 1)
+                                       for cid in sorted(asked)}, self.timeout)
+        return self._evaluation(round_number, replies, asked)
+
+    def _result(self, cid: int, reply: Message, round_number: int) -> ClientResult:
+        metrics = _numbers(reply.content.metric_records[METRICS])
+        try:
+            note = TrainReply.from_json(str(reply.content.config_records[INFO]["json"])).note
+        except MessageError as error:
+            raise MessageError(f"client {cid} answered training in round {round_number} with an {error}") from None
+        upload = (reply.content.array_records[UPLOAD].to_numpy_ndarrays()[0]
+                  if UPLOAD in reply.content.array_records else None)
+        return ClientResult(cid, upload, float(metrics["loss"]), float(metrics["accuracy"]), note)
+
+    def _evaluate_message(self, cid: int, vector: Any, round_number: int) -> Message:
+        return _message({GLOBAL: ArrayRecord([vector]),
+                         INFO: _info(EvaluateInstruction(self.plan.setups[cid]).to_json())},
+                        self.node_of[cid], EVALUATE, round_number)
+
+    def _evaluation(self, round_number: int, replies: Mapping[int, Message], asked: set[int]) -> Evaluation:
+        """Return round ``round_number``'s model's evaluation: the unions' mean loss and accuracy per split.
+
+        Clients not ``asked`` (lost in that round's training: no reply in time, or unavailable) are not
+        asked again (a dead node would cost another ``timeout``), and their test splits are left out.
+        """
+        splits = ("test", "clean") if self.plan.config.eval_clean else ("test",)
+        sums: dict[str, list[tuple[float, int, int]]] = {name: [] for name in splits}
+        notes = []
+        for cid in sorted(self.node_of):
+            reply = replies.get(cid)
+            if cid not in asked:
+                notes.append(f"client {cid}: lost in training, not asked to evaluate; its test split is left out")
+            elif reply is None:
+                notes.append(f"client {cid}: no evaluation reply within {self.timeout:.0f} s; its test split is "
+                             "left out")
+            elif reply.has_error():
+                notes.append(_failure(reply, cid, f"evaluation of round {round_number}'s model",
+                                      tolerated=self.tolerated))
+            else:
+                m = _numbers(reply.content.metric_records[EVALUATION])
+                for name in splits:
+                    sums[name].append((m[f"{name}_loss_sum"], int(m[f"{name}_correct"]), int(m[f"{name}_rows"])))
+        test_loss, test_accuracy = ss.union_evaluation(sums["test"])
+        clean = ss.union_evaluation(sums["clean"]) if "clean" in sums else None
+        return Evaluation(test_loss, test_accuracy, clean, tuple(notes))
+
+
+def finish(grid: Grid, node_of: dict[int, int], timeout: float) -> None:
+    """Tell every node that the run is over (clients delete their resume state unless it is kept)."""
+    exchange(grid, {cid: _message({INFO: _info()}, node, FINISH, 0) for cid, node in node_of.items()},
+             min(timeout, 60.0))

@@ -1,0 +1,157 @@
+"""The round loop of every engine: LDPFL Algorithm 1 lines 17-21, with the clients behind a :class:`Transport`.
+
+A round, in the order of its random draws (the server's stream; each client's own streams are used only
+by that client's step): ``strategy.select`` → the transport takes each selected client's step
+(``rounds.client_step``: train, perturb) to it and brings the uploads back → the failure policy →
+``draw_dropouts`` → ``server_step`` → the new global model is evaluated on the union of the clients'
+test splits → the round's record, then its checkpoint and metrics (``run_outputs``).
+
+Engines differ only in the transport: the local engine calls each client in this process
+(``in_process``), the Flower engine sends it a message (``flower_engine.transport``). A *pipelined*
+transport evaluates round t's model with round t + 1's training message (one message per client and
+round: in a deployment each message starts a process), so round t's record is completed, and its
+checkpoint written with the state as it was after round t, when round t + 1's replies are in; after the
+last round one evaluation closes the run. Evaluation draws no random numbers, so the order of the draws,
+and the result, do not depend on the transport.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from .checkpoint import Snapshot, check_inputs
+from .plan import FederationPlan
+from .round_record import Evaluation, RoundRecord
+from .rounds import Broadcast, ClientResult, draw_dropouts, round_record, server_step
+from .run_outputs import RunWriter
+
+
+@dataclass(frozen=True)
+class Training:
+    """What a transport brings back from one round's training exchange.
+
+    ``results``: the selected clients that replied, in selection order; ``lost``: those whose reply never
+    came or failed under a failure policy, ``notes`` why; ``evaluation``: the previous global model's, when
+    the loop asked a pipelined transport for it.
+    """
+
+    results: tuple[ClientResult, ...]
+    lost: tuple[int, ...] = ()
+    notes: tuple[str, ...] = ()
+    evaluation: Evaluation | None = None
+
+
+class Transport(Protocol):
+    """How a client step reaches the clients and how the global model is evaluated on their test splits."""
+
+    pipelined: bool  # round t's evaluation travels with round t + 1's training exchange
+    can_lose: bool  # a client's reply may never come (its records then list ``lost``)
+
+    def train(self, round_number: int, selected: Sequence[int], broadcast: Broadcast, *,
+              evaluate_without: frozenset[int] | None) -> Training:
+        """Run the selected clients' steps from ``broadcast``.
+
+        A pipelined transport also evaluates ``broadcast`` (the previous round's model) when
+        ``evaluate_without`` is given, on every client but those (lost in that round).
+        """
+        ...
+
+    def evaluate(self, round_number: int, broadcast: Broadcast, *, without: frozenset[int]) -> Evaluation:
+        """Evaluate the global model after ``round_number`` on every client's test split but ``without``'s."""
+        ...
+
+
+class TooFewClientsError(RuntimeError):
+    """Fewer selected clients trained in a round than the failure policy (``min-clients``) requires."""
+
+
+def check_policy(round_number: int, selected: Sequence[int], trained: int, notes: Sequence[str],
+                 min_clients: int) -> None:
+    """Raise :class:`TooFewClientsError` when fewer than ``min_clients`` of ``selected`` trained (``notes``: why)."""
+    if min_clients and trained < min(min_clients, len(selected)):
+        raise TooFewClientsError(f"round {round_number}: {trained} of the {len(selected)} selected clients trained, "
+                                 f"fewer than the failure policy's {min_clients} (min-clients-per-round): "
+                                 + "; ".join(notes))
+
+
+def restore(plan: FederationPlan, payload: dict[str, Any], path: Path, inputs: dict[str, str]
+            ) -> tuple[list[RoundRecord], int]:
+    """Load a checked checkpoint (``checkpoint.load_checkpoint``) into ``plan``; return its history and next round.
+
+    Refuses a checkpoint trained on other client files than ``inputs`` (``checkpoint.check_inputs``).
+    """
+    check_inputs(path, payload, inputs)
+    plan.model.load_state_dict(payload["model"])
+    plan.streams.restore(payload["rng"])
+    plan.relabel_randomness(payload["randomness"])
+    return [RoundRecord.from_dict(row) for row in payload["history"]], int(payload["round"]) + 1
+
+
+@dataclass(frozen=True)
+class _Trained:
+    """A round trained and aggregated, whose model is not evaluated yet."""
+
+    record: RoundRecord
+    state: Snapshot  # the server's model and streams after the round: its checkpoint
+    started: float
+
+    @property
+    def lost(self) -> frozenset[int]:
+        return frozenset(self.record.lost or ())
+
+    def evaluated(self, evaluation: Evaluation | None) -> RoundRecord:
+        if evaluation is None:
+            raise RuntimeError(f"round {self.record.round}'s model was not evaluated")
+        return self.record.evaluated(evaluation, time.perf_counter() - self.started)
+
+
+def run_rounds(plan: FederationPlan, transport: Transport, writer: RunWriter, history: list[RoundRecord], *,
+               start: int, min_clients: int = 0, on_kept: Callable[[RoundRecord], None] | None = None) -> None:
+    """Play rounds ``start`` to ``plan.config.rounds``, appending each completed record to ``history``.
+
+    Each completed round is written (``writer.keep``: checkpoint, metrics), then given to ``on_kept``.
+    ``min_clients``: the failure policy (0: none); a round in which fewer selected clients trained ends
+    the run with :class:`TooFewClientsError`.
+    """
+    def keep(record: RoundRecord, state: Snapshot) -> None:
+        history.append(record)
+        writer.keep(history, state)
+        if on_kept is not None:
+            on_kept(record)
+
+    epsilons = {cid: p.epsilon for cid, p in plan.perturbations.items()}
+    pending: _Trained | None = None
+    for round_number in range(start, plan.config.rounds + 1):
+        started = time.perf_counter()
+        selected = plan.strategy.select(round_number, plan.streams.server)
+        broadcast = Broadcast.of(plan.model)
+        training = transport.train(round_number, selected, broadcast,
+                                   evaluate_without=None if pending is None else pending.lost)
+        check_policy(round_number, selected, len(training.results), training.notes, min_clients)
+        if pending is not None:
+            keep(pending.evaluated(training.evaluation), pending.state)
+        dropped = draw_dropouts(selected, plan.config.drop_per_round, plan.streams.server)  # after training (IV-E)
+        surviving = {r.client: r.upload for r in training.results if r.upload is not None and r.client not in dropped}
+        server = server_step(broadcast.vector, surviving, plan.strategy, plan.rule, rng=plan.streams.server)
+        plan.set_vector(server.vector)
+        record = round_record(round_number, selected=selected, clients=training.results, dropped=dropped,
+                              server=server, epsilons=epsilons, lost=training.lost if transport.can_lose else None,
+                              notes=training.notes)
+        pending = _Trained(record, Snapshot.of(plan.model, plan.streams), started)
+        if not transport.pipelined:
+            keep(pending.evaluated(transport.evaluate(round_number, Broadcast.of(plan.model), without=frozenset())),
+                 pending.state)
+            pending = None
+    if pending is not None:
+        last = transport.evaluate(pending.record.round, Broadcast.of(plan.model), without=pending.lost)
+        keep(pending.evaluated(last), pending.state)
+
+
+def finite(value: float) -> float | None:
+    """Return ``value``, or None when it is NaN or infinite (a status file's accuracy)."""
+    return float(value) if math.isfinite(value) else None

@@ -1,0 +1,100 @@
+"""One round's metrics as a typed, frozen record: a row of ``metrics.csv`` and an entry of ``metrics.json``.
+
+Both engines make the same record (``loop``). Optional parts are left out of the written row when they do
+not apply: ``omega`` (only strategies that draw ω, WU 4.2), ``clean_test_*`` (only with ``eval_clean``),
+and ``lost`` (only transports that can lose a client: a Flower node that does not answer; an in-process
+client cannot be lost, so the local engine's rows have no ``lost``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+Number = float | int
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """The global model's mean loss and accuracy on the union of the test splits (and the clean ones)."""
+
+    test_loss: float
+    test_accuracy: float
+    clean: tuple[float, float] | None = None  # (loss, accuracy) on the clients' clean test files (eval_clean)
+    notes: tuple[str, ...] = ()  # clients whose split was left out, and why
+
+
+@dataclass(frozen=True)
+class RoundRecord:
+    """What happened in one round (LDPFL Algorithm 1 lines 17-21) and how good the resulting model is."""
+
+    round: int
+    train_loss: float
+    train_accuracy: float
+    test_loss: float
+    test_accuracy: float
+    selected: tuple[int, ...]
+    dropped: tuple[int, ...]
+    excluded: tuple[int, ...]
+    aggregated: tuple[int, ...]
+    weights: tuple[Number, ...]
+    client_epsilons: tuple[float | None, ...]
+    kept_previous_model: bool
+    notes: tuple[str, ...]
+    seconds: float
+    omega: Any = None  # the strategy's ω (WU 4.2), when it draws one
+    clean_test_loss: float | None = None
+    clean_test_accuracy: float | None = None
+    lost: tuple[int, ...] | None = None  # None: the transport cannot lose a client
+
+    def evaluated(self, evaluation: Evaluation, seconds: float) -> RoundRecord:
+        """Return this record with the evaluation of its model and the round's duration."""
+        clean_loss, clean_accuracy = (None, None) if evaluation.clean is None else evaluation.clean
+        return dataclasses.replace(self, test_loss=evaluation.test_loss, test_accuracy=evaluation.test_accuracy,
+                                   clean_test_loss=clean_loss, clean_test_accuracy=clean_accuracy,
+                                   notes=self.notes + evaluation.notes, seconds=seconds)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the row as written (the keys in the order of ``metrics.json``; absent parts left out)."""
+        row: dict[str, Any] = {
+            "round": self.round, "train_loss": self.train_loss, "train_accuracy": self.train_accuracy,
+            "test_loss": self.test_loss, "test_accuracy": self.test_accuracy, "selected": list(self.selected),
+            "dropped": list(self.dropped), "excluded": list(self.excluded), "aggregated": list(self.aggregated),
+            "weights": list(self.weights), "client_epsilons": list(self.client_epsilons),
+            "kept_previous_model": self.kept_previous_model, "notes": list(self.notes),
+        }
+        if self.omega is not None:
+            row["omega"] = self.omega
+        row["seconds"] = self.seconds
+        if self.clean_test_loss is not None or self.clean_test_accuracy is not None:
+            row["clean_test_loss"], row["clean_test_accuracy"] = self.clean_test_loss, self.clean_test_accuracy
+        if self.lost is not None:
+            row["lost"] = list(self.lost)
+        return row
+
+    @classmethod
+    def from_dict(cls, row: Mapping[str, Any]) -> RoundRecord:
+        """Read a row written by :meth:`to_dict` (a checkpoint's history)."""
+        lost = row.get("lost")
+        return cls(
+            round=int(row["round"]), train_loss=row["train_loss"], train_accuracy=row["train_accuracy"],
+            test_loss=row["test_loss"], test_accuracy=row["test_accuracy"], selected=tuple(row["selected"]),
+            dropped=tuple(row["dropped"]), excluded=tuple(row["excluded"]), aggregated=tuple(row["aggregated"]),
+            weights=tuple(row["weights"]), client_epsilons=tuple(row["client_epsilons"]),
+            kept_previous_model=bool(row["kept_previous_model"]), notes=tuple(str(n) for n in row["notes"]),
+            seconds=row["seconds"], omega=row.get("omega"), clean_test_loss=row.get("clean_test_loss"),
+            clean_test_accuracy=row.get("clean_test_accuracy"), lost=None if lost is None else tuple(lost))
+
+    def warning(self) -> str | None:
+        """Return one line on what went wrong in the round (clients excluded, no upload, model kept), if anything."""
+        notes = list(self.notes)
+        if self.kept_previous_model and not notes:
+            notes.append("the previous global model is kept")
+        return f"round {self.round}: {'; '.join(notes)}" if notes else None
+
+
+def rows(records: Sequence[RoundRecord]) -> list[dict[str, Any]]:
+    """Return the records as written rows (``metrics.csv``, ``metrics.json``, the checkpoint's history)."""
+    return [r.to_dict() for r in records]
