@@ -26,7 +26,6 @@ file (``--node-config "client-file='...'"``). :func:`run_on_superlink` is the co
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import secrets
@@ -35,6 +34,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from filelock import FileLock, Timeout
 
 from ldpfl.contract.atomic import atomic_write_text
 from ldpfl.contract.layout import FEDERATION_DIR, MANIFEST_NAME
@@ -119,12 +120,12 @@ def released(target: Path, timeout: float) -> bool:
     while True:
         if not path.exists():
             return True
-        with open(path, "a+") as handle:
-            try:
-                fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-                return True  # closing the handle releases it
-            except BlockingIOError:
-                pass
+        probe = FileLock(path, blocking=False)
+        try:
+            with probe:
+                return True  # released on leaving
+        except Timeout:
+            pass
         if time.monotonic() > deadline:
             return False
         time.sleep(0.2)

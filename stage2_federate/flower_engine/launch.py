@@ -31,10 +31,10 @@ from typing import Any
 
 import tomli_w
 
+from ldpfl.common.errors import LdpflError, ParameterError
 from ldpfl.contract.layout import FEDERATION_DIR
 from ldpfl.contract.run_dir import validate_run
 from ldpfl.contract.version import package_version
-from ldpfl.mechanisms.base import ParameterError
 
 from .. import outputs as out
 from ..config import FederationConfig
@@ -52,7 +52,7 @@ SUPEREXEC_POLL = "0.25"
 CLIENT_STATE_DIR = ".flower-clients"  # simulation: each client's resume state, under the output directory
 
 
-class FlowerRunError(RuntimeError):
+class FlowerRunError(LdpflError, RuntimeError):
     """The Flower run failed; the message is one line (the ServerApp's reason, or what went wrong)."""
 
 
