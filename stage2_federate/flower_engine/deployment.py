@@ -45,6 +45,7 @@ from ldpfl.contract.schema import FormatError
 from ldpfl.contract.version import package_version
 
 from ..config import FederationConfig
+from ..outdir import clear_outputs, locked, remove_temporaries
 from . import require_flower
 from .control import ControlClient, RunState, SuperLinkError, parse_superlink
 from .launch import (
@@ -250,7 +251,6 @@ def run_on_superlink(run_dir: str | Path, config: FederationConfig, *, superlink
     run = coordinator_run(run_dir)
     target = (run.run_dir / FEDERATION_DIR if out_dir is None else Path(out_dir)).resolve()
     _check_out_dir(target, resume=resume, overwrite=overwrite)
-    from ..outdir import clear_outputs, locked, remove_temporaries
 
     with ControlClient(address, insecure=insecure, root_certificates=root_certificates) as control:
         control.runs()  # reachable, TLS, a SuperLink: checked before OUT is touched

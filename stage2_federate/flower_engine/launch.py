@@ -38,6 +38,7 @@ from ldpfl.contract.version import package_version
 
 from .. import outputs as out
 from ..config import FederationConfig
+from ..outdir import clear_outputs, locked, remove_temporaries
 from . import require_flower
 from .processes import Daemon, stop_all
 from .protocol import app_pyproject, run_config
@@ -197,8 +198,6 @@ def _ray_tmp(work: Path) -> Path:
 @contextlib.contextmanager
 def _prepared_out_dir(target: Path, *, resume: bool, overwrite: bool) -> Iterator[None]:
     """Hold ``target``'s lock for the whole run, start afresh with ``overwrite`` and drop stale temporaries."""
-    from ..outdir import clear_outputs, locked, remove_temporaries
-
     with locked(target), _interruptible():
         if overwrite and not resume:
             clear_outputs(target)
