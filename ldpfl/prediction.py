@@ -322,7 +322,7 @@ def _logits_argmax(model: Any, stored: np.ndarray, width: int, packed: bool) -> 
     """Predict one batch of stored rows as ``ldpfl federate`` feeds them (bits unpacked in torch)."""
     import torch
 
-    from ldpfl.stage2_federate.data import unpack_bits
+    from ldpfl.stage2_federate.packed_bits import unpack_bits
 
     with torch.no_grad():
         tensor = torch.from_numpy(np.ascontiguousarray(stored))

@@ -26,8 +26,6 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from ldpfl.common.errors import ParameterError as ParameterError  # stage2_federate imports it from here (issue 21)
-
 from .encoding import FixedPointEncoding
 from .report import PrivacyReport
 

@@ -9,7 +9,7 @@ Presets come from the papers' experiments:
   ε2 = {0.1, 0.2, …, 1.0, 0.1, …} (ascending, cycling), ε3 = {0.9, 1.0, 0.9, 1.0, …}, and for the safe
   range lengths τ1 = {0.2, 0.4, …}, τ2 = {0.2, 0.4, …, 2.0, 0.2, …}, τ3 = {1.8, 2.0, …}.
 
-This module imports the standard library and the generic registry (``ldpfl.mechanisms.plugins``) only.
+This module imports the standard library and the generic registry (``ldpfl.common.registry``) only.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ldpfl.common.registry import Registry
 from ldpfl.contract.small_files import SmallFileError, read_small_file
-from ldpfl.mechanisms.plugins import Registry
 
 EPSILON = "epsilon"
 RANGE = "range"

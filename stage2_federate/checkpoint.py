@@ -15,10 +15,10 @@ from typing import Any
 
 import torch
 
+from ldpfl.common.errors import ParameterError
 from ldpfl.contract.atomic import atomic_write
 from ldpfl.contract.schema import FormatError
 from ldpfl.contract.version import package_version
-from ldpfl.mechanisms.base import ParameterError
 
 from .config import FederationConfig
 from .data import FederatedData

@@ -2,7 +2,7 @@
 
 This module imports no torch: a front end can build and check a configuration before torch loads.
 Errors name the configuration's fields (``client_ranges``), never CLI flags; those that name fields
-are :class:`~mechanisms.base.ParameterError`, which a front end renders its own way.
+are :class:`~ldpfl.common.errors.ParameterError`, which a front end renders its own way.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ldpfl import mechanisms as mech
-from ldpfl.mechanisms.base import ParameterError
+from ldpfl.common.errors import ParameterError
 from ldpfl.mechanisms.validation import require_finite_positive, require_int_in_range
 
 from . import budgets

@@ -36,9 +36,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ldpfl.common.errors import ParameterError
 from ldpfl.contract.jsonout import json_ready
 from ldpfl.contract.layout import FEDERATION_DIR
-from ldpfl.mechanisms.base import ParameterError
 
 from . import outdir
 from . import outputs as out

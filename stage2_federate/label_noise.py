@@ -22,8 +22,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from ldpfl.common.errors import ParameterError
 from ldpfl.contract.label_release import CLEAR, check_label_release, transition_matrix
-from ldpfl.mechanisms.base import ParameterError
 
 from .config import LABEL_NOISE_CORRECTIONS
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from numbers import Integral, Real
 from typing import Any
 
-from ldpfl.mechanisms.report import format_epsilon, json_number
+from ldpfl.mechanisms.report import PrivacyReport, format_epsilon, json_number
 
 RDP = "rdp"
 PLD = "pld"
@@ -281,8 +281,6 @@ def ledger_section(rounds: Sequence[Mapping[str, Any]], privacy: Sequence[Mappin
     (False for ``none``), ``clients`` (``LedgerEntry.to_dict()`` each, plus ``mechanism``) and ``notes``.
     A client whose report cannot be accounted (no per-record figure) gets ε = None and a note.
     """
-    from ldpfl.mechanisms.report import PrivacyReport
-
     clients = [p["client"] for p in privacy]
     releases: dict[Hashable, Release | None] = {}
     problems: dict[Hashable, str] = {}

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from ldpfl.common.errors import LdpflError
+
 from .checkpoint import Snapshot, check_inputs
 from .plan import FederationPlan
 from .round_record import Evaluation, RoundRecord
@@ -66,7 +68,7 @@ class Transport(Protocol):
         ...
 
 
-class TooFewClientsError(RuntimeError):
+class TooFewClientsError(LdpflError, RuntimeError):
     """Fewer selected clients trained in a round than the failure policy (``min-clients``) requires."""
 
 

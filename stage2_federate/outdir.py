@@ -17,8 +17,8 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
+from ldpfl.common.errors import ParameterError
 from ldpfl.contract.atomic import TMP_MARK
-from ldpfl.mechanisms.base import ParameterError
 
 from .outputs import OUTPUT_NAMES
 

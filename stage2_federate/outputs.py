@@ -20,6 +20,9 @@ from typing import Any
 from ldpfl.contract.atomic import atomic_write, atomic_write_text
 from ldpfl.contract.jsonout import json_ready, refuse_seed_keys
 from ldpfl.contract.layout import METRICS_JSON
+from ldpfl.contract.release_guarantee import federation_guarantee
+
+from .ledger import ledger_section
 
 METRICS_CSV = "metrics.csv"
 CONFIG_JSON = "config.json"
@@ -67,10 +70,6 @@ def write_metrics_json(path: str | os.PathLike, *, config: Mapping[str, Any], pr
     here so that every engine writes it; ``release_guarantee`` is the per-record figure over everything the
     clients released (``ldpfl.contract.release_guarantee.federation_guarantee``).
     """
-    from ldpfl.contract.release_guarantee import federation_guarantee
-
-    from .ledger import ledger_section
-
     ledger = ledger_section(rounds, privacy)
     payload = {"config": config, "privacy": list(privacy), "rounds": list(rounds), "privacy_ledger": ledger}
     if all("release_guarantee" in p for p in privacy) and privacy:  # issue 22: everything released, one figure

@@ -25,7 +25,8 @@ from typing import Any
 import numpy as np
 
 from ldpfl import mechanisms as mech
-from ldpfl.mechanisms.base import PARAMETERS, UPDATE, FederationWiring, ParameterError, require_generator
+from ldpfl.common.errors import ParameterError
+from ldpfl.mechanisms.base import PARAMETERS, UPDATE, FederationWiring, require_generator
 from ldpfl.mechanisms.randomness import UNRECORDED
 
 from . import aggregation as agg
@@ -155,7 +156,7 @@ def build_client_perturbations(
     ``delta`` may be a number, None (the mechanism's default) or ``"1/n"``: δ_i = 1/|D_i| per client
     (WU 3.1: "δ_i = 1/|D_i|", from ``train_sizes``). ``rounds`` reaches mechanisms whose σ depends on R
     and is ignored by the others. ``clients`` are the client indices (default 0, 1, ...). Options the
-    mechanism does not take raise :class:`~mechanisms.base.ParameterError` naming them.
+    mechanism does not take raise :class:`~ldpfl.common.errors.ParameterError` naming them.
     """
     wiring = perturbation_wiring(name)
     count = len(epsilons)

@@ -18,9 +18,9 @@ import numpy as np
 import torch
 
 from ldpfl import mechanisms as mech
+from ldpfl.common.errors import ParameterError
 from ldpfl.contract.file_checks import float32_overflow
 from ldpfl.contract.release_guarantee import stored_or_computed
-from ldpfl.mechanisms.base import ParameterError
 from ldpfl.mechanisms.randomness import describe_randomness
 
 from . import budgets

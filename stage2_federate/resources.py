@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from ldpfl.common.errors import ParameterError
 from ldpfl.contract.memory import available_memory, format_bytes, memory_shortfall
-from ldpfl.mechanisms.base import ParameterError
 
 __all__ = ["FLOAT32_BYTES", "MODEL_BUFFERS", "available_memory", "batch_memory", "check_model", "format_bytes",
            "model_memory", "parameter_count_of", "require_memory"]

@@ -21,8 +21,9 @@ from typing import Any, ClassVar, TypeVar, cast
 import numpy as np
 
 from ldpfl import mechanisms as mech
-from ldpfl.mechanisms.base import ParameterError, require_generator
-from ldpfl.mechanisms.plugins import Registry
+from ldpfl.common.errors import ParameterError
+from ldpfl.common.registry import Registry
+from ldpfl.mechanisms.base import require_generator
 
 from . import aggregation as agg
 

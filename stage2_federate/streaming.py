@@ -26,6 +26,8 @@ from ldpfl.contract.client_reader import short_error
 from ldpfl.contract.memory import available_memory
 from ldpfl.contract.schema import FormatError
 
+from .packed_bits import unpack_bits
+
 BLOCK_BYTES = 64 * 2**20
 """Stored bytes of one block of rows (features); fixed, so that the shuffle does not depend on the machine."""
 RESIDENT_SPLIT_BYTES = 256 * 2**20
@@ -145,7 +147,6 @@ class StreamedSplit:
                                          f"({short_error(error)})") from None
 
     def _inputs(self, rows: torch.Tensor) -> torch.Tensor:
-        from .data import unpack_bits
 
         return unpack_bits(rows, self.width) if self.packed else rows
 

@@ -22,10 +22,12 @@ from __future__ import annotations
 
 import importlib.util
 
+from ldpfl.common.errors import LdpflError
+
 from .protocol import FLOWER_REQUIREMENT, INSTALL_HINT
 
 
-class FlowerMissingError(RuntimeError):
+class FlowerMissingError(LdpflError, RuntimeError):
     """Flower (``flwr[simulation]``) is not installed."""
 
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
-from ldpfl.mechanisms.base import ParameterError
+from ldpfl.common.errors import ParameterError
 
 from .launch import FlowerRunError
 from .protocol import APP_NAME, PUBLISHER, app_pyproject

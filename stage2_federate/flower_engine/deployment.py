@@ -26,7 +26,6 @@ file (``--node-config "client-file='...'"``). :func:`run_on_superlink` is the co
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import secrets
@@ -36,6 +35,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from filelock import FileLock, Timeout
+
 from ldpfl.contract.atomic import atomic_write_text
 from ldpfl.contract.layout import FEDERATION_DIR, MANIFEST_NAME
 from ldpfl.contract.manifest import read_manifest
@@ -44,6 +45,7 @@ from ldpfl.contract.schema import FormatError
 from ldpfl.contract.version import package_version
 
 from ..config import FederationConfig
+from ..outdir import clear_outputs, locked, remove_temporaries
 from . import require_flower
 from .control import ControlClient, RunState, SuperLinkError, parse_superlink
 from .launch import (
@@ -119,12 +121,12 @@ def released(target: Path, timeout: float) -> bool:
     while True:
         if not path.exists():
             return True
-        with open(path, "a+") as handle:
-            try:
-                fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-                return True  # closing the handle releases it
-            except BlockingIOError:
-                pass
+        probe = FileLock(path, blocking=False)
+        try:
+            with probe:
+                return True  # released on leaving
+        except Timeout:
+            pass
         if time.monotonic() > deadline:
             return False
         time.sleep(0.2)
@@ -249,7 +251,6 @@ def run_on_superlink(run_dir: str | Path, config: FederationConfig, *, superlink
     run = coordinator_run(run_dir)
     target = (run.run_dir / FEDERATION_DIR if out_dir is None else Path(out_dir)).resolve()
     _check_out_dir(target, resume=resume, overwrite=overwrite)
-    from ..outdir import clear_outputs, locked, remove_temporaries
 
     with ControlClient(address, insecure=insecure, root_certificates=root_certificates) as control:
         control.runs()  # reachable, TLS, a SuperLink: checked before OUT is touched

@@ -19,10 +19,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from ldpfl.common.errors import LdpflError
 from ldpfl.contract.digest import sha256_file
 
 
-class FileChanged(ValueError):
+class FileChanged(LdpflError, ValueError):
     """The client file differs from the one the run started with; the message names it and both digests."""
 
 

@@ -31,13 +31,14 @@ from typing import Any
 
 import tomli_w
 
+from ldpfl.common.errors import LdpflError, ParameterError
 from ldpfl.contract.layout import FEDERATION_DIR
 from ldpfl.contract.run_dir import validate_run
 from ldpfl.contract.version import package_version
-from ldpfl.mechanisms.base import ParameterError
 
 from .. import outputs as out
 from ..config import FederationConfig
+from ..outdir import clear_outputs, locked, remove_temporaries
 from . import require_flower
 from .processes import Daemon, stop_all
 from .protocol import app_pyproject, run_config
@@ -52,7 +53,7 @@ SUPEREXEC_POLL = "0.25"
 CLIENT_STATE_DIR = ".flower-clients"  # simulation: each client's resume state, under the output directory
 
 
-class FlowerRunError(RuntimeError):
+class FlowerRunError(LdpflError, RuntimeError):
     """The Flower run failed; the message is one line (the ServerApp's reason, or what went wrong)."""
 
 
@@ -197,8 +198,6 @@ def _ray_tmp(work: Path) -> Path:
 @contextlib.contextmanager
 def _prepared_out_dir(target: Path, *, resume: bool, overwrite: bool) -> Iterator[None]:
     """Hold ``target``'s lock for the whole run, start afresh with ``overwrite`` and drop stale temporaries."""
-    from ..outdir import clear_outputs, locked, remove_temporaries
-
     with locked(target), _interruptible():
         if overwrite and not resume:
             clear_outputs(target)

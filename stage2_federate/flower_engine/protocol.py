@@ -37,6 +37,8 @@ from typing import Annotated, Any, TypeVar
 import tomli_w
 from pydantic import ConfigDict, Field, TypeAdapter, ValidationError
 
+from ldpfl.common.errors import LdpflError
+
 from ..config import FederationConfig
 
 APP_NAME = "ldpfl-flower"
@@ -150,7 +152,7 @@ Finite = Annotated[float, Field(allow_inf_nan=False)]
 Record = TypeVar("Record")
 
 
-class MessageError(ValueError):
+class MessageError(LdpflError, ValueError):
     """A message whose JSON does not fit its record; the text names the record and the field."""
 
 

@@ -44,7 +44,7 @@ def run(grid: Grid, run_config: Mapping[str, Any]) -> None:
         _run(grid, run_config, out_dir)
     finally:
         if claim is not None:
-            claim.close()
+            claim.release()
 
 
 def _run(grid: Grid, run_config: Mapping[str, Any], out_dir: Path) -> None:

@@ -16,8 +16,11 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
+from filelock import FileLock, Timeout
+
+from ldpfl.common.errors import LdpflError
 from ldpfl.contract.atomic import atomic_write_text
 
 from ..config import FederationConfig
@@ -129,11 +132,11 @@ def check_manifest(summaries: Sequence[ClientSummary], entries: Sequence[Manifes
                              f"{_short(str(s.plan_fingerprint))}, the plan's {_short(plan_fingerprint)})")
 
 
-class OutDirUnseen(RuntimeError):
+class OutDirUnseen(LdpflError, RuntimeError):
     """The ServerApp does not see the submitting command's output directory (it runs on another machine)."""
 
 
-class StopRequested(RuntimeError):
+class StopRequested(LdpflError, RuntimeError):
     """The command that submitted the run asked it to stop (interrupted, or a newer command into OUT)."""
 
 
@@ -152,13 +155,13 @@ def stop_requested(out_dir: Path, token: str) -> bool:
     return not isinstance(record, dict) or record.get("token") != token or bool(record.get("stop"))
 
 
-def claim_out_dir(out_dir: Path, token: str) -> IO[str]:
+def claim_out_dir(out_dir: Path, token: str) -> FileLock:
     """Check that ``out_dir`` is the submitting command's (its token) and hold it for this ServerApp.
 
     The ServerApp writes the outputs where the SuperLink runs; the command that submitted the run wrote
     ``token`` into ``out_dir``/:data:`~.protocol.SUBMISSION_FILE` first, so reading it back proves that
-    both see the same directory. The returned handle holds :data:`~.protocol.SERVERAPP_LOCK` (an
-    advisory ``flock`` that the kernel drops when this process ends); keep it open for the whole run.
+    both see the same directory. The returned lock holds :data:`~.protocol.SERVERAPP_LOCK` (``filelock``: the
+    system drops it when this process ends); keep it for the whole run and ``release()`` it at the end.
 
     Raises
     ------
@@ -175,15 +178,12 @@ def claim_out_dir(out_dir: Path, token: str) -> IO[str]:
         raise OutDirUnseen(f"the ServerApp does not see the output directory {out_dir} of the command that submitted "
                            "the run (the ServerApp runs on the SuperLink's machine and writes the outputs there): run "
                            "ldpfl federate --superlink on the SuperLink's machine")
-    import fcntl
-
-    handle = open(out_dir / SERVERAPP_LOCK, "a+")  # noqa: SIM115 - held until the process ends
+    lock = FileLock(out_dir / SERVERAPP_LOCK, blocking=False)
     try:
-        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        handle.close()
+        lock.acquire()
+    except Timeout:
         raise RuntimeError(f"another ldpfl ServerApp is writing into {out_dir}") from None
-    return handle
+    return lock
 
 
 def union_evaluation(sums: Sequence[tuple[float, int, int]]) -> tuple[float, float]:

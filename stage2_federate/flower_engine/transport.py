@@ -33,6 +33,8 @@ from typing import Any
 from flwr.app import ArrayRecord, ConfigRecord, Message, RecordDict
 from flwr.serverapp import Grid
 
+from ldpfl.common.errors import LdpflError
+
 from ..loop import Training
 from ..round_record import Evaluation, RoundRecord
 from ..rounds import Broadcast, ClientResult
@@ -57,7 +59,7 @@ from .protocol import (
 )
 
 
-class ClientFailedError(RuntimeError):
+class ClientFailedError(LdpflError, RuntimeError):
     """A client's own code failed (its error reply)."""
 
 

@@ -146,8 +146,6 @@ def test_relative_imports_are_resolved() -> None:
 
 MAX_LINES = 500
 HEAVY_FRAMEWORKS = {"tensorflow", "keras", "torch", "jax", "jax_privacy", "flwr", "ray", "matplotlib"}
-RESTRUCTURING = "ldpfl.stage2_federate"  # issue 21 item 3 restructures stage 2 concurrently: its own imports wait
-STAGE2_CYCLES = {frozenset({"ldpfl.stage2_federate.data", "ldpfl.stage2_federate.streaming"})}
 
 
 def module_imports(source: str, module: str, known: set[str], is_package: bool = False) -> list[tuple[str, bool]]:
@@ -214,9 +212,7 @@ def project_sources() -> dict[str, tuple[str, bool]]:
 
 def test_no_import_cycle_among_project_modules() -> None:
     cycles = import_cycles(import_graph(project_sources()))
-    outside_stage2 = [sorted(group) for group in cycles if not all(m.startswith(RESTRUCTURING) for m in group)]
-    assert outside_stage2 == []
-    assert {group for group in cycles if group not in STAGE2_CYCLES} == set()
+    assert [sorted(group) for group in cycles] == []
 
 
 def test_no_module_is_over_500_lines() -> None:
@@ -230,7 +226,7 @@ def test_project_imports_inside_functions_are_for_heavy_frameworks_only() -> Non
     assert {"ldpfl.stage1_features.models.cnn", "ldpfl.inspection.report"}.isdisjoint(heavy)  # Keras loads lazily
     assert "ldpfl.stage2_federate.model" in heavy  # torch at the top
     light = [f"{module} imports {name} inside a function" for module, imports in import_graph(sources).items()
-             if not module.startswith(RESTRUCTURING) for name, inside in imports if inside and name not in heavy]
+             for name, inside in imports if inside and name not in heavy]
     assert light == []
 
 

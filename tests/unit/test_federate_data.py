@@ -11,7 +11,8 @@ from ldpfl import mechanisms as mech
 from ldpfl.contract.client_reader import read_client_file
 from ldpfl.contract.run_dir import validate_run
 from ldpfl.contract.schema import FormatError
-from ldpfl.stage2_federate.data import ClientSplit, load_run, unpack_bits
+from ldpfl.stage2_federate.data import ClientSplit, load_run
+from ldpfl.stage2_federate.packed_bits import unpack_bits
 
 
 @pytest.mark.parametrize("width", [1, 7, 8, 13, 48, 80])
