@@ -162,8 +162,8 @@ def test_the_serverapp_sees_the_commands_output_directory_and_its_stop_request(t
     held = claim_out_dir(out, "token")
     with pytest.raises(RuntimeError, match="another ldpfl ServerApp is writing into"):
         claim_out_dir(out, "token")
-    held.close()
-    claim_out_dir(out, "token").close()
+    held.release()
+    claim_out_dir(out, "token").release()
     (out / SUBMISSION_FILE).write_text(json.dumps({"token": "token", "stop": True}))  # the command was interrupted
     assert stop_requested(out, "token")
     (out / SUBMISSION_FILE).unlink()
