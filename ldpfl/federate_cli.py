@@ -8,6 +8,7 @@ the command.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -15,13 +16,20 @@ import click
 
 from ldpfl.api.federate_job import federate
 from ldpfl.contract.jsonout import echo_json
+from ldpfl.mechanisms.base import FEDERATION_OPTIONS
 from ldpfl.stage2_federate import budgets
 from ldpfl.stage2_federate.flower_engine import FlowerMissingError
 from ldpfl.stage2_federate.flower_engine.control import SuperLinkError, parse_superlink
 from ldpfl.stage2_federate.flower_engine.launch import FlowerRunError
 from ldpfl.stage2_federate.ledger import ledger_lines
 from ldpfl.stage2_federate.outputs import summary_table
-from ldpfl.stage2_federate.perturbation import SIGN_MODES, TARGETS, perturbation_names, perturbation_wiring
+from ldpfl.stage2_federate.perturbation import (
+    SIGN_MODES,
+    TARGETS,
+    option_help,
+    perturbation_names,
+    perturbation_wiring,
+)
 from ldpfl.stage2_federate.strategies import strategy_class, strategy_names
 
 _HIDDEN_HELP = "Hidden layer sizes, e.g. 2048 (default, LDPFL's DNN) or 512,256; 'none' = logistic regression."
@@ -81,6 +89,17 @@ def _parse_delta(ctx: click.Context, param: click.Parameter, value: str | None) 
     if not 0.0 < number < 1.0:
         raise click.BadParameter(f"delta must lie in the open interval (0, 1), got {value}")
     return number
+
+
+def federation_option_flags(command: Callable[..., Any]) -> Callable[..., Any]:
+    """Add one flag per registered federation option (``FEDERATION_OPTIONS``), with help from the registries."""
+    types = {"positive": click.FloatRange(min=0.0, min_open=True),
+             "probability": click.FloatRange(0.0, 1.0, min_open=True, max_open=True)}
+    for option in reversed(FEDERATION_OPTIONS.values()):  # click lists the flags in the order they were added
+        extra: dict[str, Any] = ({"callback": _parse_delta} if option.kind == "delta" else {"type": types[option.kind]})
+        command = click.option(f"--{option.name.replace('_', '-')}", default=None, help=option_help(option.name),
+                               **extra)(command)
+    return command
 
 
 def _parse_superlink(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
@@ -155,14 +174,7 @@ Examples:
 @click.option("--range-centre", type=float, default=0.0, show_default=True, help="pdpm: centre c of every client.")
 @click.option("--budget-preset", "presets", multiple=True, type=click.Choice(budgets.preset_names()), metavar="NAME",
               help="Named per-client epsilons or safe-range lengths (listed below); may be repeated once per kind.")
-@click.option("--clip", type=click.FloatRange(min=0.0, min_open=True), default=None,
-              help="gaussian-wu (default 2), gaussian and ldpsign (default 4): element-wise clip c.")
-@click.option("--delta", callback=_parse_delta, default=None,
-              help="delta of the Gaussian mechanisms and ldpsign, or '1/n' for 1/|D_i| per client (Wu 3.1).")
-@click.option("--sensitivity", type=click.FloatRange(min=0.0, min_open=True), default=None,
-              help="gaussian: Delta (default 2c); ldpsign: Delta_2 (default 2c); fedaw-gaussian: S_f (default 2).")
-@click.option("--sample-rate", type=click.FloatRange(0.0, 1.0, min_open=True, max_open=True), default=None,
-              help="gaussian-wu: q of eq. 4 (default 0.9).")
+@federation_option_flags
 @click.option("--sign-mode", type=click.Choice(list(SIGN_MODES)), default="update", show_default=True,
               help="ldpsign: 'update' perturbs local-global and steps W += server_lr*sign(mean) (signSGD, Wu "
                    "ref. [19]); 'literal' perturbs the parameters and sets W = sign(mean) (Wu eq. 10).")

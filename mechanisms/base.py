@@ -36,8 +36,31 @@ FEATURE_FORMATS = (PACKED_BITS, FLOAT32)
 PARAMETERS = "parameters"
 UPDATE = "update"
 FEDERATION_TARGETS = (PARAMETERS, UPDATE)
-# The scalar federation options a real mechanism may take (stage 2's ``FederationConfig`` fields).
-FEDERATION_OPTIONS = ("clip", "delta", "sensitivity", "sample_rate")
+
+
+@dataclass(frozen=True)
+class FederationOption:
+    """A scalar federation option, passed by stage 2 to the mechanisms whose ``FederationWiring.options`` take it.
+
+    It is a ``FederationConfig`` field; the CLI's flag, its check and its help text come from here.
+
+    ``kind``: ``"positive"`` (a number > 0), ``"probability"`` (in (0, 1)) or ``"delta"`` (in (0, 1), or
+    ``"1/n"``: δ_i = 1/|D_i| per client, WU 3.1).
+    """
+
+    name: str
+    kind: str
+    help: str
+
+
+# The scalar federation options a real mechanism may take, registered once: a new one is an entry here, its
+# field in stage 2's ``FederationConfig`` (and ``ldpfl.api.fields.FederationFields``) and the wirings that take it.
+FEDERATION_OPTIONS: Mapping[str, FederationOption] = MappingProxyType({option.name: option for option in (
+    FederationOption("clip", "positive", "Element-wise clip c of the upload."),
+    FederationOption("delta", "delta", "δ of the upload's (ε, δ)-DP, or '1/n' for 1/|D_i| per client (Wu 3.1)."),
+    FederationOption("sensitivity", "positive", "L2 sensitivity of the upload."),
+    FederationOption("sample_rate", "probability", "Client sampling rate q."),
+)})
 
 
 def param(default: Any, help: str, *flags: str) -> Any:

@@ -26,7 +26,7 @@ import numpy as np
 
 from ldpfl import mechanisms as mech
 from ldpfl.common.errors import ParameterError
-from ldpfl.mechanisms.base import PARAMETERS, UPDATE, FederationWiring, require_generator
+from ldpfl.mechanisms.base import FEDERATION_OPTIONS, PARAMETERS, UPDATE, FederationWiring, require_generator
 from ldpfl.mechanisms.randomness import UNRECORDED
 
 from . import aggregation as agg
@@ -58,6 +58,22 @@ def accepted_options(name: str) -> list[str]:
     """Return the configuration options perturbation ``name`` takes (scalar options, then ``client_ranges`` ...)."""
     wiring = perturbation_wiring(name)
     return [*wiring.options, *(RANGE_OPTIONS if wiring.ranges is not None else ())]
+
+
+def option_help(option: str) -> str:
+    """Return the help text of federation option ``option``, generated from the registries.
+
+    What the option is, then each mechanism that takes it with that mechanism's own description and default.
+    """
+    takers = []
+    for name in perturbation_names():
+        parameter = perturbation_wiring(name).options.get(option)
+        if parameter is None:
+            continue
+        spec = next(s for s in mech.mechanism_class(name).parameter_specs() if s.name == parameter)
+        default = "" if spec.default is None or "default" in spec.help else f", default {spec.default:g}"
+        takers.append(f"{name}: {spec.help}{default}")
+    return f"{FEDERATION_OPTIONS[option].help} " + ("; ".join(takers) or "taken by no registered mechanism") + "."
 
 
 def resolve_target(name: str, requested: str = AUTO, sign_mode: str = SIGN_UPDATE) -> str:
@@ -147,20 +163,23 @@ class ClientPerturbation:
 def build_client_perturbations(
     name: str, *, dim: int, epsilons: Sequence[float], target: str,
     ranges: Sequence[float] | None = None, centres: Sequence[float] | None = None,
-    train_sizes: Sequence[int] | None = None, clip: float | None = None, delta: float | str | None = None,
-    sensitivity: float | None = None, sample_rate: float | None = None, rounds: int | None = None,
-    clients: Sequence[int] | None = None,
+    train_sizes: Sequence[int] | None = None, rounds: int | None = None, clients: Sequence[int] | None = None,
+    **options: float | str | None,
 ) -> list[ClientPerturbation]:
     """One mechanism per client, with its own ε_i (and L_i, c_i when it takes ranges), ``dim`` = model parameters.
 
     ``delta`` may be a number, None (the mechanism's default) or ``"1/n"``: δ_i = 1/|D_i| per client
     (WU 3.1: "δ_i = 1/|D_i|", from ``train_sizes``). ``rounds`` reaches mechanisms whose σ depends on R
-    and is ignored by the others. ``clients`` are the client indices (default 0, 1, ...). Options the
-    mechanism does not take raise :class:`~ldpfl.common.errors.ParameterError` naming them.
+    and is ignored by the others. ``clients`` are the client indices (default 0, 1, ...). ``options`` are
+    the federation options (``FEDERATION_OPTIONS``: ``clip``, ``delta`` …; None: the mechanism's default).
+    Options the mechanism does not take raise :class:`~ldpfl.common.errors.ParameterError` naming them.
     """
+    unknown = sorted(set(options) - set(FEDERATION_OPTIONS))
+    if unknown:
+        raise TypeError(f"unknown federation options {', '.join(unknown)}; known: {', '.join(FEDERATION_OPTIONS)}")
     wiring = perturbation_wiring(name)
     count = len(epsilons)
-    given = {"clip": clip, "delta": delta, "sensitivity": sensitivity, "sample_rate": sample_rate}
+    given = {option: options.get(option) for option in FEDERATION_OPTIONS}
     refused = [f"`{k}`" for k, v in given.items() if v is not None and k not in wiring.options]
     if wiring.ranges is None and (ranges is not None or centres is not None):
         refused.append("/".join(f"`{k}`" for k in RANGE_OPTIONS))
@@ -182,7 +201,7 @@ def build_client_perturbations(
         for option, value in given.items():
             if value is None:
                 continue
-            if option == "delta":
+            if FEDERATION_OPTIONS[option].kind == "delta":  # a number, or '1/n' per client
                 params[wiring.options[option]] = _client_delta(value, None if train_sizes is None else train_sizes[i])
             else:
                 params[wiring.options[option]] = float(value)

@@ -21,6 +21,7 @@ from ldpfl import mechanisms as mech
 from ldpfl.common.errors import ParameterError
 from ldpfl.contract.file_checks import float32_overflow
 from ldpfl.contract.release_guarantee import stored_or_computed
+from ldpfl.mechanisms.base import FEDERATION_OPTIONS
 from ldpfl.mechanisms.randomness import describe_randomness
 
 from . import budgets
@@ -119,8 +120,8 @@ def configured_perturbations(config: FederationConfig, *, dim: int, epsilons: Se
     target = resolve_target(config.perturbation, config.perturb_target, config.sign_mode)
     return build_client_perturbations(
         config.perturbation, dim=dim, epsilons=epsilons, target=target, ranges=ranges, centres=centres,
-        train_sizes=train_sizes, clip=config.clip, delta=config.delta, sensitivity=config.sensitivity,
-        sample_rate=config.sample_rate, rounds=config.rounds, clients=clients)
+        train_sizes=train_sizes, rounds=config.rounds, clients=clients,
+        **{option: getattr(config, option) for option in FEDERATION_OPTIONS})
 
 
 def plan_perturbations(config: FederationConfig, clients: Sequence[ClientLike], dim: int,
