@@ -95,7 +95,7 @@ def federation_option_flags(command: Callable[..., Any]) -> Callable[..., Any]:
     """Add one flag per registered federation option (``FEDERATION_OPTIONS``), with help from the registries."""
     types = {"positive": click.FloatRange(min=0.0, min_open=True),
              "probability": click.FloatRange(0.0, 1.0, min_open=True, max_open=True)}
-    for option in reversed(FEDERATION_OPTIONS.values()):  # click lists the flags in the order they were added
+    for option in reversed(list(FEDERATION_OPTIONS.values())):  # click lists the flags in the order they were added
         extra: dict[str, Any] = ({"callback": _parse_delta} if option.kind == "delta" else {"type": types[option.kind]})
         command = click.option(f"--{option.name.replace('_', '-')}", default=None, help=option_help(option.name),
                                **extra)(command)
