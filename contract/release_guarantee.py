@@ -16,7 +16,10 @@ are public under it. Parts:
   - trained without DP: one record changes the CNN and so the release of each of the other n − 1 records; each
     of those is ε_f-LDP whatever its input, so the only bound is group privacy, (n − 1)·ε_f (Dwork and Roth
     2014, Theorem 2.2), which with the record's own ε_f gives n·ε_f;
-  - not trained (raw features): no part.
+  - not trained (raw features): no part;
+  - fixed by the software (the weight-free ``scatter``, recorded as ``{"training": "none", "fixed": {...}}``): a
+    part of ε = 0 that says so: the function is the same whatever the records are, so a record changes no
+    other record's release.
 * ``re-release``: each earlier release of the same records (``--from-models``: the same extractor, counted once).
 
 Composition (Dwork and Roth 2014, Theorem 3.16; adaptive composition holds for all of them): pure parts add. When
@@ -57,6 +60,9 @@ PLD_MAX_PURE_EPSILON = 30.0
 probability 1 − 1e-13: nothing to gain, and the discretization loses it); basic composition covers them."""
 
 DP_SGD_KEYS = ("noise_multiplier", "sampling_probability", "steps")
+
+FIXED_TEXT = "fixed by the software, learned from no record"
+"""Why a weight-free extractor's part is 0 (``scatter``)."""
 
 
 @dataclass(frozen=True)
@@ -187,6 +193,11 @@ def extractor_part(extractor_training: Mapping[str, Any] | None, *, trained: boo
     """
     training = dict(extractor_training or {"training": "non-private" if trained else "none"})
     kind = training.get("training")
+    if kind == "none" and isinstance(training.get("fixed"), Mapping):
+        fixed = training["fixed"]
+        what = ", ".join(f"{k}={fixed[k]}" for k in ("kind", "J", "L") if k in fixed)
+        return GuaranteePart(EXTRACTOR, f"{FIXED_TEXT} ({what or 'weight-free'}): no record changes the release of "
+                             "another", "fixed", 0.0, 0.0, {"pure_epsilon": 0.0})
     if kind == "none":
         return None
     if kind == "dp-sgd":
@@ -237,7 +248,7 @@ def compose(parts: Sequence[GuaranteePart], *, scope: str) -> ReleaseGuarantee:
     basic = ReleaseGuarantee(math.fsum(p.epsilon for p in parts), math.fsum(p.delta for p in parts), parts, scope,
                              METHOD_BASIC)
     sgd = [p for p in parts if p.kind == EXTRACTOR and p.mechanism == "dp-sgd"]
-    pure = [p for p in parts if p not in sgd]
+    pure = [p for p in parts if p not in sgd and (p.epsilon or p.delta)]  # a part of (0, 0) adds nothing
     if len(sgd) != 1 or any(p.delta for p in pure) or any(p.epsilon > PLD_MAX_PURE_EPSILON for p in pure):
         return basic
     accountant = _pld_accountant()
@@ -278,11 +289,16 @@ def _pure_event(part: GuaranteePart) -> Any:
 # ---------------------------------------------------------------------------------------------------------------
 # A client file's guarantee
 
-UNTRAINED_EXTRACTORS = ("none",)
-"""Extractor names that are not trained (raw inputs): no extractor part when a file does not record its training."""
+UNTRAINED_EXTRACTORS = ("none", "scatter")
+"""Extractor names that are not trained (raw inputs; ``scatter``, fixed by the software): no part from training.
+
+A ``scatter`` file records ``{"training": "none", "fixed": {...}}``, which gives its part of ε = 0
+(:func:`extractor_part`)."""
 
 FILE_SCOPE = ("everything this client file releases about one record: its randomized values, its label, the "
               "extractor's dependence on it, and the earlier releases of the same records")
+LOCAL_ONLY_SCOPE = ("LOCAL ONLY: this file must never leave the silo (only DP-SGD updates may); if shipped, it "
+                    "releases " + FILE_SCOPE)
 
 
 def file_parts(meta: Any, *, records: int, history: Iterable[Mapping[str, Any]] = (),
@@ -319,8 +335,9 @@ def file_parts(meta: Any, *, records: int, history: Iterable[Mapping[str, Any]] 
 
 def file_guarantee(meta: Any, *, records: int, history: Iterable[Mapping[str, Any]] = (),
                    diagnostic: bool = False) -> ReleaseGuarantee:
-    """Return the per-record guarantee of a client file (see :func:`file_parts`)."""
-    return compose(file_parts(meta, records=records, history=history, diagnostic=diagnostic), scope=FILE_SCOPE)
+    """Return the per-record guarantee of a client file (see :func:`file_parts`); a local-only file's says so."""
+    scope = LOCAL_ONLY_SCOPE if getattr(meta, "local_only", False) else FILE_SCOPE
+    return compose(file_parts(meta, records=records, history=history, diagnostic=diagnostic), scope=scope)
 
 
 def stored_or_computed(meta: Any, *, records: int) -> ReleaseGuarantee:

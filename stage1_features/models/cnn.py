@@ -12,6 +12,8 @@ Extractors (``--extractor``):
   4·4·128 = 2,048 on 32×32×3 (r·l = 20,480). Head: Dense(num_classes, softmax) (layer 28).
 * ``none``: no CNN; the flattened raw inputs in [0, 1] are the features (the logistic-regression
   setting of Wu et al.).
+* ``scatter``: no CNN; a weight-free wavelet scattering transform and GroupNorm (Tramèr and Boneh, ICLR 2021),
+  with options J and L (``ldpfl.stage1_features.models.scatter``, which registers it).
 
 Decisions where the paper's figures are missing from the text or ambiguous:
 
@@ -46,7 +48,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -70,13 +72,20 @@ BOTTLENECK_LAYER = "release_bottleneck"  # ``--release bottleneck:K``: K tanh un
 
 @dataclass(frozen=True)
 class Architecture:
-    """One registered extractor: its name, its source in the paper, and its flatten width rule."""
+    """One registered extractor: its name, its source in the paper, and its flatten width rule.
+
+    A trained CNN has a ``builder``; a weight-free extractor (``scatter``) has ``fixed``, which takes its
+    ``options`` (the ``ExportConfig`` fields it reads, with their defaults) and returns an object with
+    ``width(input_shape)``, ``describe(input_shape)`` and ``batches(images)``; ``none`` has neither.
+    """
 
     name: str
     source: str
     summary: str
     flatten_width: Callable[[tuple[int, ...]], int]
     builder: Callable[..., Any] | None = None  # (keras, input_shape, num_classes, bottleneck) -> keras.Model
+    fixed: Callable[[Mapping[str, Any]], Any] | None = None  # options -> a weight-free extractor
+    options: Mapping[str, Any] = field(default_factory=dict)
 
 
 def _image_shape(name: str, input_shape: tuple[int, ...]) -> tuple[int, int, int]:
@@ -208,7 +217,7 @@ def resolve_extractor(name: str, dataset: str, *, dp: bool = False) -> str:
     return architecture(name).name
 
 
-def flatten_width(name: str, input_shape: tuple[int, ...]) -> int:
+def flatten_width(name: str, input_shape: tuple[int, ...], options: Mapping[str, Any] | None = None) -> int:
     """r: the width of the flatten layer of extractor ``name`` on inputs of ``input_shape`` (no TensorFlow).
 
     Parameters
@@ -217,23 +226,52 @@ def flatten_width(name: str, input_shape: tuple[int, ...]) -> int:
         A registered extractor (``extractor_names()``).
     input_shape : tuple of int
         One sample's shape: (height, width, channels) for the CNNs, anything for ``none``.
+    options : mapping, optional
+        A weight-free extractor's options (``scatter``: ``scatter_j``, ``scatter_l``); default its defaults.
 
     Returns
     -------
     int
-        1,024 for ``mnist-cnn`` on 28×28×1; 1,152 / 2,048 for ``cifar-cnn`` on 28×28×1 / 32×32×3.
+        1,024 for ``mnist-cnn`` on 28×28×1; 1,152 / 2,048 for ``cifar-cnn`` on 28×28×1 / 32×32×3; 3,969 for
+        ``scatter`` (J = 2, L = 8) on 28×28×1.
 
     Raises
     ------
     ValueError
         An unknown name, or an input the net cannot take (not an image, or too small).
     """
-    return architecture(name).flatten_width(tuple(int(s) for s in input_shape))
+    shape = tuple(int(s) for s in input_shape)
+    if is_fixed(name):
+        return fixed_extractor(name, options).width(shape)
+    return architecture(name).flatten_width(shape)
 
 
 def is_cnn(name: str) -> bool:
-    """Return whether extractor ``name`` is a CNN that is trained (``none`` is not)."""
+    """Return whether extractor ``name`` is a CNN that is trained (``none`` and ``scatter`` are not)."""
     return architecture(name).builder is not None
+
+
+def is_fixed(name: str) -> bool:
+    """Return whether extractor ``name`` is a weight-free function of each record (``scatter``), not raw inputs."""
+    return architecture(name).fixed is not None
+
+
+def fixed_extractor(name: str, options: Mapping[str, Any] | None = None) -> Any:
+    """Return the weight-free extractor ``name`` with ``options`` (``ParameterError`` naming a bad one)."""
+    arch = architecture(name)
+    if arch.fixed is None:
+        raise ValueError(f"extractor {name!r} is not a weight-free extractor")
+    return arch.fixed(dict(options or {}))
+
+
+def extractor_options(name: str) -> dict[str, Any]:
+    """Return the options extractor ``name`` takes, with their defaults (empty for the CNNs and ``none``)."""
+    return {} if name == AUTO else dict(architecture(name).options)
+
+
+def option_defaults() -> dict[str, Any]:
+    """Return every registered extractor option (an ``ExportConfig`` field) with its default."""
+    return {key: value for arch in _ARCHITECTURES.values() for key, value in arch.options.items()}
 
 
 # ----------------------------------------------------------------------------------------------------

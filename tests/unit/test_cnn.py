@@ -76,7 +76,8 @@ def test_none_extractor_flattens_the_input() -> None:
 
 
 def test_registry_and_auto_choice() -> None:
-    assert cnn.extractor_names() == ["cifar-cnn", "cifar-cnn-gn", "dp-cnn", "mnist-cnn", "mnist-cnn-gn", "none"]
+    assert cnn.extractor_names() == ["cifar-cnn", "cifar-cnn-gn", "dp-cnn", "mnist-cnn", "mnist-cnn-gn", "none",
+                                     "scatter"]
     assert cnn.resolve_extractor("auto", "mnist5k") == "mnist-cnn"
     assert cnn.resolve_extractor("auto", "mnist") == "mnist-cnn"
     for name in ("fashion-mnist", "cifar10", "svhn"):
