@@ -20,6 +20,7 @@ The file::
       "feature_format": "packed-bits", "feature_width": 10240,
       "feature_schema_version": 2,
       "label_epsilon": 2.0,                     # optional: every silo releases its labels by k-RR at this ε
+      "extractor_options": {"scatter_j": 2, "scatter_l": 8},  # optional: a weight-free extractor's options
       "fingerprint": "sha256:...",              # of everything above (optional on reading)
       "package_version": "0.1.0"                # who wrote it (optional, not fingerprinted)
     }
@@ -29,7 +30,8 @@ are written for readers and checked on reading. The **fingerprint** is the sha25
 JSON (sorted keys, no spaces, UTF-8) of every key but ``fingerprint`` and ``package_version``, so it
 does not depend on formatting, key order or the writer's version, and two silos agree on it exactly
 when they agree on the content. ``label_epsilon`` (issue 22) is written only when set, so plans with clear
-labels keep their fingerprints; a silo must export with exactly the plan's value (or its absence).
+labels keep their fingerprints; a silo must export with exactly the plan's value (or its absence). So is
+``extractor_options`` (the ``scatter`` extractor's J and L), written only for an extractor that takes options.
 Reading is strict: a missing, unknown or mistyped key is an error that
 names the key (:class:`PlanError`, one line).
 
@@ -43,7 +45,7 @@ import json
 import math
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -67,12 +69,12 @@ MAX_PLAN_BYTES = MAX_SMALL_FILE_BYTES
 
 _REQUIRED_KEYS = ("schema", "schema_version", "dataset", "classes", "extractor", "input_shape", "release",
                   "features", "mechanism", "encoding", "feature_format", "feature_width", "feature_schema_version")
-_OPTIONAL_KEYS = ("fingerprint", "package_version", "label_epsilon")
+_OPTIONAL_KEYS = ("fingerprint", "package_version", "label_epsilon", "extractor_options")
 _UNFINGERPRINTED = frozenset(("fingerprint", "package_version"))
 
 SETTINGS = ("dataset", "classes", "num_classes", "extractor", "input_shape", "release", "features", "mechanism",
             "mechanism_parameters", "integer_bits", "fraction_bits", "feature_format", "feature_width",
-            "feature_schema_version", "plan_fingerprint", "label_epsilon")
+            "feature_schema_version", "plan_fingerprint", "label_epsilon", "extractor_options")
 """The settings :func:`check_against_plan` compares. ``classes`` are the classes a silo holds (they must
 all be among the plan's); ``mechanism_parameters`` is compared key by key (each key given must agree)."""
 
@@ -123,6 +125,8 @@ class SharedPlan:
         The ``ldpfl-features`` schema version of the client files.
     label_epsilon : float, optional
         The nominal ε of every silo's k-RR of its labels (``ldpfl export --label-epsilon``); ``None``: clear.
+    extractor_options : mapping
+        A weight-free extractor's options (``scatter``: ``scatter_j``, ``scatter_l``); empty for the others.
 
     Raises
     ------
@@ -139,9 +143,15 @@ class SharedPlan:
     release: str = DEFAULT_RELEASE
     feature_schema_version: int = SCHEMA_VERSION
     label_epsilon: float | None = None
+    extractor_options: Mapping[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         """Validate every field, naming the one that is wrong."""
+        options = self.extractor_options
+        if not isinstance(options, Mapping) or not all(isinstance(k, str) and _positive_int(v)
+                                                       for k, v in options.items()):
+            raise ValueError(f"plan extractor_options must map option names to integers >= 1, got {options!r}")
+        object.__setattr__(self, "extractor_options", {k: int(v) for k, v in sorted(options.items())})
         for key in ("dataset", "extractor", "release"):
             value = getattr(self, key)
             if not isinstance(value, str) or not value or value != value.strip() or "\n" in value:
@@ -229,7 +239,8 @@ class SharedPlan:
             "feature_format": self.feature_format,
             "feature_width": self.feature_width,
             "feature_schema_version": self.feature_schema_version,
-        } | ({} if self.label_epsilon is None else {"label_epsilon": self.label_epsilon})
+        } | ({} if self.label_epsilon is None else {"label_epsilon": self.label_epsilon}) \
+            | ({"extractor_options": dict(self.extractor_options)} if self.extractor_options else {})
 
     def to_dict(self) -> dict[str, Any]:
         """Return the JSON object written to ``plan.json``: the content, its fingerprint and the writer's version."""
@@ -291,7 +302,7 @@ class SharedPlan:
             plan = cls(dataset=data["dataset"], classes=tuple(data["classes"]), extractor=data["extractor"],
                        input_shape=tuple(data["input_shape"]), features=data["features"], mechanism=spec,
                        release=data["release"], feature_schema_version=data["feature_schema_version"],
-                       label_epsilon=data.get("label_epsilon"))
+                       label_epsilon=data.get("label_epsilon"), extractor_options=data.get("extractor_options", {}))
         except ValueError as error:
             raise PlanError(source, str(error)) from None
         content = plan.content()
@@ -339,6 +350,7 @@ class SharedPlan:
             "fraction_bits": self.fraction_bits, "feature_format": self.feature_format,
             "feature_width": self.feature_width, "feature_schema_version": self.feature_schema_version,
             "plan_fingerprint": self.fingerprint, "label_epsilon": self.label_epsilon,
+            "extractor_options": dict(self.extractor_options),
         }
         found = []
         for key, value in settings.items():

@@ -239,14 +239,17 @@ class RunCheck:
         """Return run-level problems among the files that validate.
 
         Attributes that differ (``compare_metadata``: among them the plan fingerprint, the class names and
-        the widths), repeated indices, and, when the run directory holds a ``plan.json``, a file that was
-        not exported with that plan or a plan file that cannot be read.
+        the widths), a local-only file among shareable ones (a run of local-only files, ``ldpfl export
+        --local-only``, is one run: it stays on its silo), repeated indices, and, when the run directory holds a
+        ``plan.json``, a file that was not exported with that plan or a plan file that cannot be read.
         """
         valid = [(f.name, f.metadata) for f in self.files if f.metadata is not None]
         problems = compare_metadata(valid)
         problems += plan_problems(self.run_dir, valid)
-        problems += [f"{name} is a local-only file (unrandomized records, never shared), not a client file of the run"
-                     for name, meta in valid if meta.local_only]
+        local = [name for name, meta in valid if meta.local_only]
+        if local and len(local) < len(valid):  # a local-only run (``--local-only``) has nothing else
+            problems += [f"{name} is a local-only file (unrandomized records, never shared), not a client file of "
+                         "the run" for name in local]
         indices = [meta.client_index for _, meta in valid]
         duplicates = sorted({i for i in indices if indices.count(i) > 1})
         if duplicates:

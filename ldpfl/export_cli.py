@@ -24,6 +24,7 @@ from ldpfl.export_options import (
     mechanism_help,
     mechanism_parameters,
     own_data_options,
+    scatter_options,
     silo_config,
 )
 from ldpfl.release_cli import check_from_models, release_options
@@ -44,6 +45,12 @@ class NonEmptyPath(click.Path):
         if isinstance(value, str) and not value.strip():
             self.fail("is empty; give a directory (use '.' for the current one)", param, ctx)
         return super().convert(value, param, ctx)
+
+
+def _given_option(name: str) -> bool:
+    source = click.get_current_context().get_parameter_source(name)
+    return source is not None and source not in (click.core.ParameterSource.DEFAULT,
+                                                 click.core.ParameterSource.DEFAULT_MAP)
 
 
 def _format_accuracy(value: float | None) -> str:
@@ -89,6 +96,7 @@ def _print_table(result: Any) -> None:
 @click.option("--extractor", type=click.Choice([cnn.AUTO, *cnn.extractor_names()]), default=cnn.AUTO,
               show_default=True,
               help=extractor_help())
+@scatter_options
 @click.option("--epochs", type=int, default=50, show_default=True,
               help="CNN training epochs (IV-C: 50). CPU runs often use a few.")
 @click.option("--batch-size", type=int, default=64, show_default=True, help="CNN batch size (IV-C: 64).")
@@ -133,6 +141,10 @@ def _print_table(result: Any) -> None:
                    "without DP and its outputs carry no finite per-record guarantee.")
 @click.option("--cnn-delta", type=float, default=None,
               help="δ of --cnn-epsilon, in (0, 1)  [default: 1e-5]")
+@click.option("--local-only", is_flag=True,
+              help="Files that never leave the silo (a Flower deployment where only DP-SGD updates leave): clean "
+                   "float32 features (--mechanism none) and true labels, every file marked local_only. NOT private "
+                   "(epsilon = inf if shipped).")
 @click.option("--overwrite", is_flag=True,
               help="Redo every client (removes this run's client files, models, manifest and partition first).")
 @click.option("--seed", type=int, default=None,
@@ -146,12 +158,13 @@ def _print_table(result: Any) -> None:
 @own_data_options
 def export_command(dataset: str, data_dir: str | None, clients: int, max_clients: int | None, partition: str,
                    beta: float, unb: float, shards_per_client: int, test_fraction: float, extractor: str,
-                   epochs: int, batch_size: int, no_augment: bool, mechanism: str, epsilon: float | None,
-                   alpha: float | None, integer_bits: int | None, fraction_bits: int | None, params: tuple[str, ...],
+                   scatter_j: int, scatter_l: int, epochs: int, batch_size: int, no_augment: bool, mechanism: str,
+                   epsilon: float | None, alpha: float | None, integer_bits: int | None, fraction_bits: int | None,
+                   params: tuple[str, ...],
                    label_epsilon: float | None, limit: int | None, save_models: bool, store_input_density: bool,
                    clients_parallel: int, keras_backend: str | None, device: str, cnn_epsilon: float | None,
-                   cnn_delta: float | None, overwrite: bool, seed: int | None, out: Path | None, as_json: bool,
-                   quiet: bool,
+                   cnn_delta: float | None, local_only: bool, overwrite: bool, seed: int | None, out: Path | None,
+                   as_json: bool, quiet: bool,
                    release: str, from_models: str | None, keep_clean_test: bool, noise_aware: bool,
                    **silo: Any) -> None:
     """Stage 1: per client, train a CNN, encode and randomize its flatten features, write HDF5.
@@ -170,6 +183,7 @@ def export_command(dataset: str, data_dir: str | None, clients: int, max_clients
       ldpfl export --release label --mechanism krr --epsilon 2 --out runs/mnist5k-label
       ldpfl export --cnn-epsilon 4 --cnn-delta 1e-5 --epochs 5 --out runs/mnist5k-dp
       ldpfl export --release bottleneck:16 --mechanism piecewise --epsilon 5 --out runs/mnist5k-bn16
+      ldpfl export --dataset fashion-mnist --extractor scatter --scatter-j 2 --scatter-l 8 --local-only
       ldpfl export --from-models runs/mnist5k --release scores --mechanism duchi --epsilon 2 \
                    --out runs/mnist5k-scores
 
@@ -183,9 +197,12 @@ def export_command(dataset: str, data_dir: str | None, clients: int, max_clients
     for name, value in (("--epsilon", epsilon), ("--alpha", alpha)):
         if value is not None and not math.isfinite(value):
             raise click.BadParameter(f"must be a finite number, got {value!r}", param_hint=name)
+    if local_only and not _given_option("mechanism"):
+        mechanism = "none"  # local-only files hold the clean features
     config = ExportConfig(
         dataset=dataset, data_dir=data_dir, clients=clients, max_clients=max_clients, partition=partition,
         beta=beta, unb=unb, shards_per_client=shards_per_client, test_fraction=test_fraction, extractor=extractor,
+        scatter_j=scatter_j, scatter_l=scatter_l, local_only=local_only,
         epochs=epochs, batch_size=batch_size, augment=not no_augment, mechanism=mechanism,
         mechanism_params=mechanism_parameters(epsilon, alpha, integer_bits, fraction_bits, params), limit=limit,
         save_models=save_models, store_input_density=store_input_density, clients_parallel=clients_parallel,

@@ -40,10 +40,21 @@ def extractor_help() -> str:
     groups = paper_extractors()
     paper = ", ".join(f"{extractor} for {'/'.join(names)}" for extractor, names in groups.items()
                       if extractor != cnn.NO_EXTRACTOR)
-    return ("Feature extractor: mnist-cnn (Fig. 3), cifar-cnn (Fig. 4), none (raw inputs). auto: the "
-            f"paper's choice ({paper}, none otherwise); under --cnn-epsilon, dp-cnn wherever it would be a CNN. "
-            "DP-SGD variants: mnist-cnn-gn, cifar-cnn-gn (GroupNorm for BatchNorm) and dp-cnn (small tanh net), "
+    return ("Feature extractor: mnist-cnn (Fig. 3), cifar-cnn (Fig. 4), none (raw inputs), scatter (weight-free "
+            "wavelet scattering + GroupNorm, Tramèr and Boneh 2021: the same for every silo, learned from no record). "
+            f"auto: the paper's choice ({paper}, none otherwise); under --cnn-epsilon, dp-cnn wherever it would be a "
+            "CNN. DP-SGD variants: mnist-cnn-gn, cifar-cnn-gn (GroupNorm for BatchNorm) and dp-cnn (small tanh net), "
             "each a labelled deviation from the paper.")
+
+
+def scatter_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """Add ``--scatter-j`` and ``--scatter-l`` (the ``scatter`` extractor's J and L) to a click command."""
+    defaults = cnn.option_defaults()
+    command = click.option("--scatter-l", "scatter_l", type=int, default=defaults["scatter_l"], show_default=True,
+                           help="--extractor scatter: L, the wavelet orientations (Tramèr and Boneh: 8).")(command)
+    return click.option("--scatter-j", "scatter_j", type=int, default=defaults["scatter_j"], show_default=True,
+                        help="--extractor scatter: J, the scales; image sides must be divisible by 2^J (Tramèr "
+                             "and Boneh: 2).")(command)
 
 
 def mechanism_help() -> str:
@@ -208,4 +219,5 @@ def silo_config(ctx: click.Context, config: Any, silo: dict[str, Any], explicit:
         given["mechanism_parameters"] = explicit
     if _given(ctx, "label_epsilon"):
         given["label_epsilon"] = config.label_epsilon
+    given.update({key: getattr(config, key) for key in cnn.option_defaults() if _given(ctx, key)})
     return apply_plan(dataclasses.replace(config, **changes), plan, given, plan_path)

@@ -14,7 +14,13 @@ from ldpfl.api.plan_job import plan as make_shared_plan
 from ldpfl.contract.jsonout import echo_json
 from ldpfl.contract.names import check_name
 from ldpfl.contract.write_targets import check_write_target
-from ldpfl.export_options import alpha_help, data_options, data_source_options, mechanism_parameters
+from ldpfl.export_options import (
+    alpha_help,
+    data_options,
+    data_source_options,
+    mechanism_parameters,
+    scatter_options,
+)
 from ldpfl.stage1_features.export.config import exportable_mechanisms
 from ldpfl.stage1_features.export.plan import describe_privacy
 from ldpfl.stage1_features.models import cnn
@@ -30,7 +36,9 @@ def _mechanism_choices() -> list[str]:
               help="The class list, in order  [default: the sample's classes: sorted labels or folder names]")
 @click.option("--extractor", type=click.Choice([cnn.AUTO, *cnn.extractor_names()]), default=cnn.AUTO,
               show_default=True,
-              help="Feature extractor. auto: cifar-cnn for images of at least 8×8, none (raw inputs) otherwise.")
+              help="Feature extractor. auto: cifar-cnn for images of at least 8×8, none (raw inputs) otherwise. "
+                   "scatter: weight-free wavelet scattering + GroupNorm (Tramèr and Boneh 2021), with J and L.")
+@scatter_options
 @click.option("--release", default="flatten", show_default=True,
               help="Where the released features are taken (see ldpfl export --help).")
 @click.option("--mechanism", type=click.Choice(_mechanism_choices()), default="uer", show_default=True,
@@ -48,8 +56,8 @@ def _mechanism_choices() -> list[str]:
 @click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
 def plan_command(data: str | None, name: str | None, label_column: str | None, image_size: tuple[int, int] | None,
                  color_mode: str | None, x_key: str | None, y_key: str | None, scale: str, classes: str | None,
-                 extractor: str, release: str, mechanism: str, epsilon: float | None, alpha: float | None,
-                 integer_bits: int | None, fraction_bits: int | None, params: tuple[str, ...],
+                 extractor: str, scatter_j: int, scatter_l: int, release: str, mechanism: str, epsilon: float | None,
+                 alpha: float | None, integer_bits: int | None, fraction_bits: int | None, params: tuple[str, ...],
                  label_epsilon: float | None, out: Path,
                  overwrite: bool, as_json: bool) -> None:
     """Write the shared plan that every silo of a cross-silo federation exports with.
@@ -80,6 +88,7 @@ def plan_command(data: str | None, name: str | None, label_column: str | None, i
                             "x_key": x_key, "y_key": y_key, "scale": scale})
     made = make_shared_plan(data, out=out, overwrite=overwrite, dataset=name, classes=class_list, extractor=extractor,
                             release=release, mechanism=mechanism, label_epsilon=label_epsilon, data_options=options,
+                            scatter_j=scatter_j, scatter_l=scatter_l,
                             mechanism_params=mechanism_parameters(epsilon, alpha, integer_bits, fraction_bits, params))
     plan = made.plan
     if as_json:
@@ -90,6 +99,7 @@ def plan_command(data: str | None, name: str | None, label_column: str | None, i
                f"{plan.input_shape}")
     width = (f"r·l = {plan.feature_width} bits" if plan.mechanism.encoding is not None
              else f"{plan.features} float32 values")
-    click.echo(f"extractor {plan.extractor} (r = {plan.features}), release {plan.release}, mechanism "
+    fixed = "".join(f", {k} {v}" for k, v in plan.extractor_options.items())
+    click.echo(f"extractor {plan.extractor}{fixed} (r = {plan.features}), release {plan.release}, mechanism "
                f"{plan.mechanism.name}, {width} per record")
     click.echo(f"privacy: {describe_privacy(made.privacy)}")

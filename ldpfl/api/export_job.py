@@ -8,7 +8,8 @@ Two ways to say what to export:
   parameters are the IV-D defaults overridden by ``mechanism_params`` (as the command's ``--epsilon``,
   ``--param`` ... do); own ``data`` is named ``dataset`` (default: its file or folder name); with ``plan``
   every setting the plan fixes comes from it, and one given here must agree with it; with ``from_models``
-  a given data setting must agree with the source run's.
+  a given data setting must agree with the source run's; ``local_only`` without a ``mechanism`` means ``none``
+  (``extractor="scatter", scatter_j=2, scatter_l=8, local_only=True``: clean ScatterNet features that stay).
 
 Either way the job runs ``run_export`` (``ldpfl.stage1_features.export.run``): the same files, bit for bit,
 for the same settings and seed.
@@ -98,6 +99,8 @@ def config_from_fields(fields: ExportFields, plan: SharedPlan | StrPath | None =
     given: dict[str, Any] = dict(fields)
     values = dict(given)
     values["mechanism_params"] = {**DEFAULT_MECHANISM_PARAMS, **dict(given.get("mechanism_params") or {})}
+    if given.get("local_only") and "mechanism" not in given:
+        values["mechanism"] = "none"  # local-only files hold the clean features
     data = given.get("data")
     if data is not None and (plan is None or "dataset" in given):  # with a plan: the plan's name by default
 
@@ -120,6 +123,7 @@ def _with_plan(config: ExportConfig, plan: SharedPlan | StrPath, given: dict[str
                 "release": given.get("release"), "label_epsilon": given.get("label_epsilon"),
                 "extractor": None if given.get("extractor") in (None, "auto") else given["extractor"],
                 "mechanism_parameters": given.get("mechanism_params") or None}
+    settings.update({k: given[k] for k in ("scatter_j", "scatter_l") if k in given})
     return apply_plan(config, shared, {k: v for k, v in settings.items() if v is not None}, source)
 
 

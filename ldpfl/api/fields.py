@@ -52,6 +52,9 @@ class ExportFields(TypedDict, total=False):
     label_epsilon: float | None
     cnn_epsilon: float | None
     cnn_delta: float | None
+    scatter_j: int
+    scatter_l: int
+    local_only: bool
 
 
 class FederationFields(TypedDict, total=False):
@@ -88,6 +91,12 @@ class FederationFields(TypedDict, total=False):
     eval_batch_size: int
     eval_clean: bool
     label_noise_correction: str
+    dp_sgd: bool
+    noise_multiplier: float | None
+    target_epsilon: float | None
+    neighbours: str
+    local_steps: int
+    server_momentum: float
     seed: int | None
 
 

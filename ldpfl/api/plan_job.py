@@ -21,6 +21,7 @@ from ldpfl.contract.write_targets import check_write_target
 from ldpfl.stage1_features.export.config import DEFAULT_MECHANISM_PARAMS, ExportConfig
 from ldpfl.stage1_features.export.plan import make_plan
 from ldpfl.stage1_features.export.silo import build_plan
+from ldpfl.stage1_features.models.scatter import DEFAULT_J, DEFAULT_L
 from ldpfl.stage1_features.own_data.load import default_name
 
 from .fields import StrPath
@@ -60,7 +61,8 @@ def plan(data: StrPath, *, out: StrPath = "plan.json", overwrite: bool = False, 
          classes: Sequence[str] | None = None, extractor: str = "auto", release: str = "flatten",
          mechanism: str = "uer", mechanism_params: Mapping[str, object] | None = None,
          label_epsilon: float | None = None, data_options: Mapping[str, object] | None = None,
-         progress: ProgressCallback | None = None) -> PlanResult:
+         scatter_j: int = DEFAULT_J, scatter_l: int = DEFAULT_L, progress: ProgressCallback | None = None
+         ) -> PlanResult:
     """Resolve an export's settings over a sample silo's ``data`` and write the shared plan to ``out``.
 
     Parameters
@@ -83,6 +85,8 @@ def plan(data: StrPath, *, out: StrPath = "plan.json", overwrite: bool = False, 
         Every silo releases its labels by k-ary randomized response at this ε (default: clear labels).
     data_options : mapping, optional
         How to read ``data`` (``label_column``, ``image_size``, ``color_mode``, ``x_key``, ``y_key``, ``scale``).
+    scatter_j, scatter_l : int
+        ``extractor`` scatter: J and L (Tramèr and Boneh: 2 and 8), recorded in the plan.
     progress : callable, optional
         Called with a :class:`~ldpfl.api.progress.Progress` when the job starts and when the plan is written.
 
@@ -104,6 +108,7 @@ def plan(data: StrPath, *, out: StrPath = "plan.json", overwrite: bool = False, 
         options["classes"] = [str(c) for c in classes]
     config = ExportConfig(dataset=dataset or default_name(data), data=str(data), data_options=options,
                           extractor=extractor, mechanism=mechanism, release=release, label_epsilon=label_epsilon,
+                          scatter_j=scatter_j, scatter_l=scatter_l,
                           mechanism_params={**DEFAULT_MECHANISM_PARAMS, **dict(mechanism_params or {})})
     export = make_plan(config)
     shared = build_plan(export, options.get("classes"))

@@ -67,7 +67,8 @@ def file_lines(report: FileReport) -> list[str]:
         f"  dataset     {meta.dataset} ({meta.num_classes} classes)",
         f"  client      {meta.client_index} of {meta.client_count}",
         f"  partition   {json.dumps(meta.partition, sort_keys=True, default=str)}",
-        f"  extractor   {meta.extractor}, input shape {'x'.join(str(s) for s in meta.input_shape)}",
+        f"  extractor   {meta.extractor}, input shape {'x'.join(str(s) for s in meta.input_shape)}"
+        + _fixed_extractor(meta.extractor_training),
         f"  release     {meta.release}" + ("   LOCAL ONLY: unrandomized records, never to be shared"
                                           if meta.local_only else ""),
         encoding,
@@ -162,6 +163,16 @@ def _release_history_lines(result: Inspection) -> list[str]:
     return lines + _table(["client", "releases", "mechanism/release eps", "total eps/record"], rows, indent="    ")
 
 
+def _fixed_extractor(training: Any) -> str:
+    """Return ``; fixed: scattering2d J=2 L=8, group_norm 27 groups`` for a weight-free extractor, else ``""``."""
+    fixed = training.get("fixed") if isinstance(training, dict) else None
+    if not isinstance(fixed, dict):
+        return ""
+    norm: dict[str, Any] = fixed["normalization"] if isinstance(fixed.get("normalization"), dict) else {}
+    return (f"; fixed, learned from no record: {fixed.get('kind', '?')} J={fixed.get('J', '?')} "
+            f"L={fixed.get('L', '?')}, {norm.get('kind', 'no normalization')} {norm.get('groups', '')} groups".rstrip())
+
+
 def run_lines(result: Inspection) -> list[str]:
     """Return the lines of a run's summary: one row per client, then the run's problems and notes."""
     n_bad = sum(f.status != OK for f in result.files)
@@ -170,6 +181,10 @@ def run_lines(result: Inspection) -> list[str]:
     if guarantees:  # the run's text leads with its weakest client's guarantee
         worst = max(guarantees, key=lambda g: (g.epsilon, g.delta))
         lines.append(f"  {worst.headline()} (the weakest of {len(guarantees)} clients)")
+    local = [f.name for f in result.files if f.metadata is not None and f.metadata.local_only]
+    if local:
+        lines.append(f"  LOCAL ONLY  {len(local)} of {len(result.files)} files are local-only (clean records and true "
+                     "labels, --local-only): they must never leave the silo; their guarantee holds if shipped")
     if result.manifest is not None:
         lines.append(f"  manifest  {result.manifest.get('files_listed')} files listed, updated "
                      f"{result.manifest.get('updated_utc', '?')}")

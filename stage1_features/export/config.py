@@ -37,6 +37,8 @@ DP_SAVED_MODEL_WARNING = ("saved models are trained on the raw client data with 
                           "(ε, δ) in the client file's extractor_training, not by the LDP guarantee of the release")
 NOT_PRIVATE_WARNING = ("mechanism {mechanism!r} gives an infinite ε per record (none writes the UNRANDOMIZED "
                        "features): these files are NOT private")
+LOCAL_ONLY_WARNING = ("local-only files (local_only): clean features and true labels, NOT private (epsilon = inf if "
+                      "shipped); they must never leave the silo: only DP-SGD updates may")
 DENSITY_WARNING = ("/stats/input_bit_density is an aggregate of the UNRANDOMIZED encoding: it is NOT covered by "
                    "the LDP guarantee")
 
@@ -98,6 +100,9 @@ class ExportConfig:
     label_epsilon: float | None = None
     cnn_epsilon: float | None = None
     cnn_delta: float | None = None
+    scatter_j: int = cnn.option_defaults()["scatter_j"]
+    scatter_l: int = cnn.option_defaults()["scatter_l"]
+    local_only: bool = False
 
     def __post_init__(self) -> None:
         _int_at_least("clients", self.clients, 1)
@@ -120,6 +125,7 @@ class ExportConfig:
             raise ValueError(f"unb must be a number in [0, 1], got {self.unb!r}")
         if self.extractor != cnn.AUTO:
             cnn.architecture(self.extractor)
+        self.check_extractor_options(self.extractor)
 
         try:
             point = releases.parse_release(self.release)
@@ -151,6 +157,41 @@ class ExportConfig:
         if self.label_epsilon is not None:
             _check_label_epsilon(self.label_epsilon)
             object.__setattr__(self, "label_epsilon", float(self.label_epsilon))
+        self._check_local_only()
+
+    def extractor_options(self, extractor: str | None = None) -> dict[str, Any]:
+        """Return the fields that are options of ``extractor`` (default this config's): ``scatter_j``, ``scatter_l``."""
+        return {key: getattr(self, key) for key in cnn.extractor_options(extractor or self.extractor)}
+
+    def check_extractor_options(self, extractor: str) -> None:
+        """Refuse an option of another extractor than ``extractor`` (resolved, or ``auto``: not yet) and bad values.
+
+        Raises ``ParameterError`` naming the field (``scatter_j``, ``scatter_l``).
+        """
+        if extractor == cnn.AUTO:
+            return
+        taken = cnn.extractor_options(extractor)
+        for key, default in cnn.option_defaults().items():
+            if key not in taken and getattr(self, key) != default:
+                owners = [n for n in cnn.extractor_names() if key in cnn.extractor_options(n)]
+                raise ParameterError(f"`{key}` applies to `extractor` {' or '.join(owners)}, not {extractor!r}")
+        if cnn.is_fixed(extractor):
+            cnn.fixed_extractor(extractor, self.extractor_options(extractor))
+
+    def _check_local_only(self) -> None:
+        """``local_only``: files that never leave the silo hold clean features (``none``) and true labels."""
+        if not self.local_only:
+            return
+        if self.mechanism != "none":
+            raise ParameterError(f"`local_only` files hold the clean features: `mechanism` must be 'none', got "
+                                 f"{self.mechanism!r}")
+        if (self.label_epsilon is not None or self.keep_clean_test or self.plan is not None
+                or self.store_input_density):
+            raise ParameterError("`local_only` files hold clean features and true labels and are never shared: "
+                                 "leave out `label_epsilon`, `keep_clean_test`, `store_input_density` and `plan`")
+        if not releases.parse_release(self.release).is_flatten:
+            raise ParameterError(f"`local_only` files hold the extractor's features: `release` must be flatten, "
+                                 f"got {self.release!r}")
 
     def _check_dp(self) -> None:
         """DP-SGD of the client CNNs (``cnn_epsilon``, ``cnn_delta``): validate, and pick jax as the backend."""

@@ -25,6 +25,7 @@ from ldpfl.stage1_features.export.partition import make_partition
 from ldpfl.stage1_features.export.release import (
     ReleasePoint,
     StoredLayout,
+    local_layout,
     noise_variance,
     parse_release,
     release_notes,
@@ -35,7 +36,7 @@ from ldpfl.stage1_features.models import cnn
 from ldpfl.stage1_features.models.dp_training import check_dp_extractor
 
 OPTIONAL_COMPARED = {"release": "flatten", "from_models": None, "keep_clean_test": False, "noise_aware": False,
-                     "label_epsilon": None,
+                     "label_epsilon": None, "local_only": False,
                      "cnn_epsilon": None, "cnn_delta": None}
 """Config fields compared on resume only when they differ from these defaults (runs exported before they
 existed have fingerprints without them, and keep resuming)."""
@@ -48,6 +49,7 @@ class ExportPlan:
     ``layout`` says how the files store the release; ``source`` is the earlier run of ``from_models``.
     ``features`` is the values per record of the release: r (flatten), K (bottleneck:K) or k (scores, label).
     ``label_release`` is the files' ``label_release`` attribute (``ldpfl.contract.label_release``).
+    ``extractor_options`` are a weight-free extractor's options (``scatter``: ``scatter_j``, ``scatter_l``).
     """
 
     config: ExportConfig
@@ -61,6 +63,7 @@ class ExportPlan:
     layout: StoredLayout | None = None
     source: Any = None  # stage1_features.export.from_models.SourceRun with ``from_models``
     label_release: dict[str, Any] = dataclasses.field(default_factory=lambda: dict(CLEAR_LABELS))
+    extractor_options: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
         """Fill in the stored layout of the release (flatten: as the mechanism says)."""
@@ -93,6 +96,8 @@ class ExportPlan:
                        if public.get(key) != default})
         if not cnn.is_cnn(self.extractor):  # no CNN is trained: the training settings change nothing
             values.update(epochs=None, batch_size=None, augment=None)
+        if self.extractor_options:  # scatter's J and L (runs of other extractors keep their fingerprints)
+            values["extractor_options"] = dict(self.extractor_options)
         return json.loads(json.dumps(values, sort_keys=True, default=str))
 
 
@@ -115,7 +120,9 @@ def make_plan(config: ExportConfig) -> ExportPlan:
     if dp and source is None:  # DP-SGD (issue 22): a CNN without batch-mixing layers, refused before any write
 
         check_dp_extractor(extractor, tuple(dataset.input_shape), dataset.num_classes)
-    r = cnn.flatten_width(extractor, tuple(dataset.input_shape))
+    config.check_extractor_options(extractor)
+    options = config.extractor_options(extractor)
+    r = cnn.flatten_width(extractor, tuple(dataset.input_shape), options)
     point = parse_release(config.release)
     if not point.is_flatten and not cnn.is_cnn(extractor):
         raise ParameterError(f"`release` {point} is a layer of the client CNN; `extractor` {extractor!r} trains "
@@ -141,7 +148,7 @@ def make_plan(config: ExportConfig) -> ExportPlan:
                              "writes float32 features")
     if config.plan is not None:  # the shared plan of separate silos (issue 16): refuse what contradicts it
         silo.require_plan(config.plan, "the plan", dataset=dataset, extractor=extractor, features=width, spec=spec,
-                          release=config.release)
+                          release=config.release, extractor_options=options)
     planned_labels = None if config.plan is None else config.plan.label_epsilon
     if config.plan is not None and config.label_epsilon != planned_labels:
         raise ParameterError(f"`label_epsilon` = {config.label_epsilon} contradicts the plan ({planned_labels})")
@@ -153,8 +160,9 @@ def make_plan(config: ExportConfig) -> ExportPlan:
         notes = (*notes, label_note(privacy.exact_epsilon_per_record, labels, point))
     if notes:
         privacy = dataclasses.replace(privacy, notes=(*privacy.notes, *notes))
-    return ExportPlan(config, dataset, extractor, width, spec, randomness, privacy, point, source=source,
-                      label_release=labels)
+    layout = local_layout() if config.local_only else None  # clean float32 features, never shared
+    return ExportPlan(config, dataset, extractor, width, spec, randomness, privacy, point, layout=layout,
+                      source=source, label_release=labels, extractor_options=options)
 
 
 def label_note(feature_epsilon: float | None, labels: dict[str, Any], point: ReleasePoint) -> str:

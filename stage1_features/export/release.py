@@ -40,7 +40,8 @@ from ldpfl.mechanisms.base import FLOAT32
 from ldpfl.stage1_features.export.write import ReleasePipeline
 
 __all__ = ["RELEASE_DOMAINS", "ReleasePoint", "check_mechanism", "exportable_mechanisms",
-           "parse_release", "release_help", "release_mechanisms", "release_notes", "release_values", "stored_layout"]
+           "local_layout", "parse_release", "release_help", "release_mechanisms", "release_notes", "release_values",
+           "stored_layout"]
 
 RELEASE_DOMAINS: dict[str, tuple[str, ...]] = {name: kind.domains for name, kind in RELEASES.items()}
 """Mechanism domains each release takes (``any`` is ``none``), from the release points' registry."""
@@ -147,6 +148,11 @@ def clean_layout(point: ReleasePoint, spec: mechanisms.MechanismSpec) -> StoredL
     return StoredLayout(layout.feature_format, layout.integer_bits, layout.fraction_bits,
                         {"integer_bits": encoding.integer_bits, "fraction_bits": encoding.fraction_bits},
                         ReleasePipeline(identity, encoding, layout.feature_format))
+
+
+def local_layout() -> StoredLayout:
+    """Return the layout of local-only files (``local_only``): the float32 values as they are, mechanism ``none``."""
+    return StoredLayout(FLOAT32, 0, 0, {}, ReleasePipeline(mechanisms.create_mechanism("none"), None, FLOAT32))
 
 
 def release_notes(point: ReleasePoint, num_classes: int) -> tuple[str, ...]:

@@ -71,6 +71,7 @@ from ldpfl.stage1_features.export import from_models
 from ldpfl.stage1_features.export.config import (
     DENSITY_WARNING,
     DP_SAVED_MODEL_WARNING,
+    LOCAL_ONLY_WARNING,
     NOT_PRIVATE_WARNING,
     SAVED_MODEL_WARNING,
     ExportConfig,
@@ -160,6 +161,8 @@ def run_export(config: ExportConfig, out_dir: str | os.PathLike[str], *, progres
         notes.append(SAVED_MODEL_WARNING if config.dp_budget() is None else DP_SAVED_MODEL_WARNING)
     if config.store_input_density:
         notes.append(DENSITY_WARNING)
+    if config.local_only:
+        notes.append(LOCAL_ONLY_WARNING)
     with locked(run_dir):
         remove_stale(run_dir)
         if config.overwrite:
@@ -185,6 +188,10 @@ def run_export(config: ExportConfig, out_dir: str | os.PathLike[str], *, progres
             "partition": partition_desc, "partition_file": {"path": PARTITION_FILE, "sha256": partition_sha},
             "plan_fingerprint": None if config.plan is None else config.plan.fingerprint,
         }
+        if plan.extractor_options:  # scatter's J and L
+            run_info["extractor_options"] = dict(plan.extractor_options)
+        if config.local_only:  # files that must never leave the silo
+            run_info.update(local_only=True, local_only_note=LOCAL_ONLY_WARNING)
         records: dict[int, FileRecord] = {i: rec for i, (rec, _) in kept.items()}
         summaries = {i: summary for i, (_, summary) in kept.items()}
         local_records = kept_local_records(run_dir, kept) if config.keep_clean_test else {}
@@ -252,7 +259,8 @@ def _task(plan: ExportPlan, run_dir: Path, index: int, indices: np.ndarray, part
         dp=config.dp_budget(), extractor_training=None if plan.source is None else plan.source.training_record(index),
         model_path=None if plan.source is None else str(plan.source.model_path(index)),
         release_number=1 if plan.source is None else len(plan.source.history.get(index, ())) + 1,
-        prior_releases=() if plan.source is None else tuple(e.to_dict() for e in plan.source.history.get(index, ())))
+        prior_releases=() if plan.source is None else tuple(e.to_dict() for e in plan.source.history.get(index, ())),
+        extractor_options=dict(plan.extractor_options), local_only=config.local_only)
 
 
 def _training_info(config: ExportConfig) -> dict[str, Any]:

@@ -13,7 +13,7 @@
 Decision: under the extractor ``none`` the features are the flattened inputs, so only their number
 matters: the plan records the input shape as ``(r,)`` and silos whose records have other shapes with
 the same number of values (an image folder of 8×8 images and a table of 64 columns) agree. Under a
-CNN the silos' image shapes must be equal.
+CNN or the weight-free ``scatter`` the silos' image shapes must be equal (and, for ``scatter``, J and L).
 
 No TensorFlow: the extractor's width comes from ``cnn.flatten_width``.
 """
@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ldpfl import mechanisms
-from ldpfl.contract.plan import DEFAULT_RELEASE, SharedPlan
+from ldpfl.contract.plan import DEFAULT_RELEASE, PlanMismatch, SharedPlan
 from ldpfl.stage1_features.datasets.loaders import load_dataset
 from ldpfl.stage1_features.models import cnn
 from ldpfl.stage1_features.own_data.load import default_extractor, load_own_data
@@ -83,7 +83,7 @@ def resolve_extractor(name: str, dataset: Any, own_data: bool, *, dp: bool = Fal
 def plan_input_shape(extractor: str, input_shape: Sequence[int]) -> tuple[int, ...]:
     """Return the input shape a plan records: ``(r,)`` under ``none`` (module docstring), else the shape."""
     shape = tuple(int(s) for s in input_shape)
-    if not cnn.is_cnn(extractor):
+    if not cnn.is_cnn(extractor) and not cnn.is_fixed(extractor):
         return (int(np.prod(shape, dtype=np.int64)),)
     return shape
 
@@ -139,7 +139,8 @@ def apply_plan(config: ExportConfig, plan: SharedPlan, given: Mapping[str, Any],
         The shared plan (``ldpfl plan``).
     given : mapping
         The settings the user chose, by plan setting name (``dataset``, ``extractor``, ``mechanism``,
-        ``mechanism_parameters``, ``release``, ``label_epsilon``); the others come from the plan.
+        ``mechanism_parameters``, ``release``, ``label_epsilon``) or extractor option (``scatter_j``,
+        ``scatter_l``); the others come from the plan.
     source : path or str
         The plan file, named in the message.
 
@@ -148,16 +149,23 @@ def apply_plan(config: ExportConfig, plan: SharedPlan, given: Mapping[str, Any],
     PlanMismatch
         A given setting contradicts the plan (a ``ParameterError`` naming each setting).
     """
-    plan.require_agreement(given, source)
+    options = {**cnn.option_defaults(), **plan.extractor_options}  # scatter's J and L: the plan's, or the defaults
+    settings = {k: v for k, v in given.items() if k not in options}
+    for key in sorted(set(given) & set(options)):
+        if given[key] != options[key]:
+            raise PlanMismatch(f"settings contradict {source}: `{key}` = {given[key]!r} contradicts the plan "
+                               f"({options[key]!r})", [f"{key} = {given[key]!r} contradicts the plan"])
+    plan.require_agreement(settings, source)
     return dataclasses.replace(config, dataset=plan.dataset, extractor=plan.extractor, mechanism=plan.mechanism.name,
                                mechanism_params=plan_mechanism_parameters(plan), plan=plan, release=plan.release,
-                               label_epsilon=plan.label_epsilon)
+                               label_epsilon=plan.label_epsilon, **options)
 
 
 def plan_settings(*, dataset: Any, extractor: str, features: int, spec: mechanisms.MechanismSpec,
-                  release: str = DEFAULT_RELEASE) -> dict[str, Any]:
+                  release: str = DEFAULT_RELEASE, extractor_options: Mapping[str, Any] | None = None
+                  ) -> dict[str, Any]:
     """Return an export's resolved settings as ``ldpfl.contract.plan.SETTINGS`` names them."""
-    return {
+    return {"extractor_options": dict(extractor_options or {}),
         "dataset": dataset.name, "classes": getattr(dataset, "class_names", None), "extractor": extractor,
         "input_shape": plan_input_shape(extractor, dataset.input_shape), "release": release, "features": features,
         "mechanism": spec.name, "mechanism_parameters": spec.recorded_parameters(),
@@ -194,7 +202,8 @@ def build_plan(export: Any, classes: Sequence[str] | None = None) -> SharedPlan:
     names = tuple(classes) if classes is not None else tuple(dataset.class_names)
     return SharedPlan(dataset=dataset.name, classes=names, extractor=export.extractor,
                       input_shape=plan_input_shape(export.extractor, dataset.input_shape), features=export.features,
-                      mechanism=export.spec, release=export.config.release, label_epsilon=export.config.label_epsilon)
+                      mechanism=export.spec, release=export.config.release, label_epsilon=export.config.label_epsilon,
+                      extractor_options=export.extractor_options)
 
 
 __all__ = ["DATA_OPTIONS", "apply_plan", "build_plan", "load_export_data", "plan_input_shape",

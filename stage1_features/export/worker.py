@@ -31,7 +31,7 @@ from ldpfl.contract.version import package_version
 from ldpfl.mechanisms.randomness import stream_generator
 from ldpfl.stage1_features.export.errors import ExportError
 from ldpfl.stage1_features.export.partition import holdout_split
-from ldpfl.stage1_features.export.release import clean_layout, release_values, stored_layout
+from ldpfl.stage1_features.export.release import clean_layout, local_layout, release_values, stored_layout
 from ldpfl.stage1_features.export.silo import load_export_data
 from ldpfl.stage1_features.export.stored import model_file_name
 from ldpfl.stage1_features.export.worker_guard import die_with_parent, require_parent
@@ -76,6 +76,8 @@ class ClientTask:
     label_release: Mapping[str, Any] = field(default_factory=lambda: dict(CLEAR_LABELS))  # the files' attribute
     dp: Any = None  # dp_training.DPBudget: train the CNN with DP-SGD (``cnn_epsilon``)
     extractor_training: Mapping[str, Any] | None = None  # from_models: the source CNN's training record
+    extractor_options: Mapping[str, Any] = field(default_factory=dict)  # scatter: scatter_j, scatter_l
+    local_only: bool = False  # clean float32 features and true labels, every file marked local_only
 
     def spec(self) -> mechanisms.MechanismSpec:
         """Return the plan's mechanism spec, as it crossed the process boundary."""
@@ -217,6 +219,18 @@ def export_client(task: ClientTask, dataset: Any = None) -> ClientOutcome:
                 yield values, labels_of[split][start_row:start_row + BATCH_ROWS]
 
         batches = cnn_batches
+    elif cnn.is_fixed(task.extractor):  # weight-free (scatter): the same function in every silo, learned from none
+        fixed = cnn.fixed_extractor(task.extractor, task.extractor_options)
+        training_record = {**NO_TRAINING, "fixed": fixed.describe(input_shape)}
+
+        def fixed_batches(split: str, labels_of: Mapping[str, np.ndarray]) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+            idx = splits[split]
+            for start_row in range(0, len(idx), BATCH_ROWS):
+                rows = idx[start_row:start_row + BATCH_ROWS]
+                yield (fixed.transform(dataset.features(rows).reshape(len(rows), *input_shape)),
+                       labels_of[split][start_row:start_row + BATCH_ROWS])
+
+        batches = fixed_batches
     else:
         def raw_batches(split: str, labels_of: Mapping[str, np.ndarray]) -> Iterator[tuple[np.ndarray, np.ndarray]]:
             return iter(raw_feature_batches(dataset, splits[split], labels_of[split], BATCH_ROWS))
@@ -225,7 +239,7 @@ def export_client(task: ClientTask, dataset: Any = None) -> ClientOutcome:
 
     spec = task.spec()
     assert spec.features is not None  # resolved with the release's width by the plan
-    layout = stored_layout(point, spec)
+    layout = local_layout() if task.local_only else stored_layout(point, spec)
     metadata = ClientMetadata(
         dataset=dataset.name, num_classes=int(dataset.num_classes), client_index=task.index,
         client_count=task.client_count, partition=dict(task.partition), extractor=task.extractor,
@@ -237,6 +251,7 @@ def export_client(task: ClientTask, dataset: Any = None) -> ClientOutcome:
         local_accuracy=None, package_version=package_version(),  # accuracy on clear records: local-only
         class_names=getattr(dataset, "class_names", None), plan_fingerprint=task.plan_fingerprint,
         release=str(point), label_release=dict(task.label_release), extractor_training=dict(training_record),
+        local_only=task.local_only,
     )
     row_counts = {s: len(idx) for s, idx in splits.items()}
     guarantee = file_guarantee(metadata, records=sum(row_counts.values()), history=task.prior_releases,
