@@ -60,7 +60,8 @@ OPTIONAL_JSON_ATTRIBUTES = ("label_release", "extractor_training", "release_guar
 * ``label_release``: how the labels were released: ``{"mechanism": "clear"}`` (the true labels) or
   ``{"mechanism": "krr", "epsilon": exact ε, ...}`` (k-ary randomized response of each true label);
 * ``extractor_training``: how the function that computed the released values was trained:
-  ``{"training": "none"}`` (no trained extractor), ``{"training": "non-private", "records": n}`` or
+  ``{"training": "none"}`` (no trained extractor; the weight-free ``scatter`` adds ``"fixed": {"kind":
+  "scattering2d", "J": 2, "L": 8, "normalization": {...}, ...}``), ``{"training": "non-private", "records": n}`` or
   ``{"training": "dp-sgd", "epsilon": ε, "delta": δ, "noise_multiplier": σ, "sampling_probability": q,
   "steps": T, "records": n, ...}``;
 * ``release_guarantee``: the per-record (ε, δ) over everything the file releases, with its parts

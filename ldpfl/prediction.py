@@ -336,6 +336,16 @@ def _release_values(silo: Silo, records: Records, cnn_path: Path | None,
     meta, dataset = silo.metadata, records.dataset
     point = parse_release(meta.release)
     shape = tuple(int(s) for s in dataset.input_shape)
+    if cnn.is_fixed(meta.extractor):  # weight-free (scatter): rebuilt from the options its file records
+        fixed = dict(meta.extractor_training or {}).get("fixed") or {}
+        extractor = cnn.fixed_extractor(meta.extractor, fixed.get("options") or {})
+        if shape != tuple(meta.input_shape) or extractor.width(shape) != meta.features:
+            raise PredictError(f"the records have shape {shape}, {silo.file.name}'s {meta.extractor} extractor takes "
+                               f"{tuple(meta.input_shape)} ({meta.features} features)")
+        for start in range(0, len(records.rows), batch_rows):
+            rows = records.rows[start:start + batch_rows]
+            yield extractor.transform(dataset.features(rows).reshape(len(rows), *shape))
+        return
     if not cnn.is_cnn(meta.extractor):
         width = int(np.prod(shape, dtype=np.int64))
         if width != meta.features:

@@ -119,7 +119,7 @@ class ScatterNet:
 
     def describe(self, input_shape: tuple[int, ...]) -> dict[str, Any]:
         """Return what produced the features, for the file's ``extractor_training`` (``fixed``)."""
-        return {"kind": "scattering2d", "J": self.j, "L": self.l, "max_order": MAX_ORDER,
+        return {"kind": "scattering2d", "J": self.j, "L": self.l, "max_order": MAX_ORDER, "options": self.options(),
                 "channels": self.channels(input_shape),
                 "normalization": {"kind": "group_norm", "groups": group_count(self.channels(input_shape)),
                                   "affine": False, "eps": GROUP_NORM_EPS},
@@ -258,11 +258,20 @@ class BatchedScattering:
 
 
 def _periodize(x: Any, k: int) -> Any:
-    """Subsample by k in space: average the k×k periodized copies of the spectrum (kymatio's subsample_fourier)."""
+    """Subsample by k in space: average the k×k periodized copies of the spectrum (kymatio's subsample_fourier).
+
+    For k = 2 (the largest tensors) the four quarter-spectra are added as strided views, about 4 times faster on
+    CPU than a reduction over the reshaped tensor; otherwise rows, then columns, are reduced.
+    """
     if k == 1:
         return x
     *batch, m, n = x.shape
-    return x.reshape(*batch, k, m // k, k, n // k).mean(dim=(-4, -2))
+    if k == 2:
+        top, bottom = x[..., : m // 2, :], x[..., m // 2:, :]
+        total = top[..., : n // 2] + top[..., n // 2:]
+        return total.add_(bottom[..., : n // 2]).add_(bottom[..., n // 2:]).div_(4)
+    rows = x.reshape(*batch, k, m // k, n).sum(dim=-3)
+    return rows.reshape(*batch, m // k, k, n // k).sum(dim=-2).div_(k * k)
 
 
 def _kymatio_version() -> str:

@@ -130,3 +130,14 @@ def test_local_only_files_are_marked_said_so_and_still_read_by_stage_2(tmp_path:
 
     data = load_run(out)
     assert data.input_width == 3969 and len(data.clients) == 2
+
+
+def test_predict_rebuilds_the_scatter_extractor_from_the_file(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    ldpfl.export(dataset="mnist5k", clients=2, extractor="scatter", scatter_l=6, limit=200, local_only=True, seed=2,
+                 out=out)
+    ldpfl.federate(out, rounds=1, hidden=(8,), seed=1)
+    digits = load_dataset("mnist5k")
+    np.savez(tmp_path / "new.npz", x=digits.x[::125], y=digits.y[::125])  # 40 records of every class
+    prediction = ldpfl.predict(out, client_index=0, data=tmp_path / "new.npz")
+    assert len(prediction.predicted) == 40 and 0.0 <= prediction.accuracy <= 1.0
