@@ -366,6 +366,43 @@ CLEAN_METRICS_NOTE = ("clean_test_* metrics are computed from local-only clear r
                       "covered by this guarantee and must stay on the silo")
 
 
+DP_SGD_SCOPE = ("what a federation releases about one record when the silos train with record-level DP-SGD: each "
+                "silo's updates (and so the model and the metrics computed from them) are (epsilon, delta)-DP in "
+                "each of its records over every step it took; its client files never leave it (local-only), so "
+                "this is everything it releases; the run's figure is the weakest silo's")
+SHARED_FILES_NOTE = ("client {client}'s file is shareable, so it may have left the silo: its release guarantee "
+                     "covers everything (the updates are computed from the released file: post-processing); the "
+                     "DP-SGD figure alone holds where only the updates leave (updates_only)")
+
+
+def _dp_sgd_row(entry: Mapping[str, Any], accounted: Mapping[str, Any]) -> tuple[dict[str, Any], ReleaseGuarantee]:
+    """One DP-SGD silo's row and guarantee (see :func:`federation_guarantee`)."""
+    file_guarantee_ = ReleaseGuarantee.from_dict(entry["release_guarantee"])
+    eps = number_from_json(accounted.get("epsilon_replace_one"), name="ledger epsilon", optional=False)
+    eps_ar = number_from_json(accounted.get("epsilon_add_remove"), name="ledger epsilon", optional=False)
+    assert eps is not None and eps_ar is not None
+    delta = float(accounted.get("delta") or 0.0)
+    part = GuaranteePart(EXTRACTOR, f"the silo's updates: {accounted.get('steps')} DP-SGD steps (sigma "
+                         f"{accounted.get('noise_multiplier')}, q {accounted.get('sampling_probability')}, clip "
+                         f"{accounted.get('clip')}) over the records it trained on", "dp-sgd", eps, delta,
+                         {"noise_multiplier": accounted.get("noise_multiplier"),
+                          "sampling_probability": accounted.get("sampling_probability"),
+                          "steps": accounted.get("steps")})
+    updates = ReleaseGuarantee(eps, delta, (part,), DP_SGD_SCOPE, METHOD_PLD)
+    row: dict[str, Any] = {"client": entry["client"], "epsilon": json_number(eps), "delta": delta,
+                           "epsilon_replace_one": json_number(eps), "epsilon_add_remove": json_number(eps_ar),
+                           "local_only_files": bool(entry.get("local_only"))}
+    if entry.get("local_only"):
+        return row, updates
+    row.update(epsilon=json_number(file_guarantee_.epsilon), delta=file_guarantee_.delta, epsilon_add_remove=None,
+               epsilon_replace_one=json_number(file_guarantee_.epsilon),
+               updates_only={"epsilon": json_number(eps), "epsilon_add_remove": json_number(eps_ar), "delta": delta,
+                             "method": "DP-SGD alone (only the updates leave the silo)"})
+    if eps < file_guarantee_.epsilon:  # both are valid bounds of what leaves when the file is shared too
+        row.update(note=SHARED_FILES_NOTE.format(client=entry["client"]))
+    return row, file_guarantee_
+
+
 def federation_guarantee(privacy: Sequence[Mapping[str, Any]], ledger: Mapping[str, Any] | None, *,
                          clean_metrics: bool = False) -> dict[str, Any]:
     """Return ``metrics.json``'s ``release_guarantee``: each client's, and the run's (the weakest client's).
@@ -373,22 +410,42 @@ def federation_guarantee(privacy: Sequence[Mapping[str, Any]], ledger: Mapping[s
     ``privacy`` holds one entry per client with ``client`` and ``release_guarantee`` (its file's); ``ledger`` is the
     ``privacy_ledger`` section. Where only updates leave (a Flower deployment), an update perturbed under local DP
     over the whole client vector is also bounded by the ledger's (ε, δ): ``updates_only`` gives the smaller bound.
+
+    Under DP-SGD (entries with ``dp_sgd``), a silo whose files are local-only releases only its updates: its figure
+    is its DP-SGD accountant's, under replace-one (``epsilon``, the project's convention) and add-remove
+    (``epsilon_add_remove``, the literature's). A silo whose files are shareable keeps its file's figure, with the
+    DP-SGD one as ``updates_only``.
     """
     ledger_by_client = {c.get("client"): c for c in (ledger or {}).get("clients", [])}
     clients = []
+    guarantees = []
     for entry in privacy:
-        guarantee = ReleaseGuarantee.from_dict(entry["release_guarantee"])
-        row: dict[str, Any] = {"client": entry["client"], "epsilon": json_number(guarantee.epsilon),
-                               "delta": guarantee.delta}
         accounted = ledger_by_client.get(entry["client"], {})
+        if "dp_sgd" in entry:
+            row, guarantee = _dp_sgd_row(entry, accounted)
+            clients.append(row)
+            guarantees.append(guarantee)
+            continue
+        guarantee = ReleaseGuarantee.from_dict(entry["release_guarantee"])
+        guarantees.append(guarantee)
+        row = {"client": entry["client"], "epsilon": json_number(guarantee.epsilon), "delta": guarantee.delta}
         eps = number_from_json(accounted.get("epsilon"), name="ledger epsilon", optional=True)
         if eps is not None and eps < guarantee.epsilon:
             row["updates_only"] = {"epsilon": json_number(eps), "delta": float(accounted.get("delta") or 0.0),
                                    "method": "the privacy ledger (local DP over the client's whole vector)"}
         clients.append(row)
-    worst = weakest(ReleaseGuarantee.from_dict(e["release_guarantee"]) for e in privacy)
+    worst = weakest(guarantees)
     if worst is None:
         raise ValueError("a federation's guarantee needs at least one client")
-    return {"epsilon": json_number(worst.epsilon), "delta": worst.delta, "private": worst.private,
-            "scope": FEDERATION_SCOPE, "notes": [CLEAN_METRICS_NOTE] if clean_metrics else [], "clients": clients,
-            "parts": [p.to_dict() for p in worst.parts]}
+    out = {"epsilon": json_number(worst.epsilon), "delta": worst.delta, "private": worst.private,
+           "scope": worst.scope if worst.scope == DP_SGD_SCOPE else FEDERATION_SCOPE,
+           "notes": [CLEAN_METRICS_NOTE] if clean_metrics else [], "clients": clients,
+           "parts": [p.to_dict() for p in worst.parts]}
+    if any("dp_sgd" in entry for entry in privacy):
+        add_remove = [number_from_json(c.get("epsilon_add_remove"), name="epsilon_add_remove", optional=True)
+                      for c in clients]
+        out["neighbours"] = "replace-one (epsilon) and add-remove (epsilon_add_remove, where defined)"
+        out["epsilon_replace_one"] = out["epsilon"]
+        out["epsilon_add_remove"] = (None if any(e is None for e in add_remove)
+                                     else json_number(max(e for e in add_remove if e is not None)))
+    return out

@@ -206,6 +206,26 @@ Examples:
                    "files (Patrini et al. 2017): forward CE(T^T softmax(z), y~) (consistent), backward T^-1 applied "
                    "to the per-class losses (unbiased, higher variance), none. auto: forward when the files' "
                    "labels are randomized, none when clear.")
+@click.option("--dp-sgd", is_flag=True,
+              help="Record-level DP-SGD of every silo's local training (Opacus; Abadi et al. 2016): Poisson "
+                   "batches of rate --sample-rate, per-record L2 clip --clip (default 0.1), Gaussian noise "
+                   "--noise-multiplier or calibrated per silo from --target-epsilon over the whole run, "
+                   "--local-steps steps a round. Each silo's accountant (dp-accounting PLD) covers every step it "
+                   "took; metrics.json states its epsilon under replace-one and add-remove. Needs --perturbation "
+                   "none; default lr under it: 4.")
+@click.option("--target-epsilon", type=click.FloatRange(min=0.0, min_open=True), default=None,
+              help="--dp-sgd: each silo's epsilon over the whole run (at --delta, under --neighbours); sigma is "
+                   "calibrated for it. A resumed run may not go past it.")
+@click.option("--noise-multiplier", type=click.FloatRange(min=0.0, min_open=True), default=None,
+              help="--dp-sgd: sigma, the noise std over the clip C (instead of --target-epsilon).")
+@click.option("--neighbours", type=click.Choice(["replace-one", "add-remove"]), default="replace-one",
+              show_default=True,
+              help="--dp-sgd: the relation --target-epsilon is stated under (the project's replace-one, or the "
+                   "DP-SGD literature's add-remove); both figures are reported.")
+@click.option("--local-steps", type=click.IntRange(min=1), default=1, show_default=True,
+              help="--dp-sgd: DP-SGD steps of each silo per round (they replace --local-epochs).")
+@click.option("--server-momentum", type=click.FloatRange(0.0, 1.0, max_open=True), default=0.0, show_default=True,
+              help="Server momentum beta (FedAvgM, Hsu et al. 2019): v <- beta v + (aggregate - W), W <- W + v.")
 @click.option("--engine", type=click.Choice(["local", "flower"]), default="local", show_default=True,
               help="local: every client in this process. flower: Flower's simulation engine on this machine (a "
                    "private SuperLink, one ClientApp per client file, each opening only its own file; needs "

@@ -56,10 +56,13 @@ class FederationOption:
 # The scalar federation options a real mechanism may take, registered once: a new one is an entry here, its
 # field in stage 2's ``FederationConfig`` (and ``ldpfl.api.fields.FederationFields``) and the wirings that take it.
 FEDERATION_OPTIONS: Mapping[str, FederationOption] = MappingProxyType({option.name: option for option in (
-    FederationOption("clip", "positive", "Element-wise clip c of the upload."),
-    FederationOption("delta", "delta", "δ of the upload's (ε, δ)-DP, or '1/n' for 1/|D_i| per client (Wu 3.1)."),
+    FederationOption("clip", "positive", "Element-wise clip c of the upload; with --dp-sgd, the per-record L2 clip "
+                     "C of DP-SGD (default 0.1)."),
+    FederationOption("delta", "delta", "δ of the upload's (ε, δ)-DP, or '1/n' for 1/|D_i| per client (Wu 3.1); "
+                     "with --dp-sgd, δ of each silo's DP-SGD (default 1e-5)."),
     FederationOption("sensitivity", "positive", "L2 sensitivity of the upload."),
-    FederationOption("sample_rate", "probability", "Client sampling rate q."),
+    FederationOption("sample_rate", "probability", "Client sampling rate q; with --dp-sgd, the Poisson rate q of "
+                     "each DP-SGD step (default: batch size / the silo's training rows)."),
 )})
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from ldpfl.common.errors import ParameterError
@@ -53,12 +54,13 @@ class Snapshot:
 
     model: dict[str, torch.Tensor]
     rng: dict[str, Any]
+    velocity: np.ndarray | None = None  # the server momentum's v (``server_momentum``), None without it
 
     @classmethod
-    def of(cls, model: torch.nn.Module, streams: Streams) -> Snapshot:
-        """Return a copy of ``model``'s parameters (CPU) and of the stream states now."""
+    def of(cls, model: torch.nn.Module, streams: Streams, velocity: np.ndarray | None = None) -> Snapshot:
+        """Return a copy of ``model``'s parameters (CPU), of the stream states and of the server's velocity now."""
         return cls({k: v.detach().cpu().clone() for k, v in model.state_dict().items()},
-                   copy.deepcopy(streams.state()))
+                   copy.deepcopy(streams.state()), None if velocity is None else velocity.copy())
 
 
 def save_checkpoint(path: Path, *, round_number: int, state: Snapshot, config: FederationConfig, randomness: str,
@@ -73,6 +75,8 @@ def save_checkpoint(path: Path, *, round_number: int, state: Snapshot, config: F
     payload: dict[str, Any] = {"format": CHECKPOINT_FORMAT, "version": CHECKPOINT_VERSION, "round": round_number}
     if engine != LOCAL_ENGINE:
         payload["engine"] = engine
+    if state.velocity is not None:
+        payload["velocity"] = torch.from_numpy(state.velocity)
     payload.update(model=state.model, rng=state.rng, history=history, config=config.to_dict(),
                    randomness=randomness)
     if engine != LOCAL_ENGINE:

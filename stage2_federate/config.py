@@ -14,6 +14,8 @@ from typing import Any
 
 from ldpfl import mechanisms as mech
 from ldpfl.common.errors import ParameterError
+from ldpfl.contract.accounting import NEIGHBOURS, REPLACE_ONE
+from ldpfl.mechanisms.base import FEDERATION_OPTIONS
 from ldpfl.mechanisms.validation import require_finite_positive, require_int_in_range
 
 from . import budgets
@@ -21,6 +23,13 @@ from .perturbation import SIGN_MODES, SIGN_UPDATE, TARGETS, perturbation_names, 
 from .strategies import strategy_names
 
 DEVICES = ("auto", "cpu", "cuda")
+DP_SGD_CLIP = 0.1
+"""C of DP-SGD when ``clip`` is not given: Tramèr & Boneh 2021's choice for ScatterNet features (GroupNorm'd)."""
+DP_SGD_DELTA = 1e-5
+"""δ of DP-SGD when ``delta`` is not given (the literature's; well below 1/n for silos of thousands)."""
+MAX_TARGET_EPSILON = 100.0
+DP_SGD_LR = 4.0
+"""The local learning rate under DP-SGD when ``lr`` is not given (SGD on clipped mean gradients of norm <= C)."""
 
 # The model's options (``model`` builds it; kept here so that a configuration is checked without torch).
 DEFAULT_HIDDEN = (2048,)
@@ -73,6 +82,14 @@ class FederationConfig:
     eval_batch_size: int = 1024
     eval_clean: bool = False  # also evaluate on the clients' local-only clean test files (export --keep-clean-test)
     label_noise_correction: str = "auto"  # loss correction for k-RR labels (stage2_federate.label_noise)
+    # Record-level DP-SGD of every silo's local training (stage2_federate.dp_sgd): clip is C, sample_rate q,
+    # delta δ; σ is noise_multiplier or calibrated from target_epsilon over the whole run, per silo.
+    dp_sgd: bool = False
+    noise_multiplier: float | None = None
+    target_epsilon: float | None = None
+    neighbours: str = REPLACE_ONE
+    local_steps: int = 1
+    server_momentum: float = 0.0
     seed: int | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
@@ -138,8 +155,56 @@ class FederationConfig:
             raise ParameterError(f"`client_epsilons` budget the model perturbation; perturbation "
                                  f"{self.perturbation!r} takes no budget (choose a perturbation, or drop "
                                  "`client_epsilons`)")
+        self._check_dp_sgd()
         if self.seed is not None:
             mech.make_randomness(self.seed)  # validates
+
+    def _check_dp_sgd(self) -> None:
+        """Refuse DP-SGD settings that cannot be used together (one line naming the fields)."""
+        require_int_in_range("local steps", self.local_steps, 1)
+        if not (isinstance(self.server_momentum, int | float) and 0.0 <= self.server_momentum < 1.0):
+            raise ParameterError(f"`server_momentum` must lie in [0, 1), got {self.server_momentum!r}")
+        if self.neighbours not in NEIGHBOURS:
+            raise ParameterError(f"`neighbours` must be one of {', '.join(NEIGHBOURS)}, got {self.neighbours!r}")
+        given = [name for name in ("noise_multiplier", "target_epsilon") if getattr(self, name) is not None]
+        for name in given:
+            require_finite_positive(name.replace("_", " "), getattr(self, name))
+        if not self.dp_sgd:
+            extra = given + (["neighbours"] if self.neighbours != REPLACE_ONE else []) + (
+                ["local_steps"] if self.local_steps != 1 else [])
+            if extra:
+                raise ParameterError(f"`{'`, `'.join(extra)}` apply to `dp_sgd` only (record-level DP-SGD)")
+            return
+        if self.perturbation != "none":
+            raise ParameterError(f"`dp_sgd` protects each record inside the silo's training; it replaces the model "
+                                 f"perturbation, so `perturbation` must be 'none', got {self.perturbation!r}")
+        if len(given) != 1:
+            raise ParameterError("`dp_sgd` needs exactly one of `noise_multiplier` (sigma) and `target_epsilon` "
+                                 "(sigma calibrated per silo over the whole run)" + (", not both" if given else ""))
+        if self.sensitivity is not None:
+            raise ParameterError("`sensitivity` belongs to the model perturbations; under `dp_sgd` the per-record "
+                                 "sensitivity is `clip`")
+        if isinstance(self.delta, str):
+            raise ParameterError(f"`delta` must be a number in (0, 1) under `dp_sgd` ('1/n' is far too large for "
+                                 f"record-level DP), got {self.delta!r}")
+        if self.target_epsilon is not None and self.target_epsilon > MAX_TARGET_EPSILON:
+            raise ParameterError(f"`target_epsilon` must lie in (0, {MAX_TARGET_EPSILON:g}], got "
+                                 f"{self.target_epsilon!r}")
+
+    @property
+    def dp_clip(self) -> float:
+        """C, the per-record clip of DP-SGD (``clip``, default :data:`DP_SGD_CLIP`)."""
+        return DP_SGD_CLIP if self.clip is None else float(self.clip)
+
+    @property
+    def dp_delta(self) -> float:
+        """δ of DP-SGD (``delta``, default :data:`DP_SGD_DELTA`)."""
+        return DP_SGD_DELTA if self.delta is None else float(self.delta)
+
+    @property
+    def perturbation_options(self) -> dict[str, Any]:
+        """The federation options the model perturbation takes (none under ``dp_sgd``: they are DP-SGD's)."""
+        return {option: None if self.dp_sgd else getattr(self, option) for option in FEDERATION_OPTIONS}
 
     @property
     def takes_ranges(self) -> bool:

@@ -31,7 +31,11 @@ from dataclasses import dataclass, field
 from numbers import Integral, Real
 from typing import Any
 
+from ldpfl.contract import accounting
 from ldpfl.mechanisms.report import PrivacyReport, format_epsilon, json_number
+
+from .dp_sgd_budget import LIBRARY as DP_SGD_LIBRARY
+from .dp_sgd_budget import DpSgdClient, rounds_trained
 
 RDP = "rdp"
 PLD = "pld"
@@ -281,6 +285,8 @@ def ledger_section(rounds: Sequence[Mapping[str, Any]], privacy: Sequence[Mappin
     (False for ``none``), ``clients`` (``LedgerEntry.to_dict()`` each, plus ``mechanism``) and ``notes``.
     A client whose report cannot be accounted (no per-record figure) gets ε = None and a note.
     """
+    if any("dp_sgd" in p for p in privacy):
+        return dp_sgd_ledger(rounds, privacy)
     clients = [p["client"] for p in privacy]
     releases: dict[Hashable, Release | None] = {}
     problems: dict[Hashable, str] = {}
@@ -313,6 +319,36 @@ def ledger_section(rounds: Sequence[Mapping[str, Any]], privacy: Sequence[Mappin
             "clients": rows, "notes": notes}
 
 
+DP_SGD_COUNTED = ("rounds in which the client trained (selected and not lost; a client dropped after training counts "
+                  "too), local_steps DP-SGD steps each")
+
+
+def dp_sgd_ledger(rounds: Sequence[Mapping[str, Any]], privacy: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Build the ``privacy_ledger`` of a DP-SGD run: each silo's accountant over every step it took so far.
+
+    Each client's entry gives ε at its δ under both neighbouring relations (``epsilon`` is the run's relation,
+    ``neighbours``), its rounds and steps, and how far it is from its target (``target_epsilon``).
+    """
+    rows = []
+    for p in privacy:
+        dp = DpSgdClient.from_dict(p["dp_sgd"])
+        trained = rounds_trained(rounds, dp.client)
+        both = dp.epsilons(trained)
+        rows.append({"client": dp.client, "rounds": trained, "steps": trained * dp.local_steps,
+                     "epsilon": json_number(both[dp.neighbours]), "delta": dp.delta,
+                     "epsilon_replace_one": json_number(both[accounting.REPLACE_ONE]),
+                     "epsilon_add_remove": json_number(both[accounting.ADD_REMOVE]),
+                     "neighbours": dp.neighbours, "target_epsilon": dp.target_epsilon,
+                     "noise_multiplier": dp.noise_multiplier, "sampling_probability": dp.sampling_probability,
+                     "clip": dp.clip, "method": f"{accounting.METHOD} (DP-SGD: Poisson-sampled Gaussian)",
+                     "mechanism": "dp-sgd", "notes": []})
+    notes = [f"record-level DP-SGD ({DP_SGD_LIBRARY}) of every silo over the {len(rounds)} rounds so far: each "
+             "silo's steps composed by one accountant (dp-accounting PLD), epsilon at its delta under replace-one "
+             "and add-remove"]
+    return {"rounds": len(rounds), "counted": DP_SGD_COUNTED, "accountant": "pld", "adds_privacy_loss": True,
+            "dp_sgd": True, "clients": rows, "notes": notes}
+
+
 def ledger_lines(section: Mapping[str, Any], *, max_clients: int = 12) -> list[str]:
     """Return the CLI summary of a ledger section: one line per client (or a range beyond ``max_clients``)."""
     rows = list(section.get("clients", ()))
@@ -320,7 +356,13 @@ def ledger_lines(section: Mapping[str, Any], *, max_clients: int = 12) -> list[s
         return [f"privacy ledger (stage 2): perturbation none adds nothing over {section.get('rounds')} rounds; "
                 "the privacy is the stage-1 release's (client files)"]
     lines = [f"privacy ledger (stage 2, each client over its uploads in {section.get('rounds')} rounds):"]
-    if len(rows) <= max_clients:
+    if section.get("dp_sgd") and len(rows) <= max_clients:
+        lines[0] = f"privacy ledger (DP-SGD, each silo over its steps in {section.get('rounds')} rounds):"
+        for r in rows:
+            lines.append(f"  client {r['client']}: epsilon {format_epsilon(r.get('epsilon_replace_one'))} "
+                         f"replace-one, {format_epsilon(r.get('epsilon_add_remove'))} add-remove at delta "
+                         f"{r['delta']:g} ({r['steps']} steps, sigma {r['noise_multiplier']:.4g})")
+    elif len(rows) <= max_clients:
         for r in rows:
             delta = "" if not r.get("delta") else f" at delta {r['delta']:g}"
             lines.append(f"  client {r['client']}: epsilon {format_epsilon(r.get('epsilon'))}{delta} "

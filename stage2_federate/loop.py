@@ -81,6 +81,27 @@ def check_policy(round_number: int, selected: Sequence[int], trained: int, notes
                                  + "; ".join(notes))
 
 
+class DpSgdTargetError(LdpflError, ValueError):
+    """A resumed DP-SGD run asks for more rounds than its σ was calibrated for (its target would be exceeded)."""
+
+
+def check_dp_sgd_extension(plan: FederationPlan, payload: dict[str, Any]) -> None:
+    """Refuse to extend a DP-SGD run with a target ε past the rounds its σ was calibrated for.
+
+    σ of each silo was calibrated for ``rounds × local_steps`` steps of the run as it started; more rounds would
+    spend more than ``target_epsilon``. (With a given ``noise_multiplier`` the run may go on: the ledger reports
+    what it spends.)
+    """
+    config = plan.config
+    started = payload.get("config", {})
+    if not config.dp_sgd or config.target_epsilon is None or int(started.get("rounds", config.rounds)) == config.rounds:
+        return
+    raise DpSgdTargetError(f"`rounds` {config.rounds}: this DP-SGD run was calibrated for {started.get('rounds')} "
+                           f"rounds at target epsilon {config.target_epsilon:g} per silo; other rounds would change "
+                           "sigma or exceed the target. Start a new run (its silos' records are then spent again: "
+                           "the two runs' epsilons add up)")
+
+
 def restore(plan: FederationPlan, payload: dict[str, Any], path: Path, inputs: dict[str, str]
             ) -> tuple[list[RoundRecord], int]:
     """Load a checked checkpoint (``checkpoint.load_checkpoint``) into ``plan``; return its history and next round.
@@ -88,8 +109,11 @@ def restore(plan: FederationPlan, payload: dict[str, Any], path: Path, inputs: d
     Refuses a checkpoint trained on other client files than ``inputs`` (``checkpoint.check_inputs``).
     """
     check_inputs(path, payload, inputs)
+    check_dp_sgd_extension(plan, payload)
     plan.model.load_state_dict(payload["model"])
     plan.streams.restore(payload["rng"])
+    if "velocity" in payload:
+        plan.momentum.velocity = payload["velocity"].numpy().copy()
     plan.relabel_randomness(payload["randomness"])
     return [RoundRecord.from_dict(row) for row in payload["history"]], int(payload["round"]) + 1
 
@@ -140,11 +164,11 @@ def run_rounds(plan: FederationPlan, transport: Transport, writer: RunWriter, hi
         dropped = draw_dropouts(selected, plan.config.drop_per_round, plan.streams.server)  # after training (IV-E)
         surviving = {r.client: r.upload for r in training.results if r.upload is not None and r.client not in dropped}
         server = server_step(broadcast.vector, surviving, plan.strategy, plan.rule, rng=plan.streams.server)
-        plan.set_vector(server.vector)
+        plan.set_vector(plan.momentum.apply(broadcast.vector, server.vector, kept=server.kept_previous))
         record = round_record(round_number, selected=selected, clients=training.results, dropped=dropped,
                               server=server, epsilons=epsilons, lost=training.lost if transport.can_lose else None,
                               notes=training.notes)
-        pending = _Trained(record, Snapshot.of(plan.model, plan.streams), started)
+        pending = _Trained(record, Snapshot.of(plan.model, plan.streams, plan.momentum.velocity), started)
         if not transport.pipelined:
             keep(pending.evaluated(transport.evaluate(round_number, Broadcast.of(plan.model), without=frozenset())),
                  pending.state)

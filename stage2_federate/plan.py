@@ -21,12 +21,13 @@ from ldpfl import mechanisms as mech
 from ldpfl.common.errors import ParameterError
 from ldpfl.contract.file_checks import float32_overflow
 from ldpfl.contract.release_guarantee import stored_or_computed
-from ldpfl.mechanisms.base import FEDERATION_OPTIONS
 from ldpfl.mechanisms.randomness import describe_randomness
 
 from . import budgets
-from .config import DEFAULT_LR, DEVICES, FederationConfig
+from .aggregation import ServerMomentum
+from .config import DEFAULT_LR, DEVICES, DP_SGD_LR, FederationConfig
 from .data import ClientDataset, FederatedData, load_run
+from .dp_sgd_budget import DpSgdClient, plan_client
 from .label_noise import resolve_label_noise
 from .model import (
     FederatedMLP,
@@ -121,7 +122,7 @@ def configured_perturbations(config: FederationConfig, *, dim: int, epsilons: Se
     return build_client_perturbations(
         config.perturbation, dim=dim, epsilons=epsilons, target=target, ranges=ranges, centres=centres,
         train_sizes=train_sizes, rounds=config.rounds, clients=clients,
-        **{option: getattr(config, option) for option in FEDERATION_OPTIONS})
+        **config.perturbation_options)
 
 
 def plan_perturbations(config: FederationConfig, clients: Sequence[ClientLike], dim: int,
@@ -210,6 +211,8 @@ class ClientFacts(Protocol):
     def release_guarantee(self) -> dict[str, Any] | None: ...  # noqa: D102
     @property
     def label_release(self) -> dict[str, Any] | None: ...  # noqa: D102
+    @property
+    def local_only(self) -> bool: ...  # noqa: D102
 
 
 @dataclass(frozen=True)
@@ -229,6 +232,7 @@ class ClientFile:
     feature_privacy: dict[str, Any]
     release_guarantee: dict[str, Any] | None
     label_release: dict[str, Any] | None
+    local_only: bool = False
 
     @classmethod
     def of(cls, client: ClientDataset) -> ClientFile:
@@ -238,7 +242,7 @@ class ClientFile:
         return cls(client.index, client.path.name, len(client.train), len(client.test), client.label_histogram,
                    meta.dataset, meta.num_classes, meta.feature_format, meta.feature_width, meta.mechanism,
                    dict(meta.privacy_report), stored_or_computed(meta, records=rows).to_dict(),
-                   None if meta.label_release is None else dict(meta.label_release))
+                   None if meta.label_release is None else dict(meta.label_release), bool(meta.local_only))
 
 
 @dataclass
@@ -258,6 +262,7 @@ class FederationPlan:
     client_plan: ClientPlan
     privacy: list[dict[str, Any]]
     record: dict[str, Any]
+    momentum: ServerMomentum  # the server momentum (FedAvgM) and its velocity
 
     def relabel_randomness(self, mode: str) -> None:
         """Label the records with ``mode`` and the streams' generator (a resumed run keeps those it started with)."""
@@ -289,6 +294,31 @@ def relabel(record: dict[str, Any], privacy: list[dict[str, Any]], mode: str, ge
     record.update(randomness=mode, generator=generator)
     for report in privacy:
         report.update(randomness=mode, generator=generator, randomness_description=describe_randomness(mode, generator))
+
+
+def resolve_lr(config: FederationConfig) -> float:
+    """Return the local learning rate: ``lr``, else LDPFL's 0.001, or :data:`DP_SGD_LR` under DP-SGD."""
+    if config.lr is not None:
+        return float(config.lr)
+    return DP_SGD_LR if config.dp_sgd else DEFAULT_LR
+
+
+def plan_dp_sgd(config: FederationConfig, clients: Sequence[ClientSize]) -> dict[int, DpSgdClient] | None:
+    """Each client's DP-SGD (σ calibrated for its own q over every step of the run), or None without ``dp_sgd``.
+
+    Calibrations are cached by (target, δ, q, steps): silos of one size share one.
+    """
+    if not config.dp_sgd:
+        return None
+    try:
+        return {c.index: plan_client(c.index, c.train_rows, clip=config.dp_clip, delta=config.dp_delta,
+                                     neighbours=config.neighbours, rounds=config.rounds,
+                                     local_steps=config.local_steps, sample_rate=config.sample_rate,
+                                     batch_size=config.batch_size, noise_multiplier=config.noise_multiplier,
+                                     target_epsilon=config.target_epsilon)
+                for c in clients}
+    except ValueError as error:
+        raise ParameterError(f"`dp_sgd`: {error}") from None
 
 
 def resolved_settings(*, device: torch.device, training: LocalTraining, dim: int, target: str, rule: ServerRule,
@@ -337,15 +367,17 @@ def build_plan(config: FederationConfig, clients: Sequence[ClientFacts], *, devi
     rule = ServerRule.for_perturbation(config.perturbation, target, config.server_lr)
     label_noise = resolve_label_noise(config.label_noise_correction,  # issue 22: every file's T must agree
                                       [(c.file, c.label_release) for c in ordered])
-    training = LocalTraining(resolve_optimizer(config.optimizer, first.dataset),
-                             DEFAULT_LR if config.lr is None else float(config.lr), config.local_epochs,
-                             config.batch_size, label_noise)
+    dp_clients = plan_dp_sgd(config, sizes)
+    training = LocalTraining(resolve_optimizer(config.optimizer, first.dataset), resolve_lr(config),
+                             config.local_epochs, config.batch_size, label_noise, dp_clients)
     privacy = []
     for c in ordered:
         report = perturbations[c.index].report(randomness.mode, randomness.generator_name)
         report.update(file=c.file, feature_privacy=dict(c.feature_privacy), feature_mechanism=c.feature_mechanism)
         if c.release_guarantee is not None:
             report.update(release_guarantee=dict(c.release_guarantee))
+        if dp_clients is not None:
+            report.update(dp_sgd=dp_clients[c.index].to_dict(), local_only=bool(c.local_only))
         privacy.append(report)
     budgeted = perturbation_wiring(config.perturbation).budget
     extra = dict(engine or {})
@@ -361,7 +393,7 @@ def build_plan(config: FederationConfig, clients: Sequence[ClientFacts], *, devi
         "run": run,
     }
     return FederationPlan(config, ordered, device, randomness, streams, model, perturbations, strategy, rule,
-                          training, plan, privacy, record)
+                          training, plan, privacy, record, ServerMomentum(float(config.server_momentum)))
 
 
 def plan_federation(run_dir: Path, config: FederationConfig) -> LocalPlan:

@@ -26,6 +26,8 @@ import torch
 from ldpfl.mechanisms.base import require_generator
 
 from .data import ClientSplit
+from .dp_sgd import train_dp_sgd
+from .dp_sgd_budget import DpSgdClient
 from .label_noise import LabelNoise
 from .model import FederatedMLP, get_vector, make_optimizer, set_vector, train_local
 from .perturbation import ClientPerturbation, ServerRule
@@ -39,6 +41,7 @@ class LocalTraining:
     """How every client trains in a round (LDPFL IV-E): optimizer, learning rate, epochs el, batch size.
 
     ``label_noise``: the files' k-RR label noise and its loss correction (``label_noise``), None: plain CE.
+    ``dp_sgd``: each client's record-level DP-SGD (``dp_sgd.DpSgdClient``), which then replaces the epochs.
     """
 
     optimizer: str
@@ -46,6 +49,7 @@ class LocalTraining:
     epochs: int
     batch_size: int
     label_noise: LabelNoise | None = None
+    dp_sgd: Mapping[int, DpSgdClient] | None = None
 
 
 @dataclass(frozen=True)
@@ -104,8 +108,12 @@ def client_step(model: FederatedMLP, broadcast: Broadcast, split: ClientSplit | 
     cid = perturbation.client
     set_vector(model, broadcast.weights)
     optimizer = make_optimizer(training.optimizer, model.parameters(), training.lr)
-    stats = train_local(model, split, epochs=training.epochs, batch_size=training.batch_size, optimizer=optimizer,
-                        generator=generator, label_noise=training.label_noise)
+    if training.dp_sgd is not None:  # record-level DP-SGD: its noise and batches from the client's own stream
+        stats = train_dp_sgd(model, split, training.dp_sgd[cid], optimizer=optimizer, generator=generator, rng=rng,
+                             label_noise=training.label_noise)
+    else:
+        stats = train_local(model, split, epochs=training.epochs, batch_size=training.batch_size,
+                            optimizer=optimizer, generator=generator, label_noise=training.label_noise)
     local = get_vector(model).cpu().numpy()
     if not np.all(np.isfinite(local)):
         return ClientResult(cid, None, stats.loss, stats.accuracy,

@@ -34,6 +34,7 @@ from ldpfl.mechanisms.randomness import portable_state, restore_state
 
 from ..config import FederationConfig
 from ..data import ClientDataset, ClientSplit, load_clean_test, load_client
+from ..dp_sgd_budget import DpSgdClient
 from ..label_noise import LabelNoise
 from ..model import FederatedMLP, build_model, evaluate, set_vector
 from ..perturbation import ClientPerturbation
@@ -98,7 +99,7 @@ def summarize(client: ClientDataset, sha256: str | None = None) -> ClientSummary
         feature_privacy=dict(meta.privacy_report), sha256=sha256 or sha256_file(client.path),
         release_guarantee=stored_or_computed(meta, records=len(client.train) + len(client.test)).to_dict(),
         label_release=None if meta.label_release is None else dict(meta.label_release),
-        plan_fingerprint=meta.plan_fingerprint)
+        plan_fingerprint=meta.plan_fingerprint, local_only=bool(meta.local_only))
 
 
 def client_perturbation(config: FederationConfig, setup: ClientSetup, client: ClientDataset) -> ClientPerturbation:
@@ -207,8 +208,10 @@ class Trainer:
     def train(self, config: FederationConfig, setup: ClientSetup, client: ClientDataset, vector: np.ndarray, *,
               generator: torch.Generator, rng: np.random.Generator) -> ClientResult:
         """LDPFL Algorithm 1 lines 19-20 on this client: ``rounds.client_step`` (train, then perturb here)."""
+        dp_sgd = None if setup.dp_sgd is None else DpSgdClient.from_dict(setup.dp_sgd)
         training = LocalTraining(setup.optimizer, setup.lr, config.local_epochs, config.batch_size,
-                                 LabelNoise.from_dict(setup.label_noise))
+                                 LabelNoise.from_dict(setup.label_noise),
+                                 None if dp_sgd is None else {dp_sgd.client: dp_sgd})
         return client_step(self.model, self.broadcast(vector), client.train, client_perturbation(config, setup, client),
                            training, generator=generator, rng=rng)
 

@@ -231,6 +231,7 @@ class ClientSummary(JsonRecord):
     release_guarantee: dict[str, Any] | None = None  # the file's (issue 22); None from an older client
     label_release: dict[str, Any] | None = None  # the file's label_release (issue 22: T of k-RR labels)
     plan_fingerprint: str | None = None  # the shared plan the file was exported with (issue 16), if any
+    local_only: bool = False  # the file never leaves its silo (export --local-only): only updates do
 
 
 @dataclass(frozen=True)
@@ -259,7 +260,8 @@ class ClientSetup(JsonRecord):
     ``position`` is the client's rank in client-index order (its random streams are the root's child
     ``position``, as in the local engine's ``Streams``); ``epsilon``, ``range_length`` and ``centre`` are
     its resolved ε_i, L_i and c_i (None when the perturbation takes none); ``dim`` the model's size;
-    ``label_noise`` the run's ``LabelNoise.to_dict()`` (T and the loss correction; None: plain cross-entropy).
+    ``label_noise`` the run's ``LabelNoise.to_dict()`` (T and the loss correction; None: plain cross-entropy);
+    ``dp_sgd`` the client's DP-SGD (σ, C, q, steps; None without ``dp_sgd``).
     """
 
     position: Count
@@ -273,6 +275,7 @@ class ClientSetup(JsonRecord):
     range_length: FinitePositive | None
     centre: Finite | None
     label_noise: dict[str, Any] | None = None
+    dp_sgd: dict[str, Any] | None = None  # this client's ``DpSgdClient.to_dict()`` (``dp_sgd``), resolved by the server
 
 
 @dataclass(frozen=True)

@@ -92,7 +92,9 @@ def client_setups(plan: FederationPlan) -> dict[int, ClientSetup]:
         epsilon=clients_plan.epsilons[position] if budgeted else None,
         range_length=None if clients_plan.ranges is None else clients_plan.ranges[position],
         centre=None if clients_plan.centres is None else clients_plan.centres[position],
-        label_noise=label_noise) for position, c in enumerate(plan.clients)}
+        label_noise=label_noise,
+        dp_sgd=None if training.dp_sgd is None else training.dp_sgd[c.index].to_dict())
+        for position, c in enumerate(plan.clients)}
 
 
 def _flower_version() -> str | None:

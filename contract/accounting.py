@@ -1,0 +1,242 @@
+"""The one accountant: typed DP events composed by dp-accounting's privacy-loss-distribution (PLD) accountant.
+
+Every part the project releases is described by a small frozen event (as dp-accounting's ``dp_event`` does), and
+:func:`epsilon` composes any sequence of them under one neighbouring relation:
+
+* :class:`DpSgdEvent`: T steps of DP-SGD (Abadi et al. 2016, Algorithm 1): each step uses a record with
+  probability q (Poisson sampling), clips every per-record gradient to L2 norm C and adds N(0, σ²C²) noise to
+  their sum: ``SelfComposedDpEvent(PoissonSampledDpEvent(q, GaussianDpEvent(σ)), T)``;
+* :class:`GaussianEvent`: k releases of the Gaussian mechanism with noise multiplier σ/Δ₂, no sampling;
+* :class:`RandomizedResponseEvent`: k-ary randomized response at ε (the labels, a predicted class);
+* :class:`PureEvent`: any other pure ε-DP part, accounted as binary randomized response at ε, which dominates
+  every ε-DP mechanism (Kairouz, Oh, Viswanath 2015, Theorem 4).
+
+Neighbouring relations (:data:`NEIGHBOURS`): ``replace-one`` (the project's convention, and local DP's: one
+record replaced by any other, n public) and ``add-remove`` (one record added or removed: the DP-SGD
+literature's, e.g. Abadi et al. 2016, Tramèr & Boneh 2021). A replacement is a removal and an addition, so a
+figure under replace-one is larger (at most twice, at a larger δ); the PLD accountant computes each directly. Randomized response is defined under
+replace-one only (a removed record's own release is simply absent): :func:`epsilon` refuses it under add/remove.
+
+:func:`calibrate_noise_multiplier` finds the smallest σ whose T Poisson-sampled steps stay within a target ε
+(dp-accounting's ``calibrate_dp_mechanism``, a bisection over the same accountant).
+
+dp-accounting loads on first use (about 1 s); results are cached per event sequence in this process.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+REPLACE_ONE = "replace-one"
+ADD_REMOVE = "add-remove"
+NEIGHBOURS = (REPLACE_ONE, ADD_REMOVE)
+NEIGHBOURS_TEXT = {REPLACE_ONE: "replace one record (its values and its label) by any other; n is public",
+                   ADD_REMOVE: "add or remove one record"}
+METHOD = "dp-accounting PLD"
+VALUE_DISCRETIZATION = 1e-4
+"""dp-accounting's default PLD discretization (a pessimistic rounding: the ε it reports is an upper bound)."""
+MAX_NOISE_MULTIPLIER = 1e4
+
+
+def _finite_positive(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+    return float(value)
+
+
+def _count(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
+    return int(value)
+
+
+@dataclass(frozen=True)
+class DpSgdEvent:
+    """T steps of DP-SGD with noise multiplier σ and Poisson sampling rate q (Abadi et al. 2016, Alg. 1)."""
+
+    noise_multiplier: float
+    sampling_probability: float
+    steps: int
+
+    def __post_init__(self) -> None:
+        """Validate σ > 0, q in (0, 1] and T >= 0."""
+        _finite_positive("noise_multiplier", self.noise_multiplier)
+        q = self.sampling_probability
+        if isinstance(q, bool) or not isinstance(q, int | float) or not 0.0 < q <= 1.0:
+            raise ValueError(f"sampling_probability must lie in (0, 1], got {q!r}")
+        _count("steps", self.steps)
+
+
+@dataclass(frozen=True)
+class GaussianEvent:
+    """``count`` releases of a Gaussian mechanism whose σ is ``noise_multiplier`` times its L2 sensitivity."""
+
+    noise_multiplier: float
+    count: int = 1
+
+    def __post_init__(self) -> None:
+        """Validate σ/Δ₂ > 0 and the count."""
+        _finite_positive("noise_multiplier", self.noise_multiplier)
+        _count("count", self.count)
+
+
+@dataclass(frozen=True)
+class RandomizedResponseEvent:
+    """k-ary randomized response at ε: the truth w.p. e^ε/(e^ε + k − 1), each other value w.p. 1/(e^ε + k − 1)."""
+
+    epsilon: float
+    categories: int
+
+    def __post_init__(self) -> None:
+        """Validate ε > 0 and k >= 2."""
+        _finite_positive("epsilon", self.epsilon)
+        if isinstance(self.categories, bool) or not isinstance(self.categories, int) or self.categories < 2:
+            raise ValueError(f"categories must be an integer >= 2, got {self.categories!r}")
+
+
+@dataclass(frozen=True)
+class PureEvent:
+    """A pure ε-DP part (accounted as binary randomized response at ε, which dominates it)."""
+
+    epsilon: float
+
+    def __post_init__(self) -> None:
+        """Validate ε > 0."""
+        _finite_positive("epsilon", self.epsilon)
+
+
+Event = DpSgdEvent | GaussianEvent | RandomizedResponseEvent | PureEvent
+
+
+def require_neighbours(neighbours: str) -> str:
+    """Return ``neighbours`` when it is one of :data:`NEIGHBOURS`, else raise ``ValueError`` listing them."""
+    if neighbours not in NEIGHBOURS:
+        raise ValueError(f"neighbours must be one of {', '.join(NEIGHBOURS)}, got {neighbours!r}")
+    return neighbours
+
+
+def _library_event(event: Event) -> Any:
+    import dp_accounting
+
+    if isinstance(event, DpSgdEvent):
+        step = dp_accounting.PoissonSampledDpEvent(event.sampling_probability,
+                                                   dp_accounting.GaussianDpEvent(event.noise_multiplier))
+        return dp_accounting.SelfComposedDpEvent(step, event.steps)
+    if isinstance(event, GaussianEvent):
+        return dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(event.noise_multiplier), event.count)
+    if isinstance(event, RandomizedResponseEvent):  # keep the truth w.p. (1 − p) + p/k: p = k/(e^ε + k − 1)
+        k = event.categories
+        return dp_accounting.RandomizedResponseDpEvent(k / (math.exp(event.epsilon) + k - 1), k)
+    if isinstance(event, PureEvent):
+        return dp_accounting.RandomizedResponseDpEvent(2 / (math.exp(event.epsilon) + 1), 2)
+    raise TypeError(f"not an accounting event: {type(event).__name__}")
+
+
+def _accountant(neighbours: str) -> Any:
+    import dp_accounting
+    from dp_accounting import pld
+
+    relation = (dp_accounting.NeighboringRelation.REPLACE_ONE if neighbours == REPLACE_ONE
+                else dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE)
+    return pld.PLDAccountant(relation, value_discretization_interval=VALUE_DISCRETIZATION)
+
+
+@functools.lru_cache(maxsize=512)
+def _epsilon(events: tuple[Event, ...], delta: float, neighbours: str) -> float:
+    accountant = _accountant(neighbours)
+    for event in events:
+        if isinstance(event, DpSgdEvent) and event.steps == 0 or isinstance(event, GaussianEvent) and not event.count:
+            continue
+        accountant.compose(_library_event(event))
+    return float(accountant.get_epsilon(delta))
+
+
+def epsilon(events: Iterable[Event], delta: float, *, neighbours: str = REPLACE_ONE) -> float:
+    """Return ε at ``delta`` of all ``events`` composed (adaptively) under ``neighbours``.
+
+    Raises
+    ------
+    ValueError
+        A δ outside [0, 1), an unknown relation, or randomized response under ``add-remove`` (undefined there).
+    """
+    require_neighbours(neighbours)
+    if isinstance(delta, bool) or not isinstance(delta, int | float) or not 0.0 <= delta < 1.0:
+        raise ValueError(f"delta must lie in [0, 1), got {delta!r}")
+    events = tuple(events)
+    if neighbours == ADD_REMOVE and any(isinstance(e, RandomizedResponseEvent | PureEvent) for e in events):
+        raise ValueError("randomized response (a pure LDP part) has no add-remove figure: a removed record's own "
+                         "release is absent, not randomized; use neighbours 'replace-one'")
+    if not events or all(isinstance(e, DpSgdEvent) and e.steps == 0 or isinstance(e, GaussianEvent) and not e.count
+                         for e in events):
+        return 0.0
+    return _epsilon(events, float(delta), neighbours)
+
+
+def dp_sgd_epsilons(event: DpSgdEvent, delta: float) -> dict[str, float]:
+    """Return ``{"replace-one": ε, "add-remove": ε}`` of one DP-SGD run at ``delta`` (both relations)."""
+    return {relation: epsilon([event], delta, neighbours=relation) for relation in NEIGHBOURS}
+
+
+@functools.lru_cache(maxsize=256)
+def calibrate_noise_multiplier(target_epsilon: float, delta: float, sampling_probability: float, steps: int, *,
+                               neighbours: str = REPLACE_ONE) -> float:
+    """Return the smallest σ (to 0.1 %) whose T = ``steps`` Poisson-sampled DP-SGD steps are within ``target_epsilon``.
+
+    Parameters
+    ----------
+    target_epsilon : float
+        The ε the whole run may spend, > 0.
+    delta : float
+        δ in (0, 1).
+    sampling_probability : float
+        q, the Poisson rate of each step, in (0, 1].
+    steps : int
+        T >= 1, every step the run may take.
+    neighbours : str
+        ``replace-one`` or ``add-remove``: the relation the target is stated under.
+
+    Raises
+    ------
+    ValueError
+        A target no σ up to :data:`MAX_NOISE_MULTIPLIER` reaches, or a parameter out of range (named).
+    """
+    import dp_accounting
+
+    _finite_positive("target_epsilon", target_epsilon)
+    if not 0.0 < delta < 1.0:
+        raise ValueError(f"delta must lie in (0, 1), got {delta!r}")
+    DpSgdEvent(1.0, sampling_probability, steps)  # validates q and T
+    require_neighbours(neighbours)
+    if steps < 1:
+        raise ValueError(f"steps must be >= 1 to calibrate, got {steps!r}")
+
+    def event(sigma: float) -> Any:
+        return _library_event(DpSgdEvent(float(sigma), float(sampling_probability), int(steps)))
+
+    def spent(sigma: float) -> float:
+        return epsilon([DpSgdEvent(sigma, sampling_probability, steps)], delta, neighbours=neighbours)
+
+    # A bracket [low, high] with spent(low) > target >= spent(high), by doubling from σ = 1 (small σ make the
+    # PLD large and slow: the search never goes below half the smallest σ that overspends).
+    if spent(MAX_NOISE_MULTIPLIER) > target_epsilon:
+        raise ValueError(f"target_epsilon {target_epsilon:g} at delta {delta:g} is out of reach of {steps} steps at "
+                         f"sampling rate {sampling_probability:g} (even sigma {MAX_NOISE_MULTIPLIER:g} spends more)")
+    high = 1.0
+    while spent(high) > target_epsilon:
+        high *= 2.0
+    low = high / 2.0
+    while low > 0.05 and spent(low) <= target_epsilon:
+        high, low = low, low / 2.0
+    sigma = dp_accounting.calibrate_dp_mechanism(
+        lambda: _accountant(neighbours), event, float(target_epsilon), float(delta),
+        bracket_interval=dp_accounting.ExplicitBracketInterval(low, high), tol=1e-3 * low)
+    return float(sigma)
+
+
+__all__ = ["ADD_REMOVE", "METHOD", "NEIGHBOURS", "NEIGHBOURS_TEXT", "REPLACE_ONE", "DpSgdEvent", "Event",
+           "GaussianEvent", "PureEvent", "RandomizedResponseEvent", "calibrate_noise_multiplier", "dp_sgd_epsilons",
+           "epsilon", "require_neighbours"]
