@@ -269,7 +269,7 @@ def uploads_per_round(rounds: Sequence[Mapping[str, Any]]) -> list[list[Hashable
 
 
 def ledger_section(rounds: Sequence[Mapping[str, Any]], privacy: Sequence[Mapping[str, Any]], *,
-                   accountant: str = RDP) -> dict[str, Any]:
+                   accountant: str = RDP, final: bool = True) -> dict[str, Any]:
     """Build the ``privacy_ledger`` section of ``metrics.json``: each client's total over the run so far.
 
     Parameters
@@ -278,6 +278,8 @@ def ledger_section(rounds: Sequence[Mapping[str, Any]], privacy: Sequence[Mappin
     privacy : one ``PrivacyReport.to_dict()`` per client with its ``client`` index added (the ``privacy``
         section of ``metrics.json``); each gives the release of one upload (``release_from_report``).
     accountant : ``"rdp"`` (default) or ``"pld"``.
+    final : bool
+        False while the run goes on (a DP-SGD ledger is then recomputed every :data:`ACCOUNT_EVERY` rounds).
 
     Returns
     -------
@@ -286,7 +288,7 @@ def ledger_section(rounds: Sequence[Mapping[str, Any]], privacy: Sequence[Mappin
     A client whose report cannot be accounted (no per-record figure) gets ε = None and a note.
     """
     if any("dp_sgd" in p for p in privacy):
-        return dp_sgd_ledger(rounds, privacy)
+        return dp_sgd_ledger(rounds, privacy, final=final)
     clients = [p["client"] for p in privacy]
     releases: dict[Hashable, Release | None] = {}
     problems: dict[Hashable, str] = {}
@@ -323,12 +325,21 @@ DP_SGD_COUNTED = ("rounds in which the client trained (selected and not lost; a 
                   "too), local_steps DP-SGD steps each")
 
 
-def dp_sgd_ledger(rounds: Sequence[Mapping[str, Any]], privacy: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+ACCOUNT_EVERY = 10
+"""While a DP-SGD run goes on, its ledger is recomputed every this many rounds (a PLD of the whole run takes about
+0.2 s per silo and relation); the final ledger covers every round."""
+
+
+def dp_sgd_ledger(rounds: Sequence[Mapping[str, Any]], privacy: Sequence[Mapping[str, Any]], *,
+                  final: bool = True) -> dict[str, Any]:
     """Build the ``privacy_ledger`` of a DP-SGD run: each silo's accountant over every step it took so far.
 
     Each client's entry gives ε at its δ under both neighbouring relations (``epsilon`` is the run's relation,
-    ``neighbours``), its rounds and steps, and how far it is from its target (``target_epsilon``).
+    ``neighbours``), its rounds and steps, and how far it is from its target (``target_epsilon``). Unless
+    ``final``, the figures cover the rounds up to the last multiple of :data:`ACCOUNT_EVERY` (``as_of_round``).
     """
+    as_of = len(rounds) if final else len(rounds) - len(rounds) % ACCOUNT_EVERY
+    rounds = rounds[:as_of]
     rows = []
     for p in privacy:
         dp = DpSgdClient.from_dict(p["dp_sgd"])
@@ -346,7 +357,7 @@ def dp_sgd_ledger(rounds: Sequence[Mapping[str, Any]], privacy: Sequence[Mapping
              "silo's steps composed by one accountant (dp-accounting PLD), epsilon at its delta under replace-one "
              "and add-remove"]
     return {"rounds": len(rounds), "counted": DP_SGD_COUNTED, "accountant": "pld", "adds_privacy_loss": True,
-            "dp_sgd": True, "clients": rows, "notes": notes}
+            "dp_sgd": True, "as_of_round": as_of, "clients": rows, "notes": notes}
 
 
 def ledger_lines(section: Mapping[str, Any], *, max_clients: int = 12) -> list[str]:

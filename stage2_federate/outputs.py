@@ -63,14 +63,15 @@ def write_metrics_csv(path: str | os.PathLike, rounds: Sequence[Mapping[str, Any
 
 
 def write_metrics_json(path: str | os.PathLike, *, config: Mapping[str, Any], privacy: Sequence[Mapping[str, Any]],
-                       rounds: Sequence[Mapping[str, Any]], extra: Mapping[str, Any] | None = None) -> Path:
+                       rounds: Sequence[Mapping[str, Any]], extra: Mapping[str, Any] | None = None,
+                       final: bool = True) -> Path:
     """``{"config": …, "privacy": [per-client reports], "rounds": [per-round records], "privacy_ledger": …, …extra}``.
 
     ``privacy_ledger`` is each client's total over the rounds so far (``ledger.ledger_section``), computed
     here so that every engine writes it; ``release_guarantee`` is the per-record figure over everything the
     clients released (``ldpfl.contract.release_guarantee.federation_guarantee``).
     """
-    ledger = ledger_section(rounds, privacy)
+    ledger = ledger_section(rounds, privacy, final=final)
     payload = {"config": config, "privacy": list(privacy), "rounds": list(rounds), "privacy_ledger": ledger}
     if all("release_guarantee" in p for p in privacy) and privacy:  # issue 22: everything released, one figure
         clean = any(key.startswith("clean_test_") for r in rounds for key in r)

@@ -71,14 +71,14 @@ class RunWriter:
         save_checkpoint(self.checkpoint, round_number=history[-1].round, state=state, config=self.config,
                         randomness=str(self.record["randomness"]), history=rows(history), inputs=self.inputs,
                         engine=self.engine)
-        self.write_metrics(history)
+        self.write_metrics(history, final=False)
 
-    def write_metrics(self, history: Sequence[RoundRecord]) -> None:
-        """Write ``metrics.csv`` and ``metrics.json``."""
+    def write_metrics(self, history: Sequence[RoundRecord], *, final: bool = True) -> None:
+        """Write ``metrics.csv`` and ``metrics.json`` (``final``: the run's last write, its ledger exact to the end)."""
         written = rows(history)
         out.write_metrics_csv(self.out_dir / out.METRICS_CSV, written)
         out.write_metrics_json(self.out_dir / out.METRICS_JSON, config=dict(self.record),
-                               privacy=[dict(p) for p in self.privacy], rounds=written)
+                               privacy=[dict(p) for p in self.privacy], rounds=written, final=final)
 
     def finish(self, history: Sequence[RoundRecord], model: torch.nn.Module, trained_on: TrainedOn, *,
                title: str, keep_checkpoint: bool) -> dict[str, Any] | None:
