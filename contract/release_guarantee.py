@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ldpfl.contract.release_point import LABEL
+from ldpfl.mechanisms import accounting
 from ldpfl.mechanisms.report import format_epsilon, json_number, number_from_json
 
 KRR_MECHANISM = "krr"
@@ -234,10 +235,8 @@ def re_release_parts(entries: Iterable[Mapping[str, Any]]) -> list[GuaranteePart
 
 
 def dp_sgd_epsilon(event: Mapping[str, Any], delta: float) -> float:
-    """ε at δ of DP-SGD as it ran, under REPLACE_ONE (dp-accounting PLD)."""
-    accountant = _pld_accountant()
-    accountant.compose(_dp_sgd_event(event))
-    return float(accountant.get_epsilon(delta))
+    """ε at δ of DP-SGD as it ran, under REPLACE_ONE (the package's accountant: dp-accounting PLD)."""
+    return accounting.epsilon([_dp_sgd_event(event)], delta, neighbours=accounting.REPLACE_ONE)
 
 
 def compose(parts: Sequence[GuaranteePart], *, scope: str) -> ReleaseGuarantee:
@@ -248,42 +247,26 @@ def compose(parts: Sequence[GuaranteePart], *, scope: str) -> ReleaseGuarantee:
     basic = ReleaseGuarantee(math.fsum(p.epsilon for p in parts), math.fsum(p.delta for p in parts), parts, scope,
                              METHOD_BASIC)
     sgd = [p for p in parts if p.kind == EXTRACTOR and p.mechanism == "dp-sgd"]
-    pure = [p for p in parts if p not in sgd and (p.epsilon or p.delta)]  # a part of (0, 0) adds nothing
+    pure = [p for p in parts if p not in sgd]
     if len(sgd) != 1 or any(p.delta for p in pure) or any(p.epsilon > PLD_MAX_PURE_EPSILON for p in pure):
         return basic
-    accountant = _pld_accountant()
-    accountant.compose(_dp_sgd_event(sgd[0].event))
-    for part in pure:
-        accountant.compose(_pure_event(part))
-    pld = float(accountant.get_epsilon(sgd[0].delta))
+    events = [_dp_sgd_event(sgd[0].event), *(_pure_event(p) for p in pure if p.epsilon > 0)]
+    pld = accounting.epsilon(events, sgd[0].delta, neighbours=accounting.REPLACE_ONE)
     if pld < basic.epsilon:
         return ReleaseGuarantee(pld, sgd[0].delta, parts, scope, METHOD_PLD)
     return basic
 
 
-def _pld_accountant() -> Any:
-    import dp_accounting
-    from dp_accounting import pld
-
-    return pld.PLDAccountant(dp_accounting.NeighboringRelation.REPLACE_ONE)
+def _dp_sgd_event(event: Mapping[str, Any]) -> accounting.DpSgdEvent:
+    return accounting.DpSgdEvent(float(event["noise_multiplier"]), float(event["sampling_probability"]),
+                                 int(event["steps"]))
 
 
-def _dp_sgd_event(event: Mapping[str, Any]) -> Any:
-    import dp_accounting
-
-    step = dp_accounting.PoissonSampledDpEvent(float(event["sampling_probability"]),
-                                               dp_accounting.GaussianDpEvent(float(event["noise_multiplier"])))
-    return dp_accounting.SelfComposedDpEvent(step, int(event["steps"]))
-
-
-def _pure_event(part: GuaranteePart) -> Any:
+def _pure_event(part: GuaranteePart) -> accounting.Event:
     """k-RR as itself; any other pure ε-DP part as binary randomized response at ε (which dominates it)."""
-    import dp_accounting
-
-    if "krr" in part.event:  # keep the truth w.p. e^ε/(e^ε + k − 1) = (1 − p) + p/k: p = k/(e^ε + k − 1)
-        k = int(part.event["num_classes"])
-        return dp_accounting.RandomizedResponseDpEvent(k / (math.exp(part.epsilon) + k - 1), k)
-    return dp_accounting.RandomizedResponseDpEvent(2 / (math.exp(part.epsilon) + 1), 2)
+    if "krr" in part.event:
+        return accounting.RandomizedResponseEvent(part.epsilon, int(part.event["num_classes"]))
+    return accounting.PureEvent(part.epsilon)
 
 
 # ---------------------------------------------------------------------------------------------------------------

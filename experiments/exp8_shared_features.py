@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ldpfl.contract import accounting
+from ldpfl.mechanisms import accounting
 from ldpfl.stage1_features.datasets.loaders import load_dataset
 from ldpfl.stage1_features.export.partition import make_partition
 from ldpfl.stage1_features.models.scatter import ScatterNet

@@ -28,7 +28,8 @@ import functools
 import math
 from collections.abc import Callable
 from numbers import Integral, Real
-from typing import Any
+
+from . import accounting
 
 DIRECT_SUM_MAX_SIGMA = 256.0
 """Up to this σ, tails are summed term by term; above it, Euler-Maclaurin (|error| < 1e-11 in log P for
@@ -198,13 +199,9 @@ def _require_rho(rho: float) -> float:
     return float(rho)
 
 
-def _zcdp_accountant(rho: float) -> Any:
-    """Return dp-accounting's RDP accountant (its default orders) holding one ρ-zCDP event."""
-    import dp_accounting  # lazy: ~1 s to import, only the reports of multi-coordinate Gaussian records need it
-
-    accountant = dp_accounting.rdp.RdpAccountant()
-    accountant.compose(dp_accounting.ZCDpEvent(rho))
-    return accountant
+def _zcdp(rho: float) -> list[accounting.ZcdpEvent]:
+    """One ρ-zCDP event for the package's accountant (dp-accounting's RDP, its default orders)."""
+    return [accounting.ZcdpEvent(rho)]
 
 
 def zcdp_delta(rho: float, epsilon: float) -> float:
@@ -213,7 +210,7 @@ def zcdp_delta(rho: float, epsilon: float) -> float:
     rho = _require_rho(rho)
     if rho == 0.0:
         return 0.0
-    return float(_zcdp_accountant(rho).get_delta(epsilon))
+    return accounting.delta(_zcdp(rho), epsilon, neighbours=accounting.ADD_REMOVE, method=accounting.RDP)
 
 
 def zcdp_epsilon(rho: float, delta: float) -> float:
@@ -225,7 +222,7 @@ def zcdp_epsilon(rho: float, delta: float) -> float:
     rho = _require_rho(rho)
     if rho == 0.0:
         return 0.0
-    return float(_zcdp_accountant(rho).get_epsilon(delta))
+    return accounting.epsilon(_zcdp(rho), delta, neighbours=accounting.ADD_REMOVE, method=accounting.RDP)
 
 
 def discrete_gaussian_record_epsilon(sigma: float, l2_sensitivity: float, delta: float) -> float:

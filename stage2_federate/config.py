@@ -14,7 +14,7 @@ from typing import Any
 
 from ldpfl import mechanisms as mech
 from ldpfl.common.errors import ParameterError
-from ldpfl.contract.accounting import NEIGHBOURS, REPLACE_ONE
+from ldpfl.mechanisms.accounting import NEIGHBOURS, REPLACE_ONE
 from ldpfl.mechanisms.base import FEDERATION_OPTIONS
 from ldpfl.mechanisms.validation import require_finite_positive, require_int_in_range
 

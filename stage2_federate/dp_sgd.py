@@ -13,7 +13,7 @@ Decisions:
   torchcsprng, which is not built for current torch; :class:`CsprngDPOptimizer` overrides only the noise draw.
 * **σ is per silo**: with ``target_epsilon`` each silo's σ is calibrated for its own q over every step the run
   may take (``rounds × local_steps``: the worst case, in which it is selected every round), so each silo's ε over
-  the whole run is at most the target whatever the selection (``ldpfl.contract.accounting``).
+  the whole run is at most the target whatever the selection (``ldpfl.mechanisms.accounting``).
 * **The accountant is the run's history**: a silo's steps are ``local_steps`` per round in which it trained
   (selected and not lost; dropped after training counts too: conservative). A resumed run recomputes it
   from the checkpoint's history, so it is restored exactly; a run extended past its planned rounds is refused

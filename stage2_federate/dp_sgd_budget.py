@@ -5,7 +5,7 @@ Torch-free (the CLI, the ledger and the Flower server read it): the training its
 the worst case, in which it is selected every round), so its ε over the whole run is at most the target whatever
 the selection. Its accountant is the run's history: ``local_steps`` per round in which it trained (selected and
 not lost; a client dropped after training counts too: conservative), composed by the one accountant
-(``ldpfl.contract.accounting``) under both neighbouring relations. A resumed run recomputes it from the
+(``ldpfl.mechanisms.accounting``) under both neighbouring relations. A resumed run recomputes it from the
 checkpoint's history, so it is restored exactly.
 """
 
@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from ldpfl.contract import accounting
+from ldpfl.mechanisms import accounting
 
 LIBRARY = "opacus"
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from numbers import Integral, Real
 from typing import Any
 
-from ldpfl.contract import accounting
+from ldpfl.mechanisms import accounting
 from ldpfl.mechanisms.report import PrivacyReport, format_epsilon, json_number
 
 from .dp_sgd_budget import LIBRARY as DP_SGD_LIBRARY
@@ -127,15 +127,10 @@ def _require_rounds(rounds: int) -> int:
 
 
 def _gaussian_epsilon(release: GaussianRelease, rounds: int, accountant: str) -> float:
-    import dp_accounting  # lazy: ~1 s to import, only federations with a Gaussian release need it
-
-    event = dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(release.noise_multiplier), rounds)
-    if accountant == RDP:
-        acc = dp_accounting.rdp.RdpAccountant()
-    else:
-        acc = dp_accounting.pld.PLDAccountant()
-    acc.compose(event)
-    return float(acc.get_epsilon(release.delta))
+    """Compose ``rounds`` Gaussian releases of multiplier σ/Δ₂ by the package's accountant (Δ₂ holds the relation)."""
+    event = accounting.GaussianEvent(release.noise_multiplier, rounds)
+    return accounting.epsilon([event], release.delta, neighbours=accounting.ADD_REMOVE,
+                              method=accounting.RDP if accountant == RDP else accounting.PLD)
 
 
 def compose(release: Release, rounds: int, *, accountant: str = RDP, client: Hashable = None) -> LedgerEntry:

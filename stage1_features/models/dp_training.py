@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from ldpfl.common.errors import ParameterError
+from ldpfl.mechanisms import accounting
 from ldpfl.stage1_features.models import cnn
 from ldpfl.stage1_features.models.cnn import EpochProgress, TrainingResult
 from ldpfl.stage1_features.models.keras_backend import import_keras
@@ -46,8 +47,8 @@ DEFAULT_CNN_DELTA = 1e-5
 DEFAULT_CLIPPING_NORM = 1.0
 DP_LEARNING_RATE = 2e-3
 LIBRARY = "jax-privacy"
-ACCOUNTANT = ("jax-privacy DpsgdTrainingAccountant: dp-accounting PLD (add-or-remove-one, value discretization "
-              "1e-3) of a PoissonSampledDpEvent(q, GaussianDpEvent(σ)) composed T times")
+ACCOUNTANT = ("ldpfl.mechanisms.accounting: dp-accounting PLD (add-or-remove-one, value discretization 1e-4) of a "
+              "PoissonSampledDpEvent(q, GaussianDpEvent(σ)) composed T times; σ calibrated by jax-privacy")
 
 NO_TRAINING: dict[str, Any] = {"training": "none"}
 """``extractor_training`` of an extractor that is not trained (raw features)."""
@@ -127,13 +128,13 @@ def library_version() -> str:
 
 
 def accountant_epsilon(noise_multiplier: float, batch_size: int, records: int, steps: int, delta: float) -> float:
-    """Return jax-privacy's ε for T = ``steps`` Poisson-sampled (q = b/n) Gaussian steps of multiplier σ at δ."""
-    from jax_privacy.accounting import analysis
-    from jax_privacy.keras_api import DPKerasConfig
+    """Return ε (add/remove) of T = ``steps`` Poisson-sampled (q = b/n) Gaussian steps of multiplier σ at δ.
 
-    params = analysis.DpParams(noise_multipliers=float(noise_multiplier), batch_size=int(batch_size),
-                               num_samples=int(records), delta=float(delta))
-    return float(DPKerasConfig._accountant.compute_epsilon(int(steps), params))  # noqa: SLF001 - the library's own
+    Composed by the package's one accountant (``ldpfl.mechanisms.accounting``: dp-accounting PLD, discretization
+    1e-4), the same as stage 2's DP-SGD; jax-privacy's own accountant (discretization 1e-3) only calibrates σ.
+    """
+    event = accounting.DpSgdEvent(float(noise_multiplier), int(batch_size) / int(records), int(steps))
+    return accounting.epsilon([event], float(delta), neighbours=accounting.ADD_REMOVE)
 
 
 def dp_keras_config(budget: DPBudget, batch_size: int, records: int, steps: int, *, seed: int,

@@ -1,4 +1,4 @@
-"""The one accountant (ldpfl.contract.accounting) against dp-accounting called directly, and its calibration."""
+"""The one accountant (ldpfl.mechanisms.accounting) against dp-accounting called directly, and its calibration."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import dp_accounting
 import pytest
 from dp_accounting import pld
 
-from ldpfl.contract import accounting
+from ldpfl.mechanisms import accounting
 
 NR = dp_accounting.NeighboringRelation
 

@@ -9,18 +9,26 @@ Every part the project releases is described by a small frozen event (as dp-acco
 * :class:`GaussianEvent`: k releases of the Gaussian mechanism with noise multiplier σ/Δ₂, no sampling;
 * :class:`RandomizedResponseEvent`: k-ary randomized response at ε (the labels, a predicted class);
 * :class:`PureEvent`: any other pure ε-DP part, accounted as binary randomized response at ε, which dominates
-  every ε-DP mechanism (Kairouz, Oh, Viswanath 2015, Theorem 4).
+  every ε-DP mechanism (Kairouz, Oh, Viswanath 2015, Theorem 4);
+* :class:`ZcdpEvent`: a ρ-zCDP part (the discrete Gaussian, Canonne, Kamath, Steinke 2020), RDP only.
+
+Two methods (``method``): dp-accounting's PLD accountant (the default: tight, with a pessimistic discretization)
+and its RDP accountant (Mironov 2017; the ledger's default for the Gaussian perturbations of updates, and the
+only one for zCDP parts), converted to (ε, δ) by dp-accounting's conversion (CKS 2020, Proposition 12).
 
 Neighbouring relations (:data:`NEIGHBOURS`): ``replace-one`` (the project's convention, and local DP's: one
 record replaced by any other, n public) and ``add-remove`` (one record added or removed: the DP-SGD
 literature's, e.g. Abadi et al. 2016, Tramèr & Boneh 2021). A replacement is a removal and an addition, so a
-figure under replace-one is larger (at most twice, at a larger δ); the PLD accountant computes each directly. Randomized response is defined under
-replace-one only (a removed record's own release is simply absent): :func:`epsilon` refuses it under add/remove.
+figure under replace-one is larger (at most twice, at a larger δ); the PLD accountant computes each directly.
+Randomized response is defined under replace-one only (a removed record's own release is simply absent):
+:func:`epsilon` refuses it under add/remove.
 
 :func:`calibrate_noise_multiplier` finds the smallest σ whose T Poisson-sampled steps stay within a target ε
 (dp-accounting's ``calibrate_dp_mechanism``, a bisection over the same accountant).
 
-dp-accounting loads on first use (about 1 s); results are cached per event sequence in this process.
+dp-accounting loads on first use (about 1 s); accountants are cached per event sequence in this process.
+This module is the package's only composition code: stage 1, stage 2, the release guarantee and the mechanisms'
+reports call it.
 """
 
 from __future__ import annotations
@@ -36,6 +44,9 @@ ADD_REMOVE = "add-remove"
 NEIGHBOURS = (REPLACE_ONE, ADD_REMOVE)
 NEIGHBOURS_TEXT = {REPLACE_ONE: "replace one record (its values and its label) by any other; n is public",
                    ADD_REMOVE: "add or remove one record"}
+PLD = "pld"
+RDP = "rdp"
+METHODS = (PLD, RDP)
 METHOD = "dp-accounting PLD"
 VALUE_DISCRETIZATION = 1e-4
 """dp-accounting's default PLD discretization (a pessimistic rounding: the ε it reports is an upper bound)."""
@@ -109,7 +120,19 @@ class PureEvent:
         _finite_positive("epsilon", self.epsilon)
 
 
-Event = DpSgdEvent | GaussianEvent | RandomizedResponseEvent | PureEvent
+@dataclass(frozen=True)
+class ZcdpEvent:
+    """A ρ-zCDP part (Bun and Steinke 2016), composed by the RDP accountant."""
+
+    rho: float
+
+    def __post_init__(self) -> None:
+        """Validate ρ >= 0 (finite)."""
+        if isinstance(self.rho, bool) or not isinstance(self.rho, int | float) or not 0 <= self.rho < math.inf:
+            raise ValueError(f"rho must be a finite number >= 0, got {self.rho!r}")
+
+
+Event = DpSgdEvent | GaussianEvent | RandomizedResponseEvent | PureEvent | ZcdpEvent
 
 
 def require_neighbours(neighbours: str) -> str:
@@ -133,47 +156,71 @@ def _library_event(event: Event) -> Any:
         return dp_accounting.RandomizedResponseDpEvent(k / (math.exp(event.epsilon) + k - 1), k)
     if isinstance(event, PureEvent):
         return dp_accounting.RandomizedResponseDpEvent(2 / (math.exp(event.epsilon) + 1), 2)
+    if isinstance(event, ZcdpEvent):
+        return dp_accounting.ZCDpEvent(event.rho)
     raise TypeError(f"not an accounting event: {type(event).__name__}")
 
 
-def _accountant(neighbours: str) -> Any:
+def _accountant(neighbours: str, method: str = PLD) -> Any:
     import dp_accounting
-    from dp_accounting import pld
+    from dp_accounting import pld, rdp
 
     relation = (dp_accounting.NeighboringRelation.REPLACE_ONE if neighbours == REPLACE_ONE
                 else dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE)
+    if method == RDP:
+        return rdp.RdpAccountant(neighboring_relation=relation)
     return pld.PLDAccountant(relation, value_discretization_interval=VALUE_DISCRETIZATION)
 
 
+def _empty(event: Event) -> bool:
+    return isinstance(event, DpSgdEvent) and event.steps == 0 or isinstance(event, GaussianEvent) and not event.count
+
+
 @functools.lru_cache(maxsize=512)
-def _epsilon(events: tuple[Event, ...], delta: float, neighbours: str) -> float:
-    accountant = _accountant(neighbours)
+def _composed(events: tuple[Event, ...], neighbours: str, method: str) -> Any:
+    accountant = _accountant(neighbours, method)
     for event in events:
-        if isinstance(event, DpSgdEvent) and event.steps == 0 or isinstance(event, GaussianEvent) and not event.count:
-            continue
-        accountant.compose(_library_event(event))
-    return float(accountant.get_epsilon(delta))
+        if not _empty(event):
+            accountant.compose(_library_event(event))
+    return accountant
 
 
-def epsilon(events: Iterable[Event], delta: float, *, neighbours: str = REPLACE_ONE) -> float:
-    """Return ε at ``delta`` of all ``events`` composed (adaptively) under ``neighbours``.
-
-    Raises
-    ------
-    ValueError
-        A δ outside [0, 1), an unknown relation, or randomized response under ``add-remove`` (undefined there).
-    """
+def _checked(events: Iterable[Event], neighbours: str, method: str) -> tuple[Event, ...]:
     require_neighbours(neighbours)
-    if isinstance(delta, bool) or not isinstance(delta, int | float) or not 0.0 <= delta < 1.0:
-        raise ValueError(f"delta must lie in [0, 1), got {delta!r}")
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
     events = tuple(events)
     if neighbours == ADD_REMOVE and any(isinstance(e, RandomizedResponseEvent | PureEvent) for e in events):
         raise ValueError("randomized response (a pure LDP part) has no add-remove figure: a removed record's own "
                          "release is absent, not randomized; use neighbours 'replace-one'")
-    if not events or all(isinstance(e, DpSgdEvent) and e.steps == 0 or isinstance(e, GaussianEvent) and not e.count
-                         for e in events):
+    if method == PLD and any(isinstance(e, ZcdpEvent) for e in events):
+        raise ValueError("a zCDP part is composed by the RDP accountant: use method 'rdp'")
+    return events
+
+
+def epsilon(events: Iterable[Event], delta: float, *, neighbours: str = REPLACE_ONE, method: str = PLD) -> float:
+    """Return ε at ``delta`` of all ``events`` composed (adaptively) under ``neighbours`` by ``method``.
+
+    Raises
+    ------
+    ValueError
+        A δ outside [0, 1), an unknown relation or method, randomized response under ``add-remove`` (undefined
+        there), or a zCDP part under PLD.
+    """
+    events = _checked(events, neighbours, method)
+    if isinstance(delta, bool) or not isinstance(delta, int | float) or not 0.0 <= delta < 1.0:
+        raise ValueError(f"delta must lie in [0, 1), got {delta!r}")
+    if all(_empty(e) for e in events):
         return 0.0
-    return _epsilon(events, float(delta), neighbours)
+    return float(_composed(events, neighbours, method).get_epsilon(float(delta)))
+
+
+def delta(events: Iterable[Event], epsilon: float, *, neighbours: str = REPLACE_ONE, method: str = PLD) -> float:
+    """Return δ at ``epsilon`` of all ``events`` composed under ``neighbours`` by ``method`` (see :func:`epsilon`)."""
+    events = _checked(events, neighbours, method)
+    if all(_empty(e) for e in events):
+        return 0.0
+    return float(_composed(events, neighbours, method).get_delta(float(epsilon)))
 
 
 def dp_sgd_epsilons(event: DpSgdEvent, delta: float) -> dict[str, float]:
@@ -237,6 +284,6 @@ def calibrate_noise_multiplier(target_epsilon: float, delta: float, sampling_pro
     return float(sigma)
 
 
-__all__ = ["ADD_REMOVE", "METHOD", "NEIGHBOURS", "NEIGHBOURS_TEXT", "REPLACE_ONE", "DpSgdEvent", "Event",
-           "GaussianEvent", "PureEvent", "RandomizedResponseEvent", "calibrate_noise_multiplier", "dp_sgd_epsilons",
-           "epsilon", "require_neighbours"]
+__all__ = ["ADD_REMOVE", "METHOD", "METHODS", "NEIGHBOURS", "NEIGHBOURS_TEXT", "PLD", "RDP", "REPLACE_ONE",
+           "DpSgdEvent", "Event", "GaussianEvent", "PureEvent", "RandomizedResponseEvent", "ZcdpEvent",
+           "calibrate_noise_multiplier", "delta", "dp_sgd_epsilons", "epsilon", "require_neighbours"]
