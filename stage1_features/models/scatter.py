@@ -45,7 +45,7 @@ MAX_L = 16
 MAX_ORDER = 2
 GROUPS = 27  # Tramèr and Boneh's GroupNorm: 27 groups
 GROUP_NORM_EPS = 1e-5  # torch.nn.GroupNorm's default
-BATCH_IMAGES = 256  # images per scattering call: bench/scatter_throughput.py
+BATCH_IMAGES = 64  # images per scattering call: the fastest on one thread here (bench/scatter_throughput.py --tune)
 OPTIONS: dict[str, int] = {"scatter_j": DEFAULT_J, "scatter_l": DEFAULT_L}
 """The export's options of this extractor (``ExportConfig`` fields, ``--scatter-j``/``--scatter-l``), with defaults."""
 SOURCE = "Tramèr and Boneh (ICLR 2021): kymatio Scattering2D + GroupNorm, no learned parameters"
@@ -204,8 +204,9 @@ class BatchedScattering:
     (real, imaginary) pairs. This evaluates the same algorithm (Bruna and Mallat 2013, Section 3.1, as kymatio's
     ``scattering2d`` orders it: S0, then the first order by path, then the second order by (n1, n2) with
     j2 > j1) with kymatio's own padding and Fourier-domain filters, on native complex tensors, all
-    orientations of a scale at once: about 3 times faster on 2 CPU cores (bench/RESULTS.md), and equal to
-    kymatio's output up to float32 rounding (``tests/unit/test_scatter.py``).
+    orientations of a scale at once, each filter product and subsampling as one batched matrix product
+    (:class:`_Filters`): faster than kymatio's own call on 2 CPU cores (bench/RESULTS.md), and equal to its output
+    up to float32 rounding (``tests/unit/test_scatter.py``).
 
     Parameters
     ----------
@@ -223,14 +224,17 @@ class BatchedScattering:
             return torch.stack([torch.from_numpy(np.asarray(f, dtype=np.float32).reshape(f.shape[0], f.shape[1]))
                                 for f in filters])
 
-        self.phi = [stacked([level])[0] for level in kymatio_scattering.phi["levels"]]  # phi at resolution 2^-j
+        # phi at resolution 2^-j is applied before a subsampling by 2^(J-j)
+        self.phi = [_Filters(stacked([level]), 2 ** (self.j - j))
+                    for j, level in enumerate(kymatio_scattering.phi["levels"])]
         psi = kymatio_scattering.psi
-        # psi[j][level]: the L wavelets of scale j (in kymatio's order), sampled at resolution 2^-level (level < j,
-        # and 0: the resolutions at which a path applies them)
+        # psi[j][level]: the L wavelets of scale j (in kymatio's order), sampled at resolution 2^-level (0, and the
+        # scales j1 < j of a first-order path), applied before a subsampling by 2^(j - level)
         self.psi = []
         for scale in range(self.j):
             wavelets = [p["levels"] for p in psi if p["j"] == scale]
-            self.psi.append([stacked([w[level] for w in wavelets]) for level in range(len(wavelets[0]))])
+            self.psi.append([_Filters(stacked([w[level] for w in wavelets]), 2 ** (scale - level))
+                             for level in range(len(wavelets[0]))])
 
     def __call__(self, x: Any) -> Any:
         """Return the scattering (n, K, H/2^J, W/2^J) of real images ``x`` (n, H, W), as kymatio's would be."""
@@ -240,38 +244,52 @@ class BatchedScattering:
         u0 = fft(self.kymatio.pad(x)[..., 0].to(torch.complex64))  # reflect-padded image, Fourier domain
 
         def low_pass(u: Any, scale: int) -> Any:  # S = (|...| * phi_J) subsampled by 2^J, border removed
-            s = ifft(_periodize(u * self.phi[scale], 2 ** (self.j - scale))).real
+            s = ifft(self.phi[scale].apply(u)[..., 0, :, :]).real
             return s[..., 1:-1, 1:-1]
 
-        def modulus(u: Any, filters: Any, step: int) -> Any:  # U = |x * psi| at 2^-j, back in the Fourier domain
-            return fft(ifft(_periodize(u * filters, step)).abs().to(torch.complex64))
+        def modulus(u: Any, filters: _Filters) -> Any:  # U = |x * psi| at 2^-j, back in the Fourier domain
+            return fft(ifft(filters.apply(u)).abs().to(torch.complex64))
 
         order0, order1, order2 = low_pass(u0, 0)[:, None], [], []
         for j1 in range(self.j):
-            u1 = modulus(u0[:, None], self.psi[j1][0], 2 ** j1)  # (n, L, M/2^j1, N/2^j1)
+            u1 = modulus(u0, self.psi[j1][0])  # (n, L, M/2^j1, N/2^j1)
             order1.append(low_pass(u1, j1))
-            second = [low_pass(modulus(u1[:, :, None], self.psi[j2][j1], 2 ** (j2 - j1)), j2)
+            second = [low_pass(modulus(u1, self.psi[j2][j1]), j2)
                       for j2 in range(j1 + 1, self.j)]  # each (n, L, L, ., .): (theta1, theta2)
             if second:
                 order2.append(torch.cat(second, dim=2).flatten(1, 2))  # n2 runs over (j2, theta2) for each n1
         return torch.cat([order0, *order1, *order2], dim=1)
 
 
-def _periodize(x: Any, k: int) -> Any:
-    """Subsample by k in space: average the k×k periodized copies of the spectrum (kymatio's subsample_fourier).
+class _Filters:
+    """F filters in the Fourier domain and the subsampling k that follows them (kymatio's cdgmm, subsample_fourier).
 
-    For k = 2 (the largest tensors) the four quarter-spectra are added as strided views, about 4 times faster on
-    CPU than a reduction over the reshaped tensor; otherwise rows, then columns, are reduced.
+    ``apply(u)`` is periodize(u ⊙ filter_f, k) for every filter f. Subsampling by k in space averages the k×k
+    blocks of the spectrum (periodization). For k > 1 the product and the average are one batched matrix product
+    over the blocks: at each of the (M/k)·(N/k) positions, the k² block values of every input times the k² values
+    of every filter (divided by k²), without the full-size product.
     """
-    if k == 1:
-        return x
-    *batch, m, n = x.shape
-    if k == 2:
-        top, bottom = x[..., : m // 2, :], x[..., m // 2:, :]
-        total = top[..., : n // 2] + top[..., n // 2:]
-        return total.add_(bottom[..., : n // 2]).add_(bottom[..., n // 2:]).div_(4)
-    rows = x.reshape(*batch, k, m // k, n).sum(dim=-3)
-    return rows.reshape(*batch, m // k, k, n // k).sum(dim=-2).div_(k * k)
+
+    def __init__(self, filters: Any, k: int) -> None:
+        import torch
+
+        self.filters, self.k = filters, k  # (F, M, N) float32
+        f, m, n = filters.shape
+        blocks = filters.reshape(f, k, m // k, k, n // k).permute(2, 4, 1, 3, 0).reshape(-1, k * k, f)
+        self.blocks = (blocks / (k * k)).to(torch.complex64).contiguous()  # (positions, k², F)
+
+    def apply(self, u: Any) -> Any:
+        """Return (..., F, M/k, N/k) of the spectra ``u`` (..., M, N)."""
+        import torch
+
+        if self.k == 1:
+            return u[..., None, :, :] * self.filters
+        *batch, m, n = u.shape
+        k, mk, nk = self.k, m // self.k, n // self.k
+        rows = int(np.prod(batch))
+        blocks = u.reshape(rows, k, mk, k, nk).permute(2, 4, 0, 1, 3).reshape(mk * nk, rows, k * k)
+        out = torch.bmm(blocks, self.blocks)  # (positions, rows, F)
+        return out.permute(1, 2, 0).reshape(*batch, self.blocks.shape[-1], mk, nk)
 
 
 def _kymatio_version() -> str:
