@@ -4,12 +4,12 @@ Export (stage 1: CNN per client → flatten features → fixed-point → UER →
 (stage 2: FedAvg over the randomized bits), then inspect the files. A rerun reuses the verified client
 files: it never randomizes the same samples twice.
 
-``--private`` runs a second configuration with real privacy next to it, in ``OUT-private``, private end to end
-(issue 22): each client trains its CNN with record-level DP-SGD, releases only its predicted class by k-ary
-randomized response, and releases its label by k-RR too. Its release guarantee (all parts composed) is finite,
-against ∞ for LDPFL as published (clear labels, a non-private CNN; UER alone is 39,245). It keeps the clean
-test files, so the summary shows the federated model's accuracy on the released (randomized) test records
-and on the clients' own clean records.
+``--private`` runs a second configuration with real privacy next to it, in ``OUT-private``: the best measured
+private path (issue 34, docs/RESULTS.md section 7). Every silo maps its records with the weight-free ScatterNet
+(the same feature space for all, learned from no record) into files that never leave it (``--local-only``), and
+the federation trains a linear head with record-level DP-SGD: only each silo's noisy updates leave it, and its
+accountant composes every step. Its release guarantee is finite (the DP-SGD figure, replace-one and add-remove),
+against ∞ for LDPFL as published (clear labels, a non-private CNN; UER alone is 39,245).
 """
 
 from __future__ import annotations
@@ -31,14 +31,14 @@ from ldpfl.mechanisms.randomness import UNRECORDED, randomness_label
 from ldpfl.stage1_features.export.config import ExportConfig
 from ldpfl.stage1_features.export.run import run_export
 
-PRIVATE_RELEASE = "label"
-PRIVATE_MECHANISM = "krr"
-PRIVATE_EPSILON = 2.0
-PRIVATE_LABEL_EPSILON = 1.0
-PRIVATE_CNN_EPSILON = 2.0
-PRIVATE_CNN_DELTA = 1e-5
-"""``--private``: measured on MNIST-5k at the demo's budget against scores with piecewise (ε = 5), hybrid,
-duchi and laplace, and oue-label (README, "Which configuration to choose")."""
+PRIVATE_EXTRACTOR = "scatter"
+PRIVATE_TARGET_EPSILON = 3.0
+PRIVATE_DELTA = 1e-5
+PRIVATE_LOCAL_STEPS = 20
+PRIVATE_SERVER_MOMENTUM = 0.9
+"""``--private``: ScatterNet features kept local, DP-SGD of a linear head at ε = 3 per silo (replace-one, δ = 1e-5)
+over the whole run, ``PRIVATE_LOCAL_STEPS`` steps a round, server momentum 0.9: the front's best private path
+(docs/RESULTS.md section 7), scaled to the demo's rounds."""
 
 
 @dataclass(frozen=True)
@@ -144,17 +144,18 @@ class DemoResult:
         rows = [("LDPFL: flatten, uer eps 0.5", eps(self.exact_epsilon_per_record), "inf",
                  pct(last(self.round_accuracies)), "n/a",
                  pct(sum(mean_local) / len(mean_local) if mean_local else None)),
-                (f"private: DP CNN, {p.release} {p.mechanism} eps {p.nominal_epsilon:g}, krr labels",
+                (f"private: {p.release}, {p.mechanism} eps {p.nominal_epsilon:g} per silo",
                  eps(p.exact_epsilon_per_record), total_text, pct(last(p.round_accuracies)),
                  pct(last(p.clean_accuracies)),
-                 pct(sum(a for a in p.local_accuracies if a is not None) / max(1, len(p.local_accuracies))))]
+                 pct(sum(a for a in p.local_accuracies if a is not None) / len(p.local_accuracies)
+                     if p.local_accuracies else None))]
         header = ("configuration", "values eps/record", "TOTAL eps/record", "global acc (released test)",
-                  "global acc (clean test)", "mean local CNN acc")
+                  "global acc (clean test)", "mean local model acc")
         widths = [max(len(r[i]) for r in (header, *rows)) for i in range(len(header))]
         table = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in (header, *rows)]
         return ["", "== two configurations side by side ==", *table,
-                f"private files             {p.run_dir}/client_*.h5 (clean local test files: client_*.local.h5, "
-                "never shared)",
+                f"private files             {p.run_dir}/client_*.h5 (local-only: clean ScatterNet features, never "
+                "shared; only the DP-SGD updates leave a silo)",
                 "the clean test accuracy is what a client gets applying the global model to its own records "
                 "(nothing is released for that); see README 'Which configuration to choose'"]
 
@@ -168,11 +169,7 @@ def run_demo(out: str | Path = "runs/demo", *, clients: int = 2, epochs: int = 3
     run_dir = Path(out)
     echo(f"== 1/3 export: MNIST-5k, {clients} clients, MNIST CNN for {epochs} epochs, "
          "UER (eps 0.5, alpha 10, m 4, n 5)")
-    # --private trains a DP-SGD CNN, which needs Keras on jax; Keras takes one backend per process, so both
-    # configurations then run on jax (the same nets, slower than TensorFlow on CPU)
-    backend = "jax" if private else None
-    export = run_export(ExportConfig(dataset="mnist5k", clients=clients, epochs=epochs, seed=seed,
-                                     keras_backend=backend), run_dir,
+    export = run_export(ExportConfig(dataset="mnist5k", clients=clients, epochs=epochs, seed=seed), run_dir,
                         progress=progress)
     reused = sum(c.status != "new" for c in export.clients)
     if reused:
@@ -210,28 +207,26 @@ def run_demo(out: str | Path = "runs/demo", *, clients: int = 2, epochs: int = 3
 
 def run_private(run_dir: Path, *, clients: int, epochs: int, rounds: int, local_epochs: int, seed: int | None,
                 progress: bool, echo: Any) -> PrivateRun:
-    """Run the private configuration: the predicted class released by krr at ε = 2, federated, clean evaluation."""
+    """Run the private configuration: shared ScatterNet features kept local, a DP-SGD federation of a linear head."""
+    import json
+
     from ldpfl.stage2_federate.federation import FederationConfig, run_federation
 
-    echo(f"== private configuration: a DP-SGD CNN (eps {PRIVATE_CNN_EPSILON:g}, delta {PRIVATE_CNN_DELTA:g}); each "
-         f"record releases its predicted class, {PRIVATE_MECHANISM} (eps {PRIVATE_EPSILON:g}), and its label, krr "
-         f"(eps {PRIVATE_LABEL_EPSILON:g}); clean test files kept locally")
-    export = run_export(ExportConfig(dataset="mnist5k", clients=clients, epochs=epochs, seed=seed,
-                                     release=PRIVATE_RELEASE, mechanism=PRIVATE_MECHANISM,
-                                     mechanism_params={"epsilon": PRIVATE_EPSILON}, keep_clean_test=True,
-                                     label_epsilon=PRIVATE_LABEL_EPSILON, cnn_epsilon=PRIVATE_CNN_EPSILON,
-                                     cnn_delta=PRIVATE_CNN_DELTA),
-                        run_dir, progress=progress)
-    federation = run_federation(run_dir, FederationConfig(rounds=rounds, local_epochs=local_epochs, seed=seed,
-                                                          eval_clean=True), progress=progress, overwrite=True)
+    echo(f"== private configuration: ScatterNet features kept on each silo (local-only files), a linear head "
+         f"trained with record-level DP-SGD, eps {PRIVATE_TARGET_EPSILON:g} per silo over the whole run (delta "
+         f"{PRIVATE_DELTA:g}, replace-one); only the noisy updates leave a silo")
+    run_export(ExportConfig(dataset="mnist5k", clients=clients, seed=seed, extractor=PRIVATE_EXTRACTOR,
+                            mechanism="none", local_only=True), run_dir, progress=progress)
+    federation = run_federation(run_dir, FederationConfig(
+        rounds=rounds, seed=seed, hidden=(), dp_sgd=True, target_epsilon=PRIVATE_TARGET_EPSILON,
+        delta=PRIVATE_DELTA, local_steps=PRIVATE_LOCAL_STEPS, server_momentum=PRIVATE_SERVER_MOMENTUM),
+        progress=progress, overwrite=True)
     inspection = inspect_path(run_dir)
     echo(inspection_text(inspection))
-    report = export.privacy.to_dict()
-    return PrivateRun(run_dir, PRIVATE_RELEASE, PRIVATE_MECHANISM, report.get("nominal_epsilon"),
-                      report.get("exact_epsilon_per_record"), [c.local_accuracy for c in export.clients],
-                      [float(r["test_accuracy"]) for r in federation.history],
-                      [r.get("clean_test_accuracy") for r in federation.history], inspection.ok,
-                      weakest_guarantee(run_dir))
+    guarantee = json.loads(federation.paths["metrics_json"].read_text())["release_guarantee"]
+    accuracies = [float(r["test_accuracy"]) for r in federation.history]  # the silos' own clean test records
+    return PrivateRun(run_dir, "ScatterNet features kept local", "dp-sgd", PRIVATE_TARGET_EPSILON,
+                      guarantee["epsilon"], [], accuracies, list(accuracies), inspection.ok, guarantee)
 
 
 def weakest_guarantee(run_dir: Path) -> dict[str, Any]:
@@ -252,10 +247,10 @@ def weakest_guarantee(run_dir: Path) -> dict[str, Any]:
               help="Make the run reproducible (labelled 'seeded'; the seed is never stored). Output seeded this "
                    "way has NO privacy against anyone who can guess the seed.")
 @click.option("--private", is_flag=True,
-              help="Also run a configuration private end to end, in OUT-private: a DP-SGD CNN (eps 2, delta "
-                   "1e-5), each record's predicted class by k-ary randomized response (eps 2) and its label by "
-                   "k-RR (eps 1); its total eps per record over everything released is finite, against inf for "
-                   "LDPFL as published. Compares the two side by side; doubles the time.")
+              help="Also run the best measured private path, in OUT-private: ScatterNet features kept on each silo "
+                   "(local-only files) and a DP-SGD federation of a linear head at eps 3 per silo over the whole "
+                   "run (delta 1e-5); its total eps per record over everything released is finite, against inf "
+                   "for LDPFL as published. Compares the two side by side.")
 @click.option("--quiet", is_flag=True, help="No progress bars.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 def demo_command(out: str, clients: int, epochs: int, rounds: int, local_epochs: int, seed: int | None,

@@ -49,6 +49,7 @@ class FederationSummary:
     problem: str | None = None
     ledger: Mapping[str, Any] | None = None  # metrics.json's privacy_ledger (stage 2), when well formed
     ledger_problem: str | None = None
+    guarantee: Mapping[str, Any] | None = None  # metrics.json's release_guarantee: per silo and the weakest's
 
     @property
     def final_accuracy(self) -> float | None:
@@ -60,6 +61,7 @@ class FederationSummary:
         acc = [a for a in self.test_accuracy if a is not None]
         return {"rounds": len(self.rounds), "final_test_accuracy": self.final_accuracy,
                 "best_test_accuracy": max(acc) if acc else None, "problem": self.problem,
+                "release_guarantee": None if self.guarantee is None else dict(self.guarantee),
                 "test_accuracy_per_round": [[r, a] for r, a in zip(self.rounds, self.test_accuracy, strict=True)]}
 
 
@@ -82,8 +84,26 @@ def read_federation_metrics(run_dir: str | os.PathLike) -> FederationSummary | N
     except (OSError, ValueError, TypeError, KeyError, UnicodeDecodeError, RecursionError) as error:
         return FederationSummary((), (), f"{path}: unreadable ({' '.join(str(error).split())[:160]})")
     ledger, problem = _read_ledger(data.get("privacy_ledger"))
+    guarantee = data.get("release_guarantee")
     return FederationSummary(tuple(r for r, _ in numbers), tuple(a for _, a in numbers), None, ledger,
-                             None if problem is None else f"{path}: {problem}")
+                             None if problem is None else f"{path}: {problem}",
+                             _read_guarantee(guarantee) if isinstance(guarantee, Mapping) else None)
+
+
+GUARANTEE_KEYS = ("epsilon", "delta", "epsilon_replace_one", "epsilon_add_remove", "neighbours", "scope")
+
+
+def _read_guarantee(section: Mapping[str, Any]) -> dict[str, Any] | None:
+    """Return the federation's ``release_guarantee`` (the weakest silo's figure, each silo's), numbers checked."""
+    out: dict[str, Any] = {k: section[k] for k in GUARANTEE_KEYS if k in section}
+    numbers = [out.get("epsilon"), out.get("epsilon_add_remove")]
+    if not all(v is None or v == "inf" or isinstance(v, int | float) for v in numbers):
+        return None
+    clients = section.get("clients")
+    if isinstance(clients, list):
+        out["clients"] = [{k: c[k] for k in ("client", "epsilon", "epsilon_add_remove", "delta", "local_only_files")
+                           if k in c} for c in clients if isinstance(c, Mapping)]
+    return out
 
 
 LEDGER_ROW_KEYS = ("client", "rounds", "epsilon", "delta", "method")
@@ -105,7 +125,8 @@ def _read_ledger(section: Any) -> tuple[dict[str, Any] | None, str | None]:
         epsilon = row["epsilon"]
         if epsilon is not None and epsilon != "inf" and not isinstance(epsilon, int | float):
             return None, f"privacy_ledger: epsilon of client {row['client']!r} is not a number"
-        rows.append({k: row[k] for k in (*LEDGER_ROW_KEYS, "mechanism") if k in row})
+        rows.append({k: row[k] for k in (*LEDGER_ROW_KEYS, "mechanism", "steps", "epsilon_replace_one",
+                                        "epsilon_add_remove") if k in row})
     return {"rounds": section.get("rounds"), "accountant": section.get("accountant"),
             "adds_privacy_loss": bool(section.get("adds_privacy_loss", True)), "counted": section.get("counted"),
             "clients": rows, "notes": [str(n) for n in section.get("notes", ()) if isinstance(n, str)]}, None

@@ -141,12 +141,29 @@ def _stage2_ledger_lines(ledger: Mapping[str, Any] | None) -> list[str]:
                 "guarantee above only where they are functions of released values (k-RR labels), not of clear labels"]
     lines = [f"  privacy ledger  stage 2, each client over its uploads ({ledger.get('accountant')}):"]
     for row in ledger.get("clients", ()):
+        if row.get("mechanism") == "dp-sgd":
+            lines.append(f"    client {row.get('client')}: eps {_fmt(as_float(row.get('epsilon_replace_one')))} "
+                         f"replace-one, {_fmt(as_float(row.get('epsilon_add_remove')))} add-remove at delta "
+                         f"{row.get('delta')} over {row.get('steps')} DP-SGD steps in {row.get('rounds')} rounds")
+            continue
         eps = row.get("epsilon")
         shown = "n/a" if eps is None else ("inf (not private)" if eps == "inf" else f"{float(eps):.4g}")
         delta = f" at delta {row['delta']:g}" if isinstance(row.get("delta"), int | float) and row["delta"] else ""
         lines.append(f"    client {row.get('client')}: eps {shown}{delta} over {row.get('rounds')} uploads "
                      f"({row.get('method')})")
     return lines
+
+
+def _federation_guarantee_lines(guarantee: Mapping[str, Any] | None) -> list[str]:
+    """Return the federation's release guarantee: the weakest silo's, under both relations where defined."""
+    if not guarantee:
+        return []
+    eps, add_remove = as_float(guarantee.get("epsilon")), as_float(guarantee.get("epsilon_add_remove"))
+    both = f" replace-one, {_fmt(add_remove)} add-remove" if add_remove is not None else ""
+    delta = guarantee.get("delta")
+    local = [c for c in guarantee.get("clients", ()) if c.get("local_only_files")]
+    where = (f"; {len(local)} silo(s) keep their files local (only updates leave)" if local else "")
+    return [f"  federation guarantee  eps {_fmt(eps)}{both} at delta {delta} per record, the weakest silo's{where}"]
 
 
 def _release_history_lines(result: Inspection) -> list[str]:
@@ -220,6 +237,7 @@ def run_lines(result: Inspection) -> list[str]:
         lines.append(f"  federation  {fed['rounds']} rounds, final test accuracy {_fmt(fed['final_test_accuracy'])}, "
                      f"best {_fmt(fed['best_test_accuracy'])}")
         lines += _stage2_ledger_lines(result.federation.ledger)
+        lines += _federation_guarantee_lines(result.federation.guarantee)
     lines += [f"  note: {n}" for n in result.notes]
     return lines
 
