@@ -130,6 +130,8 @@ def test_local_only_files_are_marked_said_so_and_still_read_by_stage_2(tmp_path:
 
     data = load_run(out)
     assert data.input_width == 3969 and len(data.clients) == 2
+    gathered = ldpfl.gather([out], out=tmp_path / "gathered")
+    assert len(gathered.files) == 2
 
 
 def test_predict_rebuilds_the_scatter_extractor_from_the_file(tmp_path: Path) -> None:
