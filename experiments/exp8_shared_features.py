@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import time
 from pathlib import Path
 
@@ -176,7 +175,7 @@ def main() -> None:
             name = "central" if setting == "central" else partition
             path = args.out / f"exp8_shared_features_{setting}_{name}.json"
             records: list[dict] = json.loads(path.read_text()) if path.exists() else []
-            done = {(r["epsilon_add_remove_target"], r["seed"]) for r in records}
+            done = {(r["epsilon_add_remove_target"], r["seed"]) for r in records if not r.get("tuning")}
             splits = silo_splits(y, partition, 0)
             tuned = [r for r in records if r.get("tuning")]
             if not tuned:

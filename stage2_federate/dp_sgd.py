@@ -45,7 +45,7 @@ from .streaming import StreamedSplit
 def _optimizer_class() -> type:
     from opacus.optimizers import DPOptimizerFastGradientClipping
 
-    class CsprngDPOptimizer(DPOptimizerFastGradientClipping):  # type: ignore[misc, valid-type]
+    class CsprngDPOptimizer(DPOptimizerFastGradientClipping):
         """Opacus' ghost-clipping optimizer whose Gaussian noise comes from a numpy Generator (the silo's stream)."""
 
         def __init__(self, *args: Any, rng: np.random.Generator, **kwargs: Any):

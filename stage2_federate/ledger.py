@@ -335,7 +335,7 @@ def dp_sgd_ledger(rounds: Sequence[Mapping[str, Any]], privacy: Sequence[Mapping
     """
     as_of = len(rounds) if final else len(rounds) - len(rounds) % ACCOUNT_EVERY
     rounds = rounds[:as_of]
-    rows = []
+    rows: list[dict[str, Any]] = []
     for p in privacy:
         dp = DpSgdClient.from_dict(p["dp_sgd"])
         trained = rounds_trained(rounds, dp.client)

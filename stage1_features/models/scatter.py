@@ -181,7 +181,7 @@ def scattering2d_class() -> Any:
         kymatio is not installed (with the command that installs it).
     """
     try:
-        from kymatio.scattering2d.frontend.torch_frontend import (  # type: ignore[import-untyped]
+        from kymatio.scattering2d.frontend.torch_frontend import (
             ScatteringTorch2D,
         )
     except ModuleNotFoundError as error:
