@@ -1,0 +1,119 @@
+"""The front of issue 34 as one JSON, a markdown table and a PNG, from ``exp8_shared_features.py``'s records.
+
+Reads ``docs/results/exp8_shared_features_*.json`` (alone, federated, central) and the measured LDPFL private
+configurations of section 6 (``exp7_private_front_fashion-mnist.json``: label/krr rows at the default stage-2
+learning rate, IID, seed 22; their total ε is replace-one and has no add/remove figure: k-RR parts). Writes:
+
+* ``docs/results/exp8_front.json``: one record per (dataset, partition, setting, seed), with ``dataset``,
+  ``partition``, ``setting``, ``seed``, ``epsilon_add_remove``, ``epsilon_replace_one``, ``delta``, ``accuracy``;
+* ``docs/results/exp8_front.md``: mean accuracy per (partition, ε, setting) with its standard error (over seeds
+  where there are several, else the binomial one of the 10,000 test records);
+* ``docs/results/exp8_front.png``: accuracy against the per-silo ε, one panel per partition.
+
+    python experiments/exp8_report.py --results docs/results
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from collections import defaultdict
+from pathlib import Path
+
+TEST_ROWS = 10_000
+SETTINGS = ("alone", "federated", "central", "ldpfl-best")
+COLOURS = {"alone": "tab:orange", "federated": "tab:blue", "central": "tab:green", "ldpfl-best": "tab:red"}
+
+
+def load(results: Path) -> list[dict]:
+    records = []
+    for path in sorted(results.glob("exp8_shared_features_*.json")):
+        records += [r for r in json.loads(path.read_text()) if not r.get("tuning")]
+    exp7 = results / "exp7_private_front_fashion-mnist.json"
+    if exp7.exists():
+        for row in json.loads(exp7.read_text())["rows"]:
+            if row["release"] == "label" and row.get("fed_lr") is None and row.get("models_from") is None:
+                records.append({"dataset": "fashion-mnist", "partition": "iid", "setting": "ldpfl-best", "seed": 22,
+                                "epsilon_add_remove": None, "epsilon_replace_one": row["total_epsilon"],
+                                "delta": row["delta"], "accuracy": row["clean_test"],
+                                "source": "docs/RESULTS.md section 6 (exp7_private_front.py): DP CNN + k-RR label "
+                                          "and predicted class, Table I federation; clean held-out records"})
+    return records
+
+
+def summary(records: list[dict]) -> dict[tuple, tuple[float, float, int, float, float | None]]:
+    """(partition, setting, target ε) → (mean accuracy, standard error, seeds, ε replace-one, ε add-remove)."""
+    groups: dict[tuple, list[dict]] = defaultdict(list)
+    for r in records:
+        eps = r.get("epsilon_add_remove_target", r.get("epsilon_replace_one"))
+        groups[(r["partition"], r["setting"], round(float(eps), 3))].append(r)
+    out = {}
+    for key, rows in groups.items():
+        acc = [r["accuracy"] for r in rows]
+        mean = sum(acc) / len(acc)
+        if len(acc) > 1:
+            se = math.sqrt(sum((a - mean) ** 2 for a in acc) / (len(acc) - 1) / len(acc))
+        else:
+            se = math.sqrt(mean * (1 - mean) / TEST_ROWS)
+        out[key] = (mean, se, len(acc), rows[0]["epsilon_replace_one"], rows[0].get("epsilon_add_remove"))
+    return out
+
+
+def table(stats: dict) -> str:
+    lines = ["| partition | ε add/remove (replace-one) | setting | accuracy ± s.e. | seeds |",
+             "|---|---|---|---:|---:|"]
+    for (partition, setting, _eps), (mean, se, n, ro, ar) in sorted(
+            stats.items(), key=lambda kv: (kv[0][0], kv[0][2], SETTINGS.index(kv[0][1]))):
+        shown = f"{ar:.3g} ({ro:.3g})" if ar is not None else f"— ({ro:.3g}, total)"
+        lines.append(f"| {partition} | {shown} | {setting} | {100 * mean:.1f} % ± {100 * se:.1f} | {n} |")
+    return "\n".join(lines)
+
+
+def plot(stats: dict, path: Path) -> None:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    partitions = sorted({k[0] for k in stats if k[0] != "pooled"})
+    figure = Figure(figsize=(5 * len(partitions), 4.2), dpi=100)
+    FigureCanvasAgg(figure)
+    axes = figure.subplots(1, len(partitions), squeeze=False)[0]
+    for axis, partition in zip(axes, partitions, strict=True):
+        for setting in SETTINGS:
+            source = "pooled" if setting == "central" else partition
+            points = sorted((k[2], v) for k, v in stats.items() if k[0] == source and k[1] == setting)
+            if not points:
+                continue
+            x = [e for e, _ in points]
+            axis.errorbar(x, [100 * v[0] for _, v in points], yerr=[100 * v[1] for _, v in points], marker="o",
+                          capsize=3, color=COLOURS[setting],
+                          label=setting + (" (x: total replace-one ε)" if setting == "ldpfl-best" else ""))
+        axis.set_xscale("log")
+        axis.set_xticks([1, 2, 3, 5, 8])
+        axis.set_xticklabels(["1", "2", "3", "5", "8"])
+        axis.set_xlabel("ε per silo (add/remove, δ = 1e-5)")
+        axis.set_ylabel("accuracy on the 10,000 test records (%)")
+        axis.set_title(f"Fashion-MNIST, 10 silos, {partition}")
+        axis.grid(alpha=0.3)
+        axis.legend(fontsize=8)
+    figure.tight_layout()
+    figure.savefig(path)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--results", type=Path, default=Path("docs/results"))
+    args = parser.parse_args()
+    records = load(args.results)
+    keys = ("dataset", "partition", "setting", "seed", "epsilon_add_remove", "epsilon_replace_one", "delta",
+            "accuracy")
+    front = [{**{k: r.get(k) for k in keys}, **{k: v for k, v in r.items() if k not in keys}} for r in records]
+    (args.results / "exp8_front.json").write_text(json.dumps(front, indent=1))
+    stats = summary(records)
+    (args.results / "exp8_front.md").write_text(table(stats) + "\n")
+    plot(stats, args.results / "exp8_front.png")
+    print(table(stats))
+
+
+if __name__ == "__main__":
+    main()
