@@ -226,6 +226,17 @@ Examples:
               help="--dp-sgd: DP-SGD steps of each silo per round (they replace --local-epochs).")
 @click.option("--server-momentum", type=click.FloatRange(0.0, 1.0, max_open=True), default=0.0, show_default=True,
               help="Server momentum beta (FedAvgM, Hsu et al. 2019): v <- beta v + (aggregate - W), W <- W + v.")
+@click.option("--max-update-norm", type=click.FloatRange(min=0.0, min_open=True), default=None,
+              help="The server refuses a silo's upload whose update (upload - global model, or the uploaded update) "
+                   "has an L2 norm above this; the silo is named in the round's 'rejected' and left out of the "
+                   "round. Default: 10 x the lower median update norm of the round's uploads (scaled up for a silo "
+                   "whose perturbation adds more noise than the median).")
+@click.option("--max-client-weight", type=click.FloatRange(0.0, 1.0, min_open=True), default=None,
+              help="Cap on any silo's normalized aggregation weight (e.g. 0.3); the excess is shared by the others "
+                   "in proportion to their weights. Below 1/n the weights are equal.")
+@click.option("--trim-fraction", type=click.FloatRange(0.0, 0.5, max_open=True), default=None,
+              help="trimmed-mean: the fraction beta of the values dropped at each end of every coordinate "
+                   "(floor(beta*n) silos; default 0.2).")
 @click.option("--engine", type=click.Choice(["local", "flower"]), default="local", show_default=True,
               help="local: every client in this process. flower: Flower's simulation engine on this machine (a "
                    "private SuperLink, one ClientApp per client file, each opening only its own file; needs "

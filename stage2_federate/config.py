@@ -20,7 +20,7 @@ from ldpfl.mechanisms.validation import require_finite_positive, require_int_in_
 
 from . import budgets
 from .perturbation import SIGN_MODES, SIGN_UPDATE, TARGETS, perturbation_names, perturbation_wiring
-from .strategies import strategy_names
+from .strategies import TRIMMED_MEAN, strategy_names
 
 DEVICES = ("auto", "cpu", "cuda")
 DP_SGD_CLIP = 0.1
@@ -90,6 +90,12 @@ class FederationConfig:
     neighbours: str = REPLACE_ONE
     local_steps: int = 1
     server_momentum: float = 0.0
+    # The server's defences against a faulty or hostile silo (issue 31; stage2_federate.reply_checks, strategies):
+    # the update-norm bound (None: 10 x the round's median), a cap on any silo's aggregation weight, and the
+    # fraction the trimmed mean drops at each end of every coordinate.
+    max_update_norm: float | None = None
+    max_client_weight: float | None = None
+    trim_fraction: float | None = None
     seed: int | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
@@ -156,8 +162,23 @@ class FederationConfig:
                                  f"{self.perturbation!r} takes no budget (choose a perturbation, or drop "
                                  "`client_epsilons`)")
         self._check_dp_sgd()
+        self._check_defences()
         if self.seed is not None:
             mech.make_randomness(self.seed)  # validates
+
+    def _check_defences(self) -> None:
+        """Refuse an update-norm bound, weight cap or trim fraction out of range (quoting the value)."""
+        if self.max_update_norm is not None:
+            require_finite_positive("max update norm", self.max_update_norm)
+        if self.max_client_weight is not None and not (
+                isinstance(self.max_client_weight, int | float) and 0.0 < self.max_client_weight <= 1.0):
+            raise ParameterError(f"`max_client_weight` must lie in (0, 1], got {self.max_client_weight!r}")
+        if self.trim_fraction is not None:
+            if self.aggregation != TRIMMED_MEAN:
+                raise ParameterError(f"`trim_fraction` applies to aggregation {TRIMMED_MEAN!r} only, not "
+                                     f"{self.aggregation!r}")
+            if not (isinstance(self.trim_fraction, int | float) and 0.0 <= self.trim_fraction < 0.5):
+                raise ParameterError(f"`trim_fraction` must lie in [0, 0.5), got {self.trim_fraction!r}")
 
     def _check_dp_sgd(self) -> None:
         """Refuse DP-SGD settings that cannot be used together (one line naming the fields)."""

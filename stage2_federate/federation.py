@@ -76,6 +76,8 @@ class FederationResult:
             "test_accuracy": [r["test_accuracy"] for r in self.history],
             **({"clean_test_accuracy": [r.get("clean_test_accuracy") for r in self.history]}
                if any("clean_test_accuracy" in r for r in self.history) else {}),
+            "per_client": [r.get("per_client", []) for r in self.history],  # each silo's test loss and accuracy
+            "rejected": [r.get("rejected", []) for r in self.history],  # silos the server refused, and why
             "outputs": {k: str(v) for k, v in self.paths.items()}, "config": self.config,
             "warnings": list(self.warnings), "privacy_ledger": self.privacy_ledger,
         })

@@ -2,19 +2,21 @@
 
 The clients' data and random streams are all here (``plan.LocalPlan``); the model serves as every client's
 scratch space (``rounds.client_step`` overwrites its weights) before the loop sets the new global model.
-The global model is evaluated right after its round, on the union of the clients' randomized test splits
-(as the LDPFL reference does), and with ``eval_clean`` on their clean test files.
+The global model is evaluated right after its round on each client's randomized test split (the loop sums
+them into the union, as the LDPFL reference evaluates, and keeps each client's own figures), and with
+``eval_clean`` on their clean test files. The sums go through the server's checks (``reply_checks``) as a
+Flower silo's do.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .data import ClientSplit, evaluation_splits, load_clean_tests
-from .loop import Training
-from .model import evaluate
+from .data import ClientSplit, load_clean_test
+from .loop import EvaluationReplies, Training
+from .model import evaluation_sums
 from .plan import LocalPlan
-from .round_record import Evaluation
+from .round_record import ClientEvaluation, SplitSums
 from .rounds import Broadcast, client_step
 
 
@@ -28,9 +30,8 @@ class InProcessTransport:
         self.plan = plan
         self.clients = {c.index: c for c in plan.data.clients}
         self.position = {c.index: k for k, c in enumerate(plan.data.clients)}
-        self.eval_splits = evaluation_splits(plan.data)
-        self.clean_splits: list[ClientSplit] | None = (load_clean_tests(plan.data, plan.device)
-                                                       if plan.config.eval_clean else None)
+        self.clean_splits: dict[int, ClientSplit] | None = (
+            {c.index: load_clean_test(c, plan.device) for c in plan.data.clients} if plan.config.eval_clean else None)
 
     def train(self, round_number: int, selected: Sequence[int], broadcast: Broadcast, *,
               evaluate_without: frozenset[int] | None) -> Training:
@@ -41,9 +42,13 @@ class InProcessTransport:
                         generator=streams.train[self.position[cid]], rng=streams.perturb[self.position[cid]])
             for cid in selected))
 
-    def evaluate(self, round_number: int, broadcast: Broadcast, *, without: frozenset[int]) -> Evaluation:
-        """Evaluate the global model (the plan's model holds it) on the union of the test splits."""
-        batch = self.plan.config.eval_batch_size
-        loss, accuracy = evaluate(self.plan.model, self.eval_splits, batch)
-        clean = None if self.clean_splits is None else evaluate(self.plan.model, self.clean_splits, batch)
-        return Evaluation(loss, accuracy, clean)
+    def evaluate(self, round_number: int, broadcast: Broadcast, *, without: frozenset[int]) -> EvaluationReplies:
+        """Evaluate the global model (the plan's model holds it) on each client's test split: its sums."""
+        batch, model = self.plan.config.eval_batch_size, self.plan.model
+        reports = []
+        for cid, client in self.clients.items():
+            test = SplitSums(*evaluation_sums(model, [client.test], batch))
+            clean = None if self.clean_splits is None else \
+                SplitSums(*evaluation_sums(model, [self.clean_splits[cid]], batch))
+            reports.append(ClientEvaluation(cid, test, clean))
+        return EvaluationReplies(tuple(reports))

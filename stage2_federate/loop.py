@@ -13,6 +13,12 @@ round: in a deployment each message starts a process), so round t's record is co
 checkpoint written with the state as it was after round t, when round t + 1's replies are in; after the
 last round one evaluation closes the run. Evaluation draws no random numbers, so the order of the draws,
 and the result, do not depend on the transport.
+
+The server trusts no silo: every training reply and every evaluation a transport brings back is checked here
+(``reply_checks``) before anything uses it. A refused silo is named in the round's ``rejected`` with the
+server's reason, left out of the round, and does not count as trained for the failure policy; the honest
+silos' updates are aggregated as usual. The evaluation is made from the accepted silos' sums
+(``round_record.evaluation_of``): the union's figures and each silo's own.
 """
 
 from __future__ import annotations
@@ -27,10 +33,21 @@ from typing import Any, Protocol
 from ldpfl.common.errors import LdpflError
 
 from .checkpoint import Snapshot, check_inputs
+from .model import parameter_count
 from .plan import FederationPlan
-from .round_record import Evaluation, RoundRecord
+from .reply_checks import ReplyLimits, check_evaluations, check_training, rejection_note
+from .round_record import ClientEvaluation, Evaluation, Rejection, RoundRecord, evaluation_of
 from .rounds import Broadcast, ClientResult, draw_dropouts, round_record, server_step
 from .run_outputs import RunWriter
+
+
+@dataclass(frozen=True)
+class EvaluationReplies:
+    """What a transport brings back from one evaluation: each answering silo's sums, and who was left out, why."""
+
+    reports: tuple[ClientEvaluation, ...]
+    notes: tuple[str, ...] = ()
+    rejected: tuple[Rejection, ...] = ()  # silos whose evaluation reply the transport could not read
 
 
 @dataclass(frozen=True)
@@ -38,14 +55,16 @@ class Training:
     """What a transport brings back from one round's training exchange.
 
     ``results``: the selected clients that replied, in selection order; ``lost``: those whose reply never
-    came or failed under a failure policy, ``notes`` why; ``evaluation``: the previous global model's, when
+    came or failed under a failure policy, ``notes`` why; ``rejected``: those whose reply the transport could
+    not read (a malformed message), with the server's reason; ``evaluation``: the previous global model's, when
     the loop asked a pipelined transport for it.
     """
 
     results: tuple[ClientResult, ...]
     lost: tuple[int, ...] = ()
     notes: tuple[str, ...] = ()
-    evaluation: Evaluation | None = None
+    evaluation: EvaluationReplies | None = None
+    rejected: tuple[Rejection, ...] = ()
 
 
 class Transport(Protocol):
@@ -63,9 +82,28 @@ class Transport(Protocol):
         """
         ...
 
-    def evaluate(self, round_number: int, broadcast: Broadcast, *, without: frozenset[int]) -> Evaluation:
+    def evaluate(self, round_number: int, broadcast: Broadcast, *, without: frozenset[int]) -> EvaluationReplies:
         """Evaluate the global model after ``round_number`` on every client's test split but ``without``'s."""
         ...
+
+
+def reply_limits(plan: FederationPlan) -> ReplyLimits:
+    """Return what the server checks every reply against (``reply_checks``): the plan's sizes, σ_i and test rows."""
+    return ReplyLimits(dim=parameter_count(plan.model), target=plan.rule.target,
+                       max_update_norm=plan.config.max_update_norm,
+                       noise_scales={cid: p.noise_scale for cid, p in plan.perturbations.items()},
+                       test_rows={c.index: int(c.test_rows) for c in plan.clients})
+
+
+def checked_evaluation(replies: EvaluationReplies | None, limits: ReplyLimits, *, clean: bool) -> Evaluation | None:
+    """Check each silo's evaluation sums (``reply_checks``) and return the evaluation of those accepted."""
+    if replies is None:
+        return None
+    accepted, rejected = check_evaluations(replies.reports, limits, clean=clean)
+    rejected = replies.rejected + rejected
+    return evaluation_of(accepted, clean=clean, rejected=rejected,
+                         notes=(*replies.notes, *(f"{rejection_note(r)}; its test split is left out"
+                                                  for r in rejected)))
 
 
 class TooFewClientsError(LdpflError, RuntimeError):
@@ -151,6 +189,7 @@ def run_rounds(plan: FederationPlan, transport: Transport, writer: RunWriter, hi
             on_kept(record)
 
     epsilons = {cid: p.epsilon for cid, p in plan.perturbations.items()}
+    limits, clean = reply_limits(plan), plan.config.eval_clean
     pending: _Trained | None = None
     for round_number in range(start, plan.config.rounds + 1):
         started = time.perf_counter()
@@ -158,24 +197,27 @@ def run_rounds(plan: FederationPlan, transport: Transport, writer: RunWriter, hi
         broadcast = Broadcast.of(plan.model)
         training = transport.train(round_number, selected, broadcast,
                                    evaluate_without=None if pending is None else pending.lost)
-        check_policy(round_number, selected, len(training.results), training.notes, min_clients)
+        checked = check_training(training.results, broadcast.vector, limits)
+        rejected = training.rejected + checked.rejected
+        notes = (*training.notes, *(rejection_note(r) for r in rejected))
+        check_policy(round_number, selected, len(checked.results), notes, min_clients)
         if pending is not None:
-            keep(pending.evaluated(training.evaluation), pending.state)
+            keep(pending.evaluated(checked_evaluation(training.evaluation, limits, clean=clean)), pending.state)
         dropped = draw_dropouts(selected, plan.config.drop_per_round, plan.streams.server)  # after training (IV-E)
-        surviving = {r.client: r.upload for r in training.results if r.upload is not None and r.client not in dropped}
+        surviving = {r.client: r.upload for r in checked.results if r.upload is not None and r.client not in dropped}
         server = server_step(broadcast.vector, surviving, plan.strategy, plan.rule, rng=plan.streams.server)
         plan.set_vector(plan.momentum.apply(broadcast.vector, server.vector, kept=server.kept_previous))
-        record = round_record(round_number, selected=selected, clients=training.results, dropped=dropped,
+        record = round_record(round_number, selected=selected, clients=checked.results, dropped=dropped,
                               server=server, epsilons=epsilons, lost=training.lost if transport.can_lose else None,
-                              notes=training.notes)
+                              notes=notes, rejected=rejected)
         pending = _Trained(record, Snapshot.of(plan.model, plan.streams, plan.momentum.velocity), started)
         if not transport.pipelined:
-            keep(pending.evaluated(transport.evaluate(round_number, Broadcast.of(plan.model), without=frozenset())),
-                 pending.state)
+            replies = transport.evaluate(round_number, Broadcast.of(plan.model), without=frozenset())
+            keep(pending.evaluated(checked_evaluation(replies, limits, clean=clean)), pending.state)
             pending = None
     if pending is not None:
         last = transport.evaluate(pending.record.round, Broadcast.of(plan.model), without=pending.lost)
-        keep(pending.evaluated(last), pending.state)
+        keep(pending.evaluated(checked_evaluation(last, limits, clean=clean)), pending.state)
 
 
 def finite(value: float) -> float | None:

@@ -234,9 +234,9 @@ def evaluation_rows(batch_size: int, input_width: int) -> int:
 
 
 @torch.no_grad()
-def evaluate(model: FederatedMLP, splits: Sequence[ClientSplit | StreamedSplit],
-             batch_size: int = 1024) -> tuple[float, float]:
-    """Mean cross-entropy and accuracy over the union of ``splits`` (NaN when they hold no rows).
+def evaluation_sums(model: FederatedMLP, splits: Sequence[ClientSplit | StreamedSplit],
+                    batch_size: int = 1024) -> tuple[float, int, int]:
+    """Return the summed cross-entropy, correct predictions and rows of ``model`` over the union of ``splits``.
 
     Batches are ``batch_size`` rows, fewer for very wide inputs (:func:`evaluation_rows`).
     """
@@ -251,6 +251,13 @@ def evaluate(model: FederatedMLP, splits: Sequence[ClientSplit | StreamedSplit],
             loss_sum += float(F.cross_entropy(logits, labels, reduction="sum"))
             correct += int((logits.argmax(dim=1) == labels).sum())
             total += int(labels.shape[0])
+    return loss_sum, correct, total
+
+
+def evaluate(model: FederatedMLP, splits: Sequence[ClientSplit | StreamedSplit],
+             batch_size: int = 1024) -> tuple[float, float]:
+    """Mean cross-entropy and accuracy over the union of ``splits`` (NaN when they hold no rows)."""
+    loss_sum, correct, total = evaluation_sums(model, splits, batch_size)
     if total == 0:
         return math.nan, math.nan
     return loss_sum / total, correct / total

@@ -32,8 +32,10 @@ CHECKPOINT_PT = "checkpoint.pt"
 OUTPUT_NAMES = (METRICS_CSV, METRICS_JSON, CONFIG_JSON, PLOT_PNG, MODEL_PT, CHECKPOINT_PT)
 
 CSV_COLUMNS = ("round", "train_loss", "train_accuracy", "test_loss", "test_accuracy", "clean_test_accuracy",
-               "selected", "dropped", "excluded", "aggregated", "weights", "client_epsilons", "kept_previous_model")
-"""``clean_test_accuracy``: on the clients' unrandomized local test files (``--eval-clean``), else empty."""
+               "selected", "dropped", "excluded", "aggregated", "weights", "client_epsilons", "kept_previous_model",
+               "rejected")
+"""``clean_test_accuracy``: on the clients' unrandomized local test files (``--eval-clean``), else empty;
+``rejected``: the silos whose reply the server refused (their reasons are in ``metrics.json``)."""
 
 
 def write_json(path: str | os.PathLike, payload: Any) -> Path:
@@ -47,6 +49,8 @@ def _cell(value: Any) -> str:
         return ""
     if isinstance(value, list | tuple):
         return ";".join(_cell(v) for v in value)
+    if isinstance(value, Mapping) and "client" in value:  # a rejected silo: its index (the reason is in the JSON)
+        return str(value["client"])
     if isinstance(value, float):
         return "" if math.isnan(value) else f"{value:.6g}"
     return str(value)

@@ -4,16 +4,59 @@ Both engines make the same record (``loop``). Optional parts are left out of the
 not apply: ``omega`` (only strategies that draw ω, WU 4.2), ``clean_test_*`` (only with ``eval_clean``),
 and ``lost`` (only transports that can lose a client: a Flower node that does not answer; an in-process
 client cannot be lost, so the local engine's rows have no ``lost``).
+
+``rejected`` names every silo whose reply the server refused in the round (``reply_checks``: an upload of the
+wrong dtype or shape, not finite, past the update-norm bound; metrics or evaluation sums out of range), with the
+server's reason: such a silo is left out of the round, never aggregated nor counted in the figures.
+``per_client`` holds the global model's loss and accuracy on each silo's test rows (the union figures are
+``test_loss`` and ``test_accuracy``).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 Number = float | int
+
+
+@dataclass(frozen=True)
+class SplitSums:
+    """One silo's evaluation of the global model on one split: summed cross-entropy, correct predictions, rows."""
+
+    loss_sum: float
+    correct: int
+    rows: int
+
+
+@dataclass(frozen=True)
+class ClientEvaluation:
+    """What one silo reports of the global model: its test split's sums (and its clean file's, ``eval_clean``)."""
+
+    client: int
+    test: SplitSums
+    clean: SplitSums | None = None
+
+
+@dataclass(frozen=True)
+class ClientScore:
+    """The global model's mean loss and accuracy on one silo's test rows (a round's ``per_client`` entry)."""
+
+    client: int
+    test_loss: float
+    test_accuracy: float
+    test_rows: int
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the entry as written in ``metrics.json``."""
+        return dataclasses.asdict(self)
+
+
+Rejection = tuple[int, str]
+"""A silo whose reply the server refused in a round, and the server's reason (``reply_checks``)."""
 
 
 @dataclass(frozen=True)
@@ -24,6 +67,30 @@ class Evaluation:
     test_accuracy: float
     clean: tuple[float, float] | None = None  # (loss, accuracy) on the clients' clean test files (eval_clean)
     notes: tuple[str, ...] = ()  # clients whose split was left out, and why
+    per_client: tuple[ClientScore, ...] = ()  # each silo's own figures (those whose sums were accepted)
+    rejected: tuple[Rejection, ...] = ()  # silos whose evaluation sums the server refused
+
+
+def union_evaluation(sums: Sequence[SplitSums]) -> tuple[float, float]:
+    """Mean loss and accuracy over the union of the splits from their sums (NaN when they hold no rows)."""
+    rows = sum(s.rows for s in sums)
+    if rows == 0:
+        return math.nan, math.nan
+    return sum(s.loss_sum for s in sums) / rows, sum(s.correct for s in sums) / rows
+
+
+def evaluation_of(reports: Sequence[ClientEvaluation], *, clean: bool, notes: Sequence[str] = (),
+                  rejected: Sequence[Rejection] = ()) -> Evaluation:
+    """Return the evaluation of the union of the accepted silos' splits, with each silo's own figures.
+
+    Both engines make their evaluation here from the silos' sums (``reply_checks.check_evaluations`` has
+    refused those out of range), so a figure never depends on where it ran.
+    """
+    test_loss, test_accuracy = union_evaluation([r.test for r in reports])
+    clean_figures = union_evaluation([r.clean for r in reports if r.clean is not None]) if clean else None
+    per_client = tuple(ClientScore(r.client, *(union_evaluation([r.test]) if r.test.rows else (math.nan, math.nan)),
+                                   r.test.rows) for r in sorted(reports, key=lambda r: r.client))
+    return Evaluation(test_loss, test_accuracy, clean_figures, tuple(notes), per_client, tuple(rejected))
 
 
 @dataclass(frozen=True)
@@ -48,13 +115,16 @@ class RoundRecord:
     clean_test_loss: float | None = None
     clean_test_accuracy: float | None = None
     lost: tuple[int, ...] | None = None  # None: the transport cannot lose a client
+    rejected: tuple[Rejection, ...] = ()  # (silo, the server's reason): replies refused in the round
+    per_client: tuple[ClientScore, ...] = ()  # the global model on each silo's test rows
 
     def evaluated(self, evaluation: Evaluation, seconds: float) -> RoundRecord:
         """Return this record with the evaluation of its model and the round's duration."""
         clean_loss, clean_accuracy = (None, None) if evaluation.clean is None else evaluation.clean
         return dataclasses.replace(self, test_loss=evaluation.test_loss, test_accuracy=evaluation.test_accuracy,
                                    clean_test_loss=clean_loss, clean_test_accuracy=clean_accuracy,
-                                   notes=self.notes + evaluation.notes, seconds=seconds)
+                                   notes=self.notes + evaluation.notes, seconds=seconds,
+                                   rejected=self.rejected + evaluation.rejected, per_client=evaluation.per_client)
 
     def to_dict(self) -> dict[str, Any]:
         """Return the row as written (the keys in the order of ``metrics.json``; absent parts left out)."""
@@ -72,6 +142,9 @@ class RoundRecord:
             row["clean_test_loss"], row["clean_test_accuracy"] = self.clean_test_loss, self.clean_test_accuracy
         if self.lost is not None:
             row["lost"] = list(self.lost)
+        row["rejected"] = [{"client": client, "reason": reason} for client, reason in self.rejected]
+        if self.per_client:
+            row["per_client"] = [score.to_dict() for score in self.per_client]
         return row
 
     @classmethod
@@ -85,7 +158,10 @@ class RoundRecord:
             weights=tuple(row["weights"]), client_epsilons=tuple(row["client_epsilons"]),
             kept_previous_model=bool(row["kept_previous_model"]), notes=tuple(str(n) for n in row["notes"]),
             seconds=row["seconds"], omega=row.get("omega"), clean_test_loss=row.get("clean_test_loss"),
-            clean_test_accuracy=row.get("clean_test_accuracy"), lost=None if lost is None else tuple(lost))
+            clean_test_accuracy=row.get("clean_test_accuracy"), lost=None if lost is None else tuple(lost),
+            rejected=tuple((int(r["client"]), str(r["reason"])) for r in row.get("rejected", ())),
+            per_client=tuple(ClientScore(int(p["client"]), p["test_loss"], p["test_accuracy"], int(p["test_rows"]))
+                             for p in row.get("per_client", ())))
 
     def warning(self) -> str | None:
         """Return one line on what went wrong in the round (clients excluded, no upload, model kept), if anything."""

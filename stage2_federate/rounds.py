@@ -66,6 +66,12 @@ class Broadcast:
         return cls(weights, weights.cpu().numpy())
 
 
+EXCLUDED_PARAMETERS = "excluded, its parameters are not finite after local training"
+EXCLUDED_UPLOAD = "excluded, its perturbed upload is not finite"
+EXCLUDED_REASONS = (EXCLUDED_PARAMETERS, EXCLUDED_UPLOAD)
+"""Why :func:`client_step` excludes its own upload (its note: ``client i: <reason>``)."""
+
+
 @dataclass(frozen=True)
 class ClientResult:
     """What one selected client returns: its upload (None when excluded), its training loss and accuracy."""
@@ -117,12 +123,12 @@ def client_step(model: FederatedMLP, broadcast: Broadcast, split: ClientSplit | 
     local = get_vector(model).cpu().numpy()
     if not np.all(np.isfinite(local)):
         return ClientResult(cid, None, stats.loss, stats.accuracy,
-                            f"client {cid}: excluded, its parameters are not finite after local training")
+                            f"client {cid}: {EXCLUDED_PARAMETERS}")
     with np.errstate(over="ignore", invalid="ignore"):  # an overflow is caught just below, with a note
         upload = perturbation.perturb(local, broadcast.vector, rng=rng)
     if not np.all(np.isfinite(upload)):
         return ClientResult(cid, None, stats.loss, stats.accuracy,
-                            f"client {cid}: excluded, its perturbed upload is not finite")
+                            f"client {cid}: {EXCLUDED_UPLOAD}")
     return ClientResult(cid, upload, stats.loss, stats.accuracy)
 
 
@@ -187,12 +193,14 @@ def _nanmean(values: Sequence[float]) -> float:
 
 def round_record(round_number: int, *, selected: Sequence[int], clients: Sequence[ClientResult],
                  dropped: Sequence[int], server: ServerResult, epsilons: Mapping[int, float | None],
-                 lost: Sequence[int] | None = None, notes: Sequence[str] = ()) -> RoundRecord:
+                 lost: Sequence[int] | None = None, notes: Sequence[str] = (),
+                 rejected: Sequence[tuple[int, str]] = ()) -> RoundRecord:
     """Make the round's record, before the evaluation of its model (test loss and accuracy NaN until then).
 
     Train loss and accuracy are the last local epoch's running values, averaged over the clients that
     trained in the round (dropped clients trained too; their upload was lost afterwards). ``lost``: the
-    selected clients whose reply never came (None for a transport that cannot lose one); ``notes``: why.
+    selected clients whose reply never came (None for a transport that cannot lose one); ``notes``: why;
+    ``rejected``: the silos whose reply the server refused (``reply_checks``), absent from ``clients``.
     """
     info = server.aggregate.info
     return RoundRecord(
@@ -206,4 +214,5 @@ def round_record(round_number: int, *, selected: Sequence[int], clients: Sequenc
         kept_previous_model=server.kept_previous,
         notes=(*notes, *(c.note for c in clients if c.note), *server.notes),
         seconds=math.nan, omega=info.get("omega"), lost=None if lost is None else tuple(lost),
+        rejected=tuple(rejected),
     )

@@ -97,6 +97,9 @@ class FederationFields(TypedDict, total=False):
     neighbours: str
     local_steps: int
     server_momentum: float
+    max_update_norm: float | None
+    max_client_weight: float | None
+    trim_fraction: float | None
     seed: int | None
 
 

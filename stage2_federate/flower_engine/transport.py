@@ -20,6 +20,12 @@ evaluate that round, nor to finish after a last round it was lost in). With a fa
 logged the same way, and the loop's policy check ends a round in which too few selected clients trained.
 Replies are matched to clients by message id: Flower's replies for an unavailable node come from the
 SuperLink (``src_node_id`` 1), not from the node.
+
+A reply is read defensively: one whose records are missing or malformed (no metrics, an INFO record that is not
+a :class:`~.protocol.TrainReply` of this client, evaluation sums that are not numbers) is refused with the
+server's reason and the silo named (``Training.rejected``), never ending the run; what a well-formed reply holds
+is then checked by the round loop (``reply_checks``). A silo's own text (``TrainReply.note``) is never printed
+or stored: the server writes its own note.
 """
 
 from __future__ import annotations
@@ -35,8 +41,8 @@ from flwr.serverapp import Grid
 
 from ldpfl.common.errors import LdpflError
 
-from ..loop import Training
-from ..round_record import Evaluation, RoundRecord
+from ..loop import EvaluationReplies, Training
+from ..round_record import ClientEvaluation, RoundRecord, SplitSums
 from ..rounds import Broadcast, ClientResult
 from . import server_side as ss
 from .protocol import (
@@ -215,7 +221,7 @@ class FlowerTransport:
         messages.update({cid: self._evaluate_message(cid, vector, round_number)
                          for cid in sorted(asked - set(selected))})
         replies = exchange(self.grid, messages, timeout)
-        results, lost, notes = [], [], []
+        results, lost, notes, rejected = [], [], [], []
         for cid in selected:
             reply = replies.get(cid)
             if reply is None:
@@ -225,42 +231,53 @@ class FlowerTransport:
                 lost.append(cid)
                 notes.append(_failure(reply, cid, f"training in round {round_number}", tolerated=self.tolerated))
             else:
-                results.append(self._result(cid, reply, round_number))
+                read = self._result(cid, reply)
+                if isinstance(read, ClientResult):
+                    results.append(read)
+                else:
+                    rejected.append((cid, read))
         self.trained |= set(selected) - set(lost)
         evaluation = None if evaluate_without is None else self._evaluation(round_number - 1, replies, asked)
-        return Training(tuple(results), tuple(lost), tuple(notes), evaluation)
+        return Training(tuple(results), tuple(lost), tuple(notes), evaluation, tuple(rejected))
 
-    def evaluate(self, round_number: int, broadcast: Broadcast, *, without: frozenset[int]) -> Evaluation:
+    def evaluate(self, round_number: int, broadcast: Broadcast, *, without: frozenset[int]) -> EvaluationReplies:
         """Close the run with one exchange: every node not ``without`` (lost in the last round) evaluates."""
         asked = set(self.node_of) - without
         replies = exchange(self.grid, {cid: self._evaluate_message(cid, broadcast.vector, round_number + 1)
                                        for cid in sorted(asked)}, self.timeout)
         return self._evaluation(round_number, replies, asked)
 
-    def _result(self, cid: int, reply: Message, round_number: int) -> ClientResult:
-        metrics = _numbers(reply.content.metric_records[METRICS])
+    def _result(self, cid: int, reply: Message) -> ClientResult | str:
+        """Read client ``cid``'s training reply; return why it cannot be read instead (the server's words)."""
+        content = reply.content
         try:
-            note = TrainReply.from_json(str(reply.content.config_records[INFO]["json"])).note
-        except MessageError as error:
-            raise MessageError(f"client {cid} answered training in round {round_number} with an {error}") from None
-        upload = (reply.content.array_records[UPLOAD].to_numpy_ndarrays()[0]
-                  if UPLOAD in reply.content.array_records else None)
-        return ClientResult(cid, upload, float(metrics["loss"]), float(metrics["accuracy"]), note)
+            info = TrainReply.from_json(str(content.config_records[INFO]["json"]))
+            metrics = _numbers(content.metric_records[METRICS])
+            loss, accuracy = metrics["loss"], metrics["accuracy"]
+            arrays = content.array_records[UPLOAD].to_numpy_ndarrays() if UPLOAD in content.array_records else None
+        except (KeyError, TypeError, ValueError):  # MessageError is a ValueError
+            return "its training reply is malformed (a record missing or not of its fields)"
+        if info.client != cid:
+            return f"its training reply names client {info.client}"
+        if arrays is not None and len(arrays) != 1:
+            return f"its upload holds {len(arrays)} arrays, not one"
+        upload = None if arrays is None else arrays[0]
+        note = None if upload is not None else f"client {cid}: excluded, it sent no upload"
+        return ClientResult(cid, upload, loss, accuracy, note)
 
     def _evaluate_message(self, cid: int, vector: Any, round_number: int) -> Message:
         return _message({GLOBAL: ArrayRecord([vector]),
                          INFO: _info(EvaluateInstruction(self.plan.setups[cid]).to_json())},
                         self.node_of[cid], EVALUATE, round_number)
 
-    def _evaluation(self, round_number: int, replies: Mapping[int, Message], asked: set[int]) -> Evaluation:
-        """Return round ``round_number``'s model's evaluation: the unions' mean loss and accuracy per split.
+    def _evaluation(self, round_number: int, replies: Mapping[int, Message], asked: set[int]) -> EvaluationReplies:
+        """Return the silos' sums of round ``round_number``'s model (the loop checks them and sums the union).
 
         Clients not ``asked`` (lost in that round's training: no reply in time, or unavailable) are not
         asked again (a dead node would cost another ``timeout``), and their test splits are left out.
         """
         splits = ("test", "clean") if self.plan.config.eval_clean else ("test",)
-        sums: dict[str, list[tuple[float, int, int]]] = {name: [] for name in splits}
-        notes = []
+        reports, notes, rejected = [], [], []
         for cid in sorted(self.node_of):
             reply = replies.get(cid)
             if cid not in asked:
@@ -272,12 +289,27 @@ class FlowerTransport:
                 notes.append(_failure(reply, cid, f"evaluation of round {round_number}'s model",
                                       tolerated=self.tolerated))
             else:
-                m = _numbers(reply.content.metric_records[EVALUATION])
-                for name in splits:
-                    sums[name].append((m[f"{name}_loss_sum"], int(m[f"{name}_correct"]), int(m[f"{name}_rows"])))
-        test_loss, test_accuracy = ss.union_evaluation(sums["test"])
-        clean = ss.union_evaluation(sums["clean"]) if "clean" in sums else None
-        return Evaluation(test_loss, test_accuracy, clean, tuple(notes))
+                read = _sums(reply, splits)
+                if read is None:
+                    rejected.append((cid, "its evaluation reply is malformed (sums missing or not numbers)"))
+                else:
+                    reports.append(ClientEvaluation(cid, read["test"], read.get("clean")))
+        return EvaluationReplies(tuple(reports), tuple(notes), tuple(rejected))
+
+
+def _sums(reply: Message, splits: Sequence[str]) -> dict[str, SplitSums] | None:
+    """Return a reply's evaluation sums per split (counts kept as sent), or None when they cannot be read."""
+    try:
+        m = dict(reply.content.metric_records[EVALUATION])
+        out = {}
+        for name in splits:
+            loss_sum, correct, rows = (m[f"{name}_{key}"] for key in ("loss_sum", "correct", "rows"))
+            if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in (loss_sum, correct, rows)):
+                return None
+            out[name] = SplitSums(float(loss_sum), correct, rows)  # a float count is refused by the checks
+        return out
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 def finish(grid: Grid, node_of: dict[int, int], timeout: float) -> None:
