@@ -99,6 +99,102 @@ def draw_omega(probabilities: Sequence[float] | np.ndarray, rng: np.random.Gener
     return float(p.max() * require_generator(rng).random())
 
 
+def _stack(vectors: Sequence[np.ndarray] | np.ndarray) -> np.ndarray:
+    """Return the clients' vectors as rows of a 2-D array (one shape, at least one vector)."""
+    if len(vectors) == 0:
+        raise ValueError("robust aggregation needs at least one vector, got none")
+    first = np.asarray(vectors[0])
+    if first.ndim != 1 or any(np.shape(v) != first.shape for v in vectors):
+        raise ValueError(f"vectors must be 1-D of one shape, got {[np.shape(v) for v in vectors]}")
+    return np.stack([np.asarray(v) for v in vectors])
+
+
+def _out_dtype(vectors: Sequence[np.ndarray] | np.ndarray) -> np.dtype:
+    first = np.asarray(vectors[0])
+    return first.dtype if np.issubdtype(first.dtype, np.floating) else np.dtype(np.float64)
+
+
+def coordinate_median(vectors: Sequence[np.ndarray] | np.ndarray) -> np.ndarray:
+    """Coordinate-wise median (Yin et al. 2018, "Byzantine-robust distributed learning", Option II; Flower's FedMedian).
+
+    Each coordinate is the median of the clients' values (the mean of the two middle ones for an even count).
+    """
+    return np.median(_stack(vectors).astype(np.float64), axis=0).astype(_out_dtype(vectors), copy=False)
+
+
+def trim_count(fraction: float, count: int) -> int:
+    """Values dropped at each end of a coordinate: ⌊β·n⌋, at most ⌊(n − 1)/2⌋ so that one value is left."""
+    if not (isinstance(fraction, float | int) and 0.0 <= fraction < 0.5):
+        raise ValueError(f"trim fraction beta must lie in [0, 0.5), got {fraction!r}")
+    return min(int(math.floor(fraction * count + 1e-9)), (count - 1) // 2)
+
+
+def trimmed_mean(vectors: Sequence[np.ndarray] | np.ndarray, fraction: float) -> np.ndarray:
+    """Coordinate-wise β-trimmed mean (Yin et al. 2018, Option I; Flower's FedTrimmedAvg).
+
+    In each coordinate the ``trim_count(β, n)`` smallest and largest values are dropped and the rest averaged.
+    """
+    rows = np.sort(_stack(vectors).astype(np.float64), axis=0)
+    k = trim_count(fraction, rows.shape[0])
+    return rows[k:rows.shape[0] - k].mean(axis=0).astype(_out_dtype(vectors), copy=False)
+
+
+def clip_to_norm(vector: np.ndarray, bound: float) -> np.ndarray:
+    """Scale ``vector`` to an L2 norm of at most ``bound``: x · min(1, C / ‖x‖) (DP-FedAvg's clipping, McMahan 2018)."""
+    if not (math.isfinite(bound) and bound >= 0):
+        raise ValueError(f"the norm bound must be finite and >= 0, got {bound!r}")
+    x = np.asarray(vector, dtype=np.float64)
+    norm = float(np.linalg.norm(x))
+    return x if norm <= bound else x * (bound / norm)
+
+
+def norm_clipped_mean(updates: Sequence[np.ndarray] | np.ndarray, weights: Sequence[float] | np.ndarray,
+                      bound: float | None = None) -> tuple[np.ndarray, float]:
+    """Clip each update to ``bound`` (default: the lower median of their norms), then their weighted mean.
+
+    Norm bounding (Sun et al. 2019, "Can you really backdoor federated learning?"): one update can move the
+    model by at most ``bound`` · its weight. Returns the mean (the dtype of the first update) and the bound used.
+    """
+    rows = _stack(updates).astype(np.float64)
+    if bound is None:
+        norms = sorted(float(n) for n in np.linalg.norm(rows, axis=1))
+        bound = norms[(len(norms) - 1) // 2]
+    clipped = [clip_to_norm(row, bound) for row in rows]
+    return weighted_average(clipped, weights).astype(_out_dtype(updates), copy=False), float(bound)
+
+
+def cap_weights(weights: Sequence[float] | np.ndarray, cap: float) -> np.ndarray:
+    """Return the weights normalized with none above ``cap``: the excess of a capped client goes to the others.
+
+    Water-filling: clients over the cap are set to it and the rest of the mass is shared by the others in
+    proportion to their weights, until none is over. When ``cap`` < 1/n no weighting can respect it: the
+    weights are then equal (1/n). Clients of weight 0 stay at 0 (if only they are left uncapped, the capped
+    ones are renormalized, which may leave them above ``cap``).
+    """
+    if not (isinstance(cap, float | int) and 0.0 < cap <= 1.0):
+        raise ValueError(f"the weight cap must lie in (0, 1], got {cap!r}")
+    w = np.asarray(weights, dtype=np.float64)
+    w = _as_weights(w, w.size) / w.sum()
+    n = w.size
+    if cap * n <= 1.0:
+        return np.full(n, 1.0 / n)
+    fixed = np.zeros(n, dtype=bool)
+    out = w.copy()
+    while True:
+        free = ~fixed
+        mass = 1.0 - cap * fixed.sum()
+        total = w[free].sum()
+        if total <= 0:
+            out[fixed] = cap
+            return out / out.sum()
+        out[free] = mass * w[free] / total
+        out[fixed] = cap
+        over = free & (out > cap * (1 + 1e-12))
+        if not over.any():
+            return out
+        fixed |= over
+
+
 def sign(vector: np.ndarray) -> np.ndarray:
     """WU eq. 9: -1, 0 or +1 per entry (same dtype)."""
     return np.sign(vector)

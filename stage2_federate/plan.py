@@ -148,7 +148,9 @@ def plan_strategy(config: FederationConfig, clients: Sequence[ClientLike],
     sizes = [ClientSize.of(c) for c in clients]
     profiles = [ClientProfile(c.index, c.train_rows, c.label_histogram, perturbations[c.index].noise_scale,
                               perturbations[c.index].epsilon) for c in sizes]
-    options = StrategyOptions(config.clients_per_round, config.sample_weighted, config.fraction)
+    target = resolve_target(config.perturbation, config.perturb_target, config.sign_mode)
+    options = StrategyOptions(config.clients_per_round, config.sample_weighted, config.fraction,
+                              config.max_client_weight, config.trim_fraction, target)
     strategy: Strategy = create_strategy(config.aggregation, profiles, options)
     if perturbation_wiring(config.perturbation).sign_aggregation:
         strategy = SignAggregation(strategy)

@@ -9,6 +9,12 @@ The math lives in ``aggregation`` as pure functions; strategies only choose the 
 Sign aggregation for ldpsign (WU eqs. 10, 13, 16) *wraps* whichever strategy is chosen, as Flower adds
 DP by wrapping: it takes the inner strategy's combination and returns its sign.
 
+Robust aggregation (issue 31) is a strategy like the papers': ``median`` (coordinate-wise median),
+``trimmed-mean`` (coordinate-wise β-trimmed mean) and ``norm-clipped`` (each update clipped on the server,
+then the mean). Every strategy only ever sees uploads the server checked (``reply_checks``: finite, of the
+model's shape, within the update-norm bound), and ``max_client_weight`` caps any client's normalized weight
+in the weighted means (the excess is shared by the others, ``aggregation.cap_weights``).
+
 Registry keys are the CLI's ``--aggregation`` choices.
 """
 
@@ -23,7 +29,7 @@ import numpy as np
 from ldpfl import mechanisms as mech
 from ldpfl.common.errors import ParameterError
 from ldpfl.common.registry import Registry
-from ldpfl.mechanisms.base import require_generator
+from ldpfl.mechanisms.base import PARAMETERS, require_generator
 
 from . import aggregation as agg
 
@@ -46,6 +52,9 @@ class StrategyOptions:
     clients_per_round: int | None = None  # k of N (None: all N)
     sample_weighted: bool = False  # fedavg: n_k/n weights (FEDAW eq. 2)
     fraction: float | None = None  # fraction: γ
+    max_client_weight: float | None = None  # a cap on any client's normalized weight (None: no cap)
+    trim_fraction: float | None = None  # trimmed-mean: β dropped at each end (None: DEFAULT_TRIM_FRACTION)
+    target: str = PARAMETERS  # what the uploads are (parameters, or updates local − global): norm-clipped
 
 
 @dataclass(frozen=True)
@@ -113,13 +122,22 @@ class Strategy:
         clients = sorted(uploads)
         if not clients:
             return _nothing()
-        w = np.asarray(self.weights(clients), dtype=np.float64)
+        w = self.capped(self.weights(clients))
         vector = agg.weighted_average([uploads[c] for c in clients], w)
-        return Aggregate(vector, tuple(clients), tuple((w / w.sum()).tolist()))
+        return Aggregate(vector, tuple(clients), tuple(w.tolist()))
+
+    def capped(self, weights: np.ndarray) -> np.ndarray:
+        """Return ``weights`` normalized, none above ``max_client_weight`` (``aggregation.cap_weights``)."""
+        w = np.asarray(weights, dtype=np.float64)
+        cap = self.options.max_client_weight
+        return w / w.sum() if cap is None else agg.cap_weights(w, cap)
 
     def describe(self) -> dict[str, Any]:
         """Describe the strategy for ``config.json``."""
-        return {"name": self.NAME, "source": self.SOURCE, "clients_per_round": self.clients_per_round}
+        described = {"name": self.NAME, "source": self.SOURCE, "clients_per_round": self.clients_per_round}
+        if self.options.max_client_weight is not None:
+            described["max_client_weight"] = self.options.max_client_weight
+        return described
 
 
 STRATEGIES: Registry[type[Strategy]] = Registry("aggregation")
@@ -281,6 +299,89 @@ class FedAW(Strategy):
     def weights(self, clients: Sequence[int]) -> np.ndarray:
         """Weigh client k by g_k (eq. 8)."""
         return np.array([self.similarities[c] for c in clients])
+
+
+MEDIAN = "median"
+TRIMMED_MEAN = "trimmed-mean"
+NORM_CLIPPED = "norm-clipped"
+DEFAULT_TRIM_FRACTION = 0.2
+"""β of ``trimmed-mean`` when ``trim_fraction`` is not given (Flower's FedTrimmedAvg default)."""
+
+
+@register
+class CoordinateMedian(Strategy):
+    """Coordinate-wise median of the uploads (Yin et al. 2018, Option II): robust to fewer than half bad clients."""
+
+    NAME = MEDIAN
+    SOURCE = "Yin et al. 2018 (ICML), coordinate-wise median; Flower's FedMedian"
+    SUMMARY = "coordinate-wise median of the uploads (robust)"
+
+    def aggregate(self, global_vector: np.ndarray, uploads: Mapping[int, np.ndarray], *,
+                  rng: np.random.Generator) -> Aggregate:
+        """Return the coordinate-wise median; every client counts equally (weights 1/n, nominal)."""
+        clients = sorted(uploads)
+        if not clients:
+            return _nothing()
+        vector = agg.coordinate_median([uploads[c] for c in clients])
+        return Aggregate(vector, tuple(clients), tuple([1.0 / len(clients)] * len(clients)))
+
+
+@register
+class TrimmedMean(Strategy):
+    """Coordinate-wise β-trimmed mean (Yin et al. 2018, Option I): ⌊β·n⌋ values dropped at each end."""
+
+    NAME = TRIMMED_MEAN
+    SOURCE = "Yin et al. 2018 (ICML), coordinate-wise trimmed mean; Flower's FedTrimmedAvg"
+    SUMMARY = "coordinate-wise mean without the floor(beta*n) largest and smallest values (--trim-fraction)"
+
+    @property
+    def fraction(self) -> float:
+        """β, the fraction dropped at each end of a coordinate."""
+        beta = self.options.trim_fraction
+        return DEFAULT_TRIM_FRACTION if beta is None else float(beta)
+
+    def aggregate(self, global_vector: np.ndarray, uploads: Mapping[int, np.ndarray], *,
+                  rng: np.random.Generator) -> Aggregate:
+        """Return the β-trimmed mean; every client counts equally (weights 1/n, nominal)."""
+        clients = sorted(uploads)
+        if not clients:
+            return _nothing()
+        vector = agg.trimmed_mean([uploads[c] for c in clients], self.fraction)
+        return Aggregate(vector, tuple(clients), tuple([1.0 / len(clients)] * len(clients)),
+                         {"trimmed": agg.trim_count(self.fraction, len(clients))})
+
+    def describe(self) -> dict[str, Any]:
+        """Describe the strategy, with β."""
+        return {**super().describe(), "trim_fraction": self.fraction}
+
+
+@register
+class NormClippedMean(Strategy):
+    """Server-side norm bounding (Sun et al. 2019): each update clipped to the round's median norm, then the mean.
+
+    The update is ``upload - global`` for uploaded parameters (the upload itself for uploaded updates); the
+    mean of the clipped updates is added back to the global model for a parameters target. The bound is the
+    lower median of the round's update norms, so no client moves the model further than a typical one.
+    Clipping is post-processing: it keeps any DP guarantee of the uploads (record-level DP-SGD included).
+    """
+
+    NAME = NORM_CLIPPED
+    SOURCE = "Sun et al. 2019, norm bounding; DP-FedAvg's server clipping (McMahan et al. 2018)"
+    SUMMARY = "each update clipped to the round's median update norm, then the mean"
+
+    def aggregate(self, global_vector: np.ndarray, uploads: Mapping[int, np.ndarray], *,
+                  rng: np.random.Generator) -> Aggregate:
+        """Clip every client's update to the round's lower-median norm and return the (capped) mean."""
+        clients = sorted(uploads)
+        if not clients:
+            return _nothing()
+        reference = np.asarray(global_vector, dtype=np.float64) if self.options.target == PARAMETERS else 0.0
+        updates = [np.asarray(uploads[c], dtype=np.float64) - reference for c in clients]
+        w = self.capped(np.ones(len(clients)))
+        mean_update, bound = agg.norm_clipped_mean(updates, w)
+        dtype = np.asarray(uploads[clients[0]]).dtype
+        vector = (mean_update + reference).astype(dtype if np.issubdtype(dtype, np.floating) else np.float64)
+        return Aggregate(vector, tuple(clients), tuple(w.tolist()), {"clip_norm": bound})
 
 
 class SignAggregation(Strategy):

@@ -136,9 +136,10 @@ def uploads():
 
 
 def test_registry_names_and_unknown_name() -> None:
-    assert strategy_names() == ["fedavg", "weighted", "probability", "fraction", "fedaw"]
-    with pytest.raises(ValueError, match="unknown aggregation 'median'; valid names: fedavg"):
-        create_strategy("median", profiles())
+    assert strategy_names() == ["fedavg", "weighted", "probability", "fraction", "fedaw", "median", "trimmed-mean",
+                                "norm-clipped"]
+    with pytest.raises(ValueError, match="unknown aggregation 'krum'; valid names: fedavg"):
+        create_strategy("krum", profiles())
 
 
 def test_fedavg_plain_and_sample_weighted() -> None:
@@ -250,3 +251,76 @@ def test_sign_wrapper_wu_eqs_10_and_13(name, expected) -> None:
     np.testing.assert_array_equal(result.vector, expected)
     assert result.info["signed"] is True
     assert wrapped.select(1, mech.default_rng(0)) == [0, 1, 2]
+
+
+# --------------------------------------------------------------------------------------------------
+# Robust aggregation and the weight cap (issue 31), on hand-computed arrays.
+
+X4 = [*X, np.array([100.0, -100.0, 0.0], dtype=np.float32)]
+
+
+def test_coordinate_median_takes_the_middle_value_of_each_coordinate() -> None:
+    out = agg.coordinate_median(X)  # coordinates (1, 3, -1), (-2, 2, 0), (3, -1, 1)
+    assert out.dtype == np.float32
+    np.testing.assert_array_equal(out, [1.0, 0.0, 1.0])
+    np.testing.assert_array_equal(agg.coordinate_median(X4), [2.0, -1.0, 0.5])  # even n: the mean of the middle two
+
+
+def test_trimmed_mean_drops_floor_beta_n_at_each_end() -> None:
+    # sorted coordinates: (-1, 1, 3, 100), (-100, -2, 0, 2), (-1, 0, 1, 3); beta 0.25 of 4 drops one at each end
+    np.testing.assert_allclose(agg.trimmed_mean(X4, 0.25), [2.0, -1.0, 0.5])
+    np.testing.assert_allclose(agg.trimmed_mean(X, 0.0), agg.mean(X))  # beta 0: the mean
+    assert [agg.trim_count(0.2, 5), agg.trim_count(0.4, 3), agg.trim_count(0.49, 2), agg.trim_count(0.3, 10)] == \
+        [1, 1, 0, 3]
+    with pytest.raises(ValueError, match=r"trim fraction beta must lie in \[0, 0.5\), got 0.5"):
+        agg.trimmed_mean(X, 0.5)
+
+
+def test_norm_clipping_scales_each_update_to_the_bound() -> None:
+    np.testing.assert_allclose(agg.clip_to_norm(np.array([3.0, 4.0]), 1.0), [0.6, 0.8])
+    np.testing.assert_array_equal(agg.clip_to_norm(np.array([3.0, 4.0]), 10.0), [3.0, 4.0])
+    updates = [np.array([3.0, 4.0]), np.array([0.0, 1.0]), np.array([0.0, 2.0])]  # norms 5, 1, 2: median 2
+    mean, bound = agg.norm_clipped_mean(updates, np.ones(3))
+    assert bound == 2.0
+    np.testing.assert_allclose(mean, [(1.2 + 0 + 0) / 3, (1.6 + 1 + 2) / 3])
+    mean, bound = agg.norm_clipped_mean(updates, np.ones(3), bound=1.0)
+    np.testing.assert_allclose(mean, [0.6 / 3, 2.8 / 3])
+
+
+def test_cap_weights_water_fills_and_renormalizes() -> None:
+    np.testing.assert_allclose(agg.cap_weights([0.9, 0.05, 0.05], 0.5), [0.5, 0.25, 0.25])
+    np.testing.assert_allclose(agg.cap_weights([1, 1, 1, 97], 0.3), [0.7 / 3] * 3 + [0.3])
+    # 0.5 is capped; 0.3 then gets 0.39 and is capped too; the last takes the rest
+    np.testing.assert_allclose(agg.cap_weights([0.5, 0.3, 0.2], 0.35), [0.35, 0.35, 0.3])
+    np.testing.assert_allclose(agg.cap_weights([1, 2], 0.4), [0.5, 0.5])  # below 1/n: equal weights
+    np.testing.assert_allclose(agg.cap_weights([1, 2, 3], 1.0), [1 / 6, 2 / 6, 3 / 6])  # cap 1: unchanged
+    with pytest.raises(ValueError, match=r"the weight cap must lie in \(0, 1\], got 0"):
+        agg.cap_weights([1, 1], 0)
+
+
+def test_robust_strategies_and_the_capped_fedavg() -> None:
+    rng = mech.default_rng(0)
+    median = create_strategy("median", profiles()).aggregate(None, uploads(), rng=rng)
+    np.testing.assert_array_equal(median.vector, [1.0, 0.0, 1.0])
+    assert median.used == (0, 1, 2) and median.weights == pytest.approx((1 / 3,) * 3)
+    four = [ClientProfile(i, 10, (5, 5), None, None) for i in range(4)]
+    trimmed = create_strategy("trimmed-mean", four, StrategyOptions(trim_fraction=0.25)).aggregate(
+        None, dict(enumerate(X4)), rng=rng)
+    np.testing.assert_allclose(trimmed.vector, [2.0, -1.0, 0.5])
+    assert create_strategy("trimmed-mean", four).describe()["trim_fraction"] == 0.2  # Flower's default beta
+    # norm-clipped over uploaded parameters: updates (upload - global) are clipped, the mean added back
+    glob = np.array([1.0, 1.0], dtype=np.float32)
+    ups = {0: glob + np.array([3.0, 4.0], dtype=np.float32), 1: glob + np.array([0.0, 1.0], dtype=np.float32),
+           2: glob + np.array([0.0, 2.0], dtype=np.float32)}
+    clipped = create_strategy("norm-clipped", profiles()).aggregate(glob, ups, rng=rng)
+    np.testing.assert_allclose(clipped.vector, [1.0 + 0.4, 1.0 + 4.6 / 3], rtol=1e-6)
+    assert clipped.info["clip_norm"] == pytest.approx(2.0) and clipped.vector.dtype == np.float32
+    updates = {k: v - glob for k, v in ups.items()}  # uploaded updates: clipped as they are
+    as_updates = create_strategy("norm-clipped", profiles(), StrategyOptions(target="update")).aggregate(
+        glob, updates, rng=rng)
+    np.testing.assert_allclose(as_updates.vector, [0.4, 4.6 / 3], rtol=1e-6)
+    # fedavg n_k/n weights (0.1, 0.3, 0.6) capped at 0.4: 0.6 -> 0.4, then 0.45 -> 0.4, the rest 0.2
+    capped = create_strategy("fedavg", profiles(), StrategyOptions(sample_weighted=True, max_client_weight=0.4)
+                             ).aggregate(None, uploads(), rng=rng)
+    assert capped.weights == pytest.approx((0.2, 0.4, 0.4))
+    np.testing.assert_allclose(capped.vector, [1.0, 0.4, 0.6], rtol=1e-6)
