@@ -88,8 +88,7 @@ def coordinator_run(run_dir: str | Path) -> CoordinatorRun:
                                                    "plan.json when the silos exported with one); the client files "
                                                    "stay on the silos")
     manifest = read_manifest(run_dir)
-    files = tuple(ManifestEntry(r.client_index, r.path, r.sha256)
-                  for r in sorted(manifest.files, key=lambda r: r.client_index))
+    files = tuple(ManifestEntry.of(r) for r in sorted(manifest.files, key=lambda r: r.client_index))
     if not files:
         raise FormatError(run_dir / MANIFEST_NAME, "lists no client file")
     indices = [f.index for f in files]

@@ -41,7 +41,7 @@ from ..config import FederationConfig
 from ..outdir import clear_outputs, locked, remove_temporaries
 from . import require_flower
 from .processes import Daemon, stop_all
-from .protocol import app_pyproject, run_config
+from .protocol import ManifestEntry, app_pyproject, run_config
 
 CONNECTION = "ldpfl"
 # Flower's SuperExec asks its SuperNode (or SuperLink) for a ClientApp (ServerApp) task to launch every
@@ -393,7 +393,8 @@ def run_flower(run_dir: str | Path, config: FederationConfig, *, out_dir: str | 
                                 startup_timeout=options.startup_timeout, round_timeout=options.round_timeout,
                                 resume=resume, keep_checkpoint=keep_checkpoint,
                                 client_state_dir=str(target / CLIENT_STATE_DIR),
-                                timings_file=options.timings_file or "", min_clients=options.min_clients or 0)
+                                timings_file=options.timings_file or "", min_clients=options.min_clients or 0,
+                                manifest_files=ManifestEntry.list_to_json([ManifestEntry.of(r) for r in records]))
             federation = {"num-supernodes": len(files), "client-resources-num-cpus": options.cpus_per_client}
             submit = submit_run(work, env, values, federation=federation)
             daemons.append(submit)

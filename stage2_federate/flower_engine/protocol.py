@@ -241,6 +241,16 @@ class ManifestEntry(JsonRecord):
     index: Count
     file: str
     sha256: str
+    train_rows: Count | None = None  # the manifest's rows of the file (None: not checked)
+    test_rows: Count | None = None
+
+    @classmethod
+    def of(cls, record: Any) -> ManifestEntry:
+        """Return the entry of a manifest's ``FileRecord`` (``contract.manifest``), with its rows when listed."""
+        rows = dict(getattr(record, "rows", {}) or {})
+        train, test = rows.get("train"), rows.get("test")
+        return cls(int(record.client_index), str(record.path), str(record.sha256),
+                   None if train is None else int(train), None if test is None else int(test))
 
     @staticmethod
     def list_to_json(entries: Sequence[ManifestEntry]) -> str:

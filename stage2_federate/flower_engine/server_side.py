@@ -11,7 +11,6 @@ seeded run selects, drops and aggregates exactly as the local engine does.
 from __future__ import annotations
 
 import json
-import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -27,6 +26,8 @@ from ..config import FederationConfig
 from ..model import parameter_count
 from ..perturbation import perturbation_wiring
 from ..plan import FederationPlan, build_plan, resolve_device
+from ..round_record import SplitSums
+from ..round_record import union_evaluation as union_of
 from .protocol import SERVERAPP_LOCK, SUBMISSION_FILE, ClientSetup, ClientSummary, ManifestEntry
 
 ENGINE = "flower"
@@ -54,6 +55,11 @@ def check_summaries(summaries: Sequence[ClientSummary]) -> list[ClientSummary]:
     if not ordered:
         raise ValueError("no client described itself")
     first = ordered[0]
+    for s in ordered:  # a silo's claims must add up: its training label histogram counts its training rows
+        if len(s.label_histogram) != s.num_classes or sum(s.label_histogram) != s.train_rows:
+            raise ValueError(f"client {s.index}: its summary claims {s.train_rows} training rows but a label "
+                             f"histogram of {len(s.label_histogram)} classes totalling {sum(s.label_histogram)} "
+                             f"(the run has {s.num_classes} classes): the silo's claims do not add up")
     for s in ordered[1:]:
         for key in ("dataset", "num_classes", "feature_format", "feature_width"):
             if getattr(s, key) != getattr(first, key):
@@ -117,7 +123,9 @@ def check_manifest(summaries: Sequence[ClientSummary], entries: Sequence[Manifes
     A deployed run's coordinator holds only ``manifest.json`` (and ``plan.json``); each SuperNode
     describes the file it serves. Every described file must be the manifest's entry of its client index
     (same name and sha256) and, with a plan, carry the plan's fingerprint. The error names the client
-    index and the reason (another run's file, a file exported again, a file off the plan).
+    index and the reason (another run's file, a file exported again, a file off the plan). Where the manifest
+    lists the file's rows, the silo's claimed training and test rows must be those (its weights under
+    ``sample_weighted`` and the bound of its evaluation sums come from them).
     """
     listed = {e.index: e for e in entries}
     for s in sorted(summaries, key=lambda s: s.index):
@@ -129,6 +137,11 @@ def check_manifest(summaries: Sequence[ClientSummary], entries: Sequence[Manifes
             raise ValueError(f"client {s.index}: its SuperNode serves {s.file} (sha256 {_short(s.sha256)}), but the "
                              f"run's manifest lists {entry.file} (sha256 {_short(entry.sha256)}): the node serves "
                              "another run's file, or the silo exported it again")
+        for what, claimed, listed_rows in (("training", s.train_rows, entry.train_rows),
+                                           ("test", s.test_rows, entry.test_rows)):
+            if listed_rows is not None and claimed != listed_rows:
+                raise ValueError(f"client {s.index}: its SuperNode claims {claimed} {what} rows in {s.file}, the run's "
+                                 f"manifest lists {listed_rows}: the silo's claim is refused")
         if plan_fingerprint and s.plan_fingerprint != plan_fingerprint:
             raise ValueError(f"client {s.index}: {s.file} was not exported with the run's plan.json (plan fingerprint "
                              f"{_short(str(s.plan_fingerprint))}, the plan's {_short(plan_fingerprint)})")
@@ -190,10 +203,7 @@ def claim_out_dir(out_dir: Path, token: str) -> FileLock:
 
 def union_evaluation(sums: Sequence[tuple[float, int, int]]) -> tuple[float, float]:
     """Mean loss and accuracy over the union of the test splits from per-client (loss sum, correct, rows)."""
-    rows = sum(r for _, _, r in sums)
-    if rows == 0:
-        return math.nan, math.nan
-    return sum(loss for loss, _, _ in sums) / rows, sum(c for _, c, _ in sums) / rows
+    return union_of([SplitSums(*s) for s in sums])
 
 
 # --------------------------------------------------------------------------------------------------
