@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from ldpfl.contract.client_reader import open_client_file, verify_client_data
+from ldpfl.contract.client_reader import non_finite_feature, open_client_file, verify_client_data
 from ldpfl.contract.digest import sha256_file
 from ldpfl.contract.file_checks import file_problems
 from ldpfl.contract.layout import CLIENT_FILE_SUFFIX, MANIFEST_NAME, client_index_from_name, is_hidden, is_local_file
@@ -352,9 +352,16 @@ def validate_run(run_dir: str | os.PathLike[str]) -> tuple[Manifest, list[tuple[
     FormatError
         Client files in the directory that the manifest does not list (an interrupted export, or files
         copied in): federating the listed ones alone would silently leave those clients out.
+    FormatError
+        A float32 file holding a feature value that is not finite (NaN, ±inf; ``client_reader.non_finite_feature``,
+        one read of its features): ``gather`` and ``federate`` refuse it, naming the file.
     """
     check = check_run_dir(run_dir, unlisted=False)
     manifest, checked = check.require_valid()
+    for record, _metadata in checked:
+        problem = non_finite_feature(Path(run_dir) / record.path)
+        if problem is not None:
+            raise FormatError(Path(run_dir) / record.path, problem)
     extra = unlisted_client_files(run_dir, {record.path for record in manifest.files})
     if extra:
         shown = ", ".join(extra[:10]) + (f" and {len(extra) - 10} more" if len(extra) > 10 else "")

@@ -313,11 +313,24 @@ def _scale(path: Path, x: np.ndarray, scale: str, x_is_pixels: bool,
         else:
             low, high = values.min(), values.max()
             how = "min-max over all values of this silo's records"
-        span = np.where(high > low, high - low, 1.0)
+        with np.errstate(over="ignore", invalid="ignore"):
+            width = np.asarray(high - low)
+        if not np.all(np.isfinite(width)):
+            column = int(np.flatnonzero(~np.isfinite(width.reshape(-1)))[0])
+            where = f"column {column}" if values.ndim == 2 else "the values"
+            lo, hi = (float(np.asarray(v).reshape(-1)[column]) for v in (low, high))
+            raise DataError(path, f"min-max scaling cannot scale {where}: its range [{lo:.6g}, {hi:.6g}] is wider than "
+                                  "the largest float64 (high - low overflows); rescale those values (e.g. divide "
+                                  "them by a power of ten) before the export")
+        span = np.where(high > low, width, 1.0)
         scaled = ((values - low) / span).astype(np.float32)
         np.clip(scaled, 0.0, 1.0, out=scaled)
         return scaled, None, how, ()
-    out = np.asarray(x, dtype=np.float32)
+    with np.errstate(over="ignore"):
+        out = np.asarray(x, dtype=np.float32)
+    if out.size and not np.all(np.isfinite(out)):
+        raise DataError(path, f"input values beyond float32's range (±{float(np.finfo(np.float32).max):.4g}) cannot "
+                              "be used as given; scale them beforehand or use min-max scaling (scale=minmax)")
     notes: tuple[str, ...] = ()
     if out.size:
         low, high = float(out.min()), float(out.max())
