@@ -1,0 +1,296 @@
+"""Issue 31: the coordinator trusts no silo. Each test plays a broken or hostile silo (client 2 of 3).
+
+On the local engine the silo's replies are spoiled by wrapping the in-process transport (``InProcessTransport``:
+what the loop receives from it is what a Flower silo could send); each bad reply must be refused with the silo
+named in the round's ``rejected``, the honest silos aggregated and the run completed. One Flower simulation
+plays the wrong-shape and NaN uploads through real messages. The claims a Flower silo makes about its file
+are checked against the coordinator's manifest; the files themselves are refused by ``gather`` and
+``federate`` when a float feature is not finite.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from collections.abc import Callable
+from pathlib import Path
+
+import federate_files
+import h5py
+import numpy as np
+import pytest
+import torch
+from cli_checks import one_error_line, run
+from federate_files import write_run
+
+from ldpfl import mechanisms as mech
+from ldpfl.stage2_federate import federation
+from ldpfl.stage2_federate import reply_checks as rc
+from ldpfl.stage2_federate.checkpoint import client_digests
+from ldpfl.stage2_federate.config import FederationConfig
+from ldpfl.stage2_federate.federation import run_federation
+from ldpfl.stage2_federate.in_process import InProcessTransport
+from ldpfl.stage2_federate.loop import TooFewClientsError, run_rounds
+from ldpfl.stage2_federate.model_file import read_model
+from ldpfl.stage2_federate.plan import plan_federation
+from ldpfl.stage2_federate.round_record import ClientEvaluation, SplitSums
+from ldpfl.stage2_federate.rounds import ClientResult
+from ldpfl.stage2_federate.run_outputs import RunWriter
+
+BAD = 2
+CONFIG = dict(rounds=2, hidden=(16,), local_epochs=1, batch_size=16, threads=1, device="cpu", seed=5)
+
+Spoil = Callable[[ClientResult, np.ndarray], ClientResult]
+SpoilSums = Callable[[ClientEvaluation], ClientEvaluation]
+
+
+@pytest.fixture(scope="module")
+def three(tmp_path_factory) -> Path:
+    return write_run(tmp_path_factory.mktemp("silos"), clients=3, rows=48, features=8)
+
+
+def faulty(spoil: Spoil | None = None, spoil_sums: SpoilSums | None = None) -> type[InProcessTransport]:
+    """An in-process transport whose client ``BAD`` replies as ``spoil`` / ``spoil_sums`` make it."""
+
+    class Faulty(InProcessTransport):
+        def train(self, round_number, selected, broadcast, *, evaluate_without):
+            training = super().train(round_number, selected, broadcast, evaluate_without=evaluate_without)
+            if spoil is None:
+                return training
+            results = tuple(spoil(r, broadcast.vector) if r.client == BAD else r for r in training.results)
+            return dataclasses.replace(training, results=results)
+
+        def evaluate(self, round_number, broadcast, *, without):
+            replies = super().evaluate(round_number, broadcast, without=without)
+            if spoil_sums is None:
+                return replies
+            return dataclasses.replace(replies, reports=tuple(spoil_sums(r) if r.client == BAD else r
+                                                              for r in replies.reports))
+
+    return Faulty
+
+
+def federate_with(monkeypatch, run_dir: Path, out: Path, transport: type[InProcessTransport], **changes):
+    monkeypatch.setattr(federation, "InProcessTransport", transport)
+    warnings: list[str] = []
+    result = run_federation(run_dir, FederationConfig(**{**CONFIG, **changes}), out_dir=out, progress=False,
+                            on_warning=warnings.append)
+    return result, warnings
+
+
+def assert_contained(result, warnings: list[str], fragment: str, *, in_training: bool = True) -> None:
+    """Client BAD is named in every round's ``rejected`` with ``fragment``; the honest ones carry the run."""
+    assert len(result.history) == CONFIG["rounds"]
+    for record in result.history:
+        reasons = [r["reason"] for r in record["rejected"] if r["client"] == BAD]
+        assert len(reasons) == 1 and fragment in reasons[0], record["rejected"]
+        assert [r["client"] for r in record["rejected"]] == [BAD]
+        if in_training:
+            assert record["aggregated"] == [0, 1] and not record["kept_previous_model"]
+        assert math.isfinite(record["test_accuracy"]) and 0.0 <= record["test_accuracy"] <= 1.0
+        assert any(note.startswith(f"client {BAD}: rejected, ") for note in record["notes"])
+    assert any(f"client {BAD}: rejected" in w for w in warnings)
+    metrics = json.loads((result.paths["metrics_json"]).read_text())
+    assert metrics["rounds"][-1]["rejected"][0]["client"] == BAD
+    csv_rows = result.paths["metrics_csv"].read_text().splitlines()
+    assert csv_rows[0].endswith(",rejected") and all(row.endswith(f",{BAD}") for row in csv_rows[1:])
+    assert all(torch.isfinite(v).all() for v in read_model(result.paths["model"]).state_dict.values())
+
+
+@pytest.fixture(scope="module")
+def clean_history(three, tmp_path_factory) -> list[dict]:
+    return run_federation(three, FederationConfig(**CONFIG), out_dir=tmp_path_factory.mktemp("clean"),
+                          progress=False).history
+
+
+def test_a_clean_run_rejects_nobody_and_records_each_silos_figures(clean_history) -> None:
+    for record in clean_history:
+        assert record["rejected"] == [] and record["aggregated"] == [0, 1, 2]
+        scores = record["per_client"]
+        assert [s["client"] for s in scores] == [0, 1, 2] and [s["test_rows"] for s in scores] == [24, 24, 24]
+        # the union figure is the row-weighted mean of the silos' own
+        assert record["test_accuracy"] == pytest.approx(sum(s["test_accuracy"] * 24 for s in scores) / 72)
+        assert record["test_loss"] == pytest.approx(sum(s["test_loss"] * 24 for s in scores) / 72, rel=1e-6)
+
+
+@pytest.mark.parametrize(("name", "spoil", "fragment"), [
+    ("nan", lambda r, g: dataclasses.replace(r, upload=np.where(np.arange(r.upload.size) == 3, np.nan, r.upload)
+                                              .astype(np.float32)), "not finite"),
+    ("inf", lambda r, g: dataclasses.replace(r, upload=np.full_like(r.upload, np.inf)), "not finite"),
+    ("wrong-shape", lambda r, g: dataclasses.replace(r, upload=r.upload[:-5]), "has shape"),
+    ("one-value", lambda r, g: dataclasses.replace(r, upload=np.array([0.5], dtype=np.float32)), "has shape"),
+    ("int-dtype", lambda r, g: dataclasses.replace(r, upload=r.upload.astype(np.int64)), "dtype int64"),
+    ("update-x1e6", lambda r, g: dataclasses.replace(r, upload=(g + (r.upload - g) * 1e6).astype(np.float32)),
+     "update norm"),
+    ("parameters-x1e6", lambda r, g: dataclasses.replace(r, upload=r.upload * np.float32(1e6)), "update norm"),
+    ("accuracy-3e8", lambda r, g: dataclasses.replace(r, accuracy=3.3e8), "accuracy"),
+    ("negative-loss", lambda r, g: dataclasses.replace(r, loss=-1.0), "negative"),
+    ("nan-metrics", lambda r, g: dataclasses.replace(r, loss=math.nan), "not finite"),
+])
+def test_a_bad_upload_is_refused_with_the_silo_named(three, tmp_path, monkeypatch, name, spoil, fragment) -> None:
+    result, warnings = federate_with(monkeypatch, three, tmp_path / name, faulty(spoil))
+    assert_contained(result, warnings, fragment)
+    for record in result.history:
+        assert BAD not in record["excluded"] and record["train_accuracy"] <= 1.0
+
+
+def test_honest_accuracy_is_that_of_a_run_without_the_bad_silo(three, tmp_path, monkeypatch) -> None:
+    """A NaN upload costs the honest silos nothing: the same model as a run whose silo 2 trains but sends nothing."""
+    nan = faulty(lambda r, g: dataclasses.replace(r, upload=np.full_like(r.upload, np.nan)))
+    silent = faulty(lambda r, g: dataclasses.replace(r, upload=None, note=None))
+    bad, _ = federate_with(monkeypatch, three, tmp_path / "nan", nan)
+    quiet, _ = federate_with(monkeypatch, three, tmp_path / "quiet", silent)
+    assert [r["test_accuracy"] for r in bad.history] == [r["test_accuracy"] for r in quiet.history]
+    assert [r["aggregated"] for r in quiet.history] == [[0, 1]] * 2
+
+
+def test_a_note_that_frames_another_silo_is_never_stored(three, tmp_path, monkeypatch) -> None:
+    framing = "client 0: excluded, its parameters are not finite after local training"
+    with_upload = faulty(lambda r, g: dataclasses.replace(r, note=framing))
+    result, warnings = federate_with(monkeypatch, three, tmp_path / "frame", with_upload)
+    assert all(r["notes"] == [] and r["aggregated"] == [0, 1, 2] for r in result.history) and warnings == []
+    without = faulty(lambda r, g: dataclasses.replace(r, upload=None, note=framing))
+    result, warnings = federate_with(monkeypatch, three, tmp_path / "frame2", without)
+    for record in result.history:
+        assert record["notes"] == [f"client {BAD}: excluded, it sent no upload"]  # the server's words only
+        assert record["excluded"] == [BAD] and record["aggregated"] == [0, 1]
+    assert not any("client 0" in w for w in warnings)
+
+
+@pytest.mark.parametrize(("name", "forge", "fragment"), [
+    ("all-correct-and-more", lambda s: SplitSums(s.loss_sum, s.rows + 10, s.rows), "claims"),
+    ("negative-rows", lambda s: SplitSums(s.loss_sum, 5, -1), "covers -1 rows"),
+    ("more-rows", lambda s: SplitSums(0.0, 10 * s.rows, 10 * s.rows), "covers"),
+    ("negative-loss", lambda s: SplitSums(-s.loss_sum, s.correct, s.rows), "loss sum"),
+    ("nan-loss", lambda s: SplitSums(math.nan, s.correct, s.rows), "loss sum"),
+    ("float-count", lambda s: SplitSums(s.loss_sum, s.correct + 0.5, s.rows), "not integers"),
+])
+def test_forged_evaluation_sums_are_refused(three, clean_history, tmp_path, monkeypatch, name, forge,
+                                            fragment) -> None:
+    transport = faulty(spoil_sums=lambda e: ClientEvaluation(e.client, forge(e.test), e.clean))
+    result, warnings = federate_with(monkeypatch, three, tmp_path / name, transport)
+    assert_contained(result, warnings, fragment, in_training=False)
+    for record, clean in zip(result.history, clean_history, strict=True):
+        assert record["aggregated"] == [0, 1, 2]  # its training was fine
+        honest = [s for s in clean["per_client"] if s["client"] != BAD]  # the union of the honest silos only
+        assert [s["client"] for s in record["per_client"]] == [0, 1]
+        assert record["test_accuracy"] == pytest.approx(sum(s["test_accuracy"] for s in honest) / 2)
+
+
+def test_a_claimed_perfect_score_shows_in_the_silos_own_figures(three, tmp_path, monkeypatch) -> None:
+    """100 % on its own rows is in range (the server cannot see a silo's records): it shows, per silo."""
+    transport = faulty(spoil_sums=lambda e: ClientEvaluation(e.client, SplitSums(0.0, e.test.rows, e.test.rows)))
+    result, _ = federate_with(monkeypatch, three, tmp_path / "perfect", transport)
+    for record in result.history:
+        assert record["rejected"] == [] and record["per_client"][BAD]["test_accuracy"] == 1.0
+        assert record["test_accuracy"] <= 1.0
+
+
+def test_the_default_norm_bound_is_ten_times_the_lower_median_scaled_by_noise() -> None:
+    limits = rc.ReplyLimits(dim=2, target="update")
+    assert rc.norm_bounds({0: 1.0, 1: 3.0}, limits) == {0: 10.0, 1: 10.0}  # two silos: the smaller one sets it
+    assert rc.norm_bounds({0: 1.0, 1: 2.0, 2: 1e6}, limits) == {0: 20.0, 1: 20.0, 2: 20.0}
+    noisy = rc.ReplyLimits(dim=2, target="update", noise_scales={0: 1.0, 1: 1.0, 2: 4.0})
+    assert rc.norm_bounds({0: 1.0, 1: 1.0, 2: 4.0}, noisy) == {0: 10.0, 1: 10.0, 2: 40.0}
+    fixed = rc.ReplyLimits(dim=2, target="update", max_update_norm=0.4)
+    assert rc.norm_bounds({0: 1.0, 1: 0.2}, fixed) == {0: 0.4, 1: 0.4}
+    ups = [ClientResult(0, np.array([0.3, 0.4], np.float32), 1.0, 0.5),
+           ClientResult(1, np.array([0.0, 0.1], np.float32), 1.0, 0.5)]
+    checked = rc.check_training(ups, np.zeros(2, np.float32), fixed)
+    assert [r.client for r in checked.results] == [1]
+    assert checked.rejected == ((0, "its update norm 0.5 exceeds the bound 0.4 (--max-update-norm)"),)
+    # a parameters target: the update is upload - global
+    params = rc.ReplyLimits(dim=2, target="parameters", max_update_norm=0.4)
+    assert [r.client for r in rc.check_training(ups, np.array([0.3, 0.3], np.float32), params).results] == [0, 1]
+
+
+def test_max_update_norm_rejects_every_silo_above_it_and_keeps_the_model(three, tmp_path) -> None:
+    result = run_federation(three, FederationConfig(**CONFIG, max_update_norm=1e-6), out_dir=tmp_path / "o",
+                            progress=False, on_warning=None)
+    for record in result.history:
+        assert [r["client"] for r in record["rejected"]] == [0, 1, 2] and record["kept_previous_model"]
+        assert all("--max-update-norm" in r["reason"] for r in record["rejected"])
+
+
+def test_a_rejected_silo_counts_against_the_failure_policy(three, tmp_path) -> None:
+    config = FederationConfig(**CONFIG)
+    transport = faulty(lambda r, g: dataclasses.replace(r, upload=r.upload[:3]))
+    for min_clients, fails in ((3, True), (2, False)):
+        plan = plan_federation(three, config)
+        writer = RunWriter(tmp_path / str(min_clients), config, plan.record, plan.privacy, client_digests(plan.data))
+        writer.start()
+        history: list = []
+        if fails:
+            with pytest.raises(TooFewClientsError, match=r"round 1: 2 of the 3 selected clients trained.*client 2: "
+                                                         r"rejected, its upload has shape \(3,\)"):
+                run_rounds(plan, transport(plan), writer, history, start=1, min_clients=min_clients)
+        else:
+            run_rounds(plan, transport(plan), writer, history, start=1, min_clients=min_clients)
+            assert len(history) == 2 and all(r.rejected[0][0] == BAD for r in history)
+
+
+def test_the_cli_prints_per_silo_figures_and_rejections_in_json(three, tmp_path) -> None:
+    result = run("federate", three, "--out", tmp_path / "j", "--rounds", "1", "--hidden", "8", "--seed", "1",
+                 "--aggregation", "trimmed-mean", "--trim-fraction", "0.34", "--max-client-weight", "0.5",
+                 "--max-update-norm", "1e9", "--json")
+    assert result.exit_code == 0, result.output
+    payload = json.loads(result.output)
+    assert payload["rejected"] == [[]] and [s["client"] for s in payload["per_client"][0]] == [0, 1, 2]
+    assert payload["config"]["trim_fraction"] == 0.34 and payload["config"]["max_client_weight"] == 0.5
+
+
+@pytest.mark.parametrize(("args", "fragment"), [
+    (["--max-update-norm", "0"], "--max-update-norm"),
+    (["--max-client-weight", "1.5"], "--max-client-weight"),
+    (["--max-client-weight", "0"], "--max-client-weight"),
+    (["--trim-fraction", "0.5", "--aggregation", "trimmed-mean"], "--trim-fraction"),
+    (["--trim-fraction", "0.1"], "trimmed-mean"),
+])
+def test_cli_refuses_bad_defence_options(three, tmp_path, args, fragment) -> None:
+    line = one_error_line(run("federate", three, "--out", tmp_path / "x", "--rounds", "1", *args))
+    assert fragment in line
+
+
+# --------------------------------------------------------------------------------------------------
+# Files: a float feature that is not finite, a min-max range that overflows.
+
+
+@pytest.fixture(scope="module")
+def nan_run(tmp_path_factory) -> Path:
+    original = federate_files._records
+    calls = {"n": 0}
+
+    def records(rng, rows, features, noise):
+        values, labels = original(rng, rows, features, noise)
+        calls["n"] += 1
+        if calls["n"] == 3:  # client 1's training split
+            values[4, 2] = np.inf
+        return values, labels
+
+    federate_files._records = records
+    try:
+        return write_run(tmp_path_factory.mktemp("nan") / "run", clients=2, rows=16,
+                         feature_format=mech.FLOAT32)
+    finally:
+        federate_files._records = original
+
+
+def test_federate_and_gather_refuse_a_float_file_that_is_not_finite(nan_run, tmp_path) -> None:
+    with h5py.File(nan_run / "client_001.h5") as handle:
+        assert not np.isfinite(handle["train"]["features"][()]).all()
+    line = one_error_line(run("federate", nan_run, "--out", tmp_path / "f", "--rounds", "1"))
+    assert "client_001.h5" in line and "not finite" in line and "row 4" in line
+    line = one_error_line(run("gather", nan_run, "--out", tmp_path / "g"))
+    assert "client_001.h5" in line and "not finite" in line
+
+
+def test_minmax_scaling_of_an_overflowing_range_says_so(tmp_path) -> None:
+    from ldpfl.stage1_features.own_data.errors import DataError
+    from ldpfl.stage1_features.own_data.load import load_own_data
+
+    x = np.array([[1.7e308, 0.0], [-1.7e308, 1.0], [0.0, 2.0]])
+    np.savez(tmp_path / "wide.npz", x=x, y=np.array([0, 1, 0]))
+    with pytest.raises(DataError, match=r"range \[-1.7e\+308, 1.7e\+308\] is wider than the largest float64") as caught:
+        load_own_data(tmp_path / "wide.npz", scale="minmax")
+    assert "NaN" not in str(caught.value)
