@@ -25,7 +25,8 @@ from . import __version__
 DEBUG_VARIABLE = "LDPFL_DEBUG"
 
 
-# Subcommands load on demand, so `ldpfl mechanisms` and `ldpfl inspect` never pay for TensorFlow or torch.
+# Subcommands load on demand, so `ldpfl mechanisms` and `ldpfl inspect` never pay for TensorFlow or torch, and
+# `ldpfl --help` lists them from here without importing any (click's lazy-group pattern).
 LAZY_COMMANDS = {
     "export": "ldpfl.export_cli:export_command",
     "plan": "ldpfl.plan_cli:plan_command",
@@ -35,6 +36,16 @@ LAZY_COMMANDS = {
     "inspect": "ldpfl.inspection.cli:inspect_command",
     "mechanisms": "ldpfl.mechanisms_cli:mechanisms_command",
     "demo": "ldpfl.demo:demo_command",
+}
+SHORT_HELP = {
+    "demo": "the whole pipeline on the embedded MNIST-5k data: export, federate, inspect",
+    "export": "stage 1: features per client (a CNN or the fixed ScatterNet), encoded, randomized, written as HDF5",
+    "plan": "the shared plan that separate silos export with (own data, one silo at a time)",
+    "gather": "put the files of separate silos into one run directory",
+    "federate": "stage 2: federated training over the HDF5 files (model perturbations or record-level DP-SGD)",
+    "predict": "a silo's records through its pipeline and the federated model (clean by default)",
+    "inspect": "what a randomized HDF5 file is, what privacy it carries, whether its bits look right",
+    "mechanisms": "list the randomization mechanisms and their privacy reports",
 }
 
 
@@ -59,6 +70,13 @@ class LdpflGroup(click.Group):
                 return None
             return getattr(importlib.import_module(module_name), attribute)
         return super().get_command(ctx, name)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """List the subcommands with their one-line help without importing them (``SHORT_HELP``)."""
+        rows = [(name, SHORT_HELP.get(name, "")) for name in self.list_commands(ctx)]
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
 
     def resolve_command(self, ctx: click.Context, args: list[str]) -> tuple[str | None, click.Command | None,
                                                                             list[str]]:
@@ -145,17 +163,7 @@ def _fail(message: str, code: int) -> None:
 def cli() -> None:
     """Federated learning over locally differentially private (LDP) features.
 
-    \b
-    demo        the whole pipeline on the embedded MNIST-5k data: export, federate, inspect
-    export      stage 1: train a CNN per client, encode and randomize its features, write HDF5
-    plan        the shared plan that separate silos export with (own data, one silo at a time)
-    gather      put the files of separate silos into one run directory
-    federate    stage 2: federated training of a fully-connected model over the HDF5 files
-    predict     a silo's records through its pipeline and the federated model (clean by default)
-    inspect     what a randomized HDF5 file is, what privacy it carries, whether its bits look right
-    mechanisms  list the randomization mechanisms and their privacy reports
-
-    Set LDPFL_DEBUG=1 to see full tracebacks.
+    Every command has --help. Set LDPFL_DEBUG=1 to see full tracebacks.
     """
 
 

@@ -427,3 +427,23 @@ def test_library_errors_name_parameters_and_the_cli_names_flags(tmp_path) -> Non
     assert line.endswith("redo the whole run with --overwrite") and "`" not in line
     line = one_error_line(invoke("--mechanism", "pdpm", "--store-input-density", "--out", str(tmp_path / "x")))
     assert line.startswith("Error: --store-input-density applies to bit encodings only")
+
+
+def test_top_level_help_lists_every_command_without_importing_one() -> None:
+    """`ldpfl --help` is click's lazy group: the commands' one-line help comes from ldpfl.cli.SHORT_HELP."""
+    import json
+    import subprocess
+    import sys
+
+    from ldpfl.cli import LAZY_COMMANDS, SHORT_HELP
+
+    code = ("import json, sys\nfrom ldpfl.cli import cli\ntry:\n    cli.main(['--help'], prog_name='ldpfl')\n"
+            "except SystemExit:\n    pass\n"
+            f"print(json.dumps(sorted(m for m in {sorted({t.split(':')[0] for t in LAZY_COMMANDS.values()})!r} "
+            "if m in sys.modules)), file=sys.stderr)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stderr.strip().splitlines()[-1]) == []
+    assert set(SHORT_HELP) == set(LAZY_COMMANDS)
+    for name in LAZY_COMMANDS:
+        assert f"  {name} " in done.stdout
