@@ -23,6 +23,8 @@ import pytest
 import torch
 from cli_checks import one_error_line, run
 from federate_files import write_run
+from flower_helpers import marked_fixture  # noqa: F401 - the fixture `marked`
+from repository import ROOT
 
 from ldpfl import mechanisms as mech
 from ldpfl.stage2_federate import federation
@@ -253,6 +255,33 @@ def test_cli_refuses_bad_defence_options(three, tmp_path, args, fragment) -> Non
 
 
 # --------------------------------------------------------------------------------------------------
+# A Flower silo's claims about its file, against the coordinator's manifest.
+
+
+def test_a_silos_row_claims_are_checked_against_the_manifest(three) -> None:
+    from ldpfl.stage2_federate.flower_engine import client_side as cs
+    from ldpfl.stage2_federate.flower_engine.deployment import coordinator_run
+    from ldpfl.stage2_federate.flower_engine.server_side import check_manifest, check_summaries
+
+    entries = coordinator_run(three).files
+    assert [(e.train_rows, e.test_rows) for e in entries] == [(48, 24)] * 3
+    summaries = [cs.summarize(cs.open_client(three / f"client_00{i}.h5", torch.device("cpu"))) for i in range(3)]
+    check_manifest(summaries, entries)
+    check_summaries(summaries)
+    forged = dataclasses.replace(summaries[BAD], train_rows=10**6)  # for a weight of 0.9999 under --sample-weighted
+    with pytest.raises(ValueError, match=r"^client 2: its SuperNode claims 1000000 training rows in client_002\.h5, "
+                                         r"the run's manifest lists 48"):
+        check_manifest([*summaries[:BAD], forged], entries)
+    fewer = dataclasses.replace(summaries[BAD], test_rows=1)
+    with pytest.raises(ValueError, match=r"^client 2: its SuperNode claims 1 test rows .* manifest lists 24"):
+        check_manifest([*summaries[:BAD], fewer], entries)
+    histogram = dataclasses.replace(summaries[BAD], label_histogram=(10**6, 0, 0, 0))
+    with pytest.raises(ValueError, match=r"^client 2: its summary claims 48 training rows but a label histogram of 4 "
+                                         r"classes totalling 1000000"):
+        check_summaries([*summaries[:BAD], histogram])
+
+
+# --------------------------------------------------------------------------------------------------
 # Files: a float feature that is not finite, a min-max range that overflows.
 
 
@@ -294,3 +323,34 @@ def test_minmax_scaling_of_an_overflowing_range_says_so(tmp_path) -> None:
     with pytest.raises(DataError, match=r"range \[-1.7e\+308, 1.7e\+308\] is wider than the largest float64") as caught:
         load_own_data(tmp_path / "wide.npz", scale="minmax")
     assert "NaN" not in str(caught.value)
+
+
+# --------------------------------------------------------------------------------------------------
+# Through Flower's simulation: silo 2 sends a wrong-shape upload in round 1 and a NaN one in round 2.
+
+
+@pytest.mark.slow
+def test_flower_simulation_refuses_a_wrong_shape_and_a_nan_upload(three, tmp_path, monkeypatch, marked) -> None:
+    pytest.importorskip("flwr", reason="the Flower engine needs pip install -e '.[flower]'")
+    pytest.importorskip("ray")
+    import os
+
+    from flower_helpers import leftovers
+
+    from ldpfl.stage2_federate.flower_engine import protocol
+
+    monkeypatch.setattr(protocol, "CLIENT_APP", "faulty_clientapp:app")  # the app's clientapp component
+    tests = str(ROOT / "tests")  # where faulty_clientapp lives, for Flower's processes
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [tests, os.environ.get("PYTHONPATH")])))
+    out = tmp_path / "flower"
+    result = run("federate", three, "--engine", "flower", "--rounds", "2", "--hidden", "16", "--local-epochs", "1",
+                 "--batch-size", "16", "--device", "cpu", "--seed", "5", "--out", out, "--json")
+    assert result.exit_code == 0, result.output
+    rounds = json.loads((out / "metrics.json").read_text())["rounds"]
+    assert [r["aggregated"] for r in rounds] == [[0, 1], [0, 1]]
+    assert [[x["client"] for x in r["rejected"]] for r in rounds] == [[BAD], [BAD]]
+    assert "its upload has shape" in rounds[0]["rejected"][0]["reason"]
+    assert "not finite" in rounds[1]["rejected"][0]["reason"]
+    assert all(math.isfinite(r["test_accuracy"]) and not r["kept_previous_model"] for r in rounds)
+    assert [[s["client"] for s in r["per_client"]] for r in rounds] == [[0, 1, 2]] * 2  # its evaluation is fine
+    assert leftovers(marked) == []
