@@ -88,11 +88,21 @@ class Transport(Protocol):
 
 
 def reply_limits(plan: FederationPlan) -> ReplyLimits:
-    """Return what the server checks every reply against (``reply_checks``): the plan's sizes, σ_i and test rows."""
+    """Return what the server checks every reply against (``reply_checks``): the plan's sizes, noise and test rows.
+
+    The noise scale of a silo is its perturbation's σ_i; under DP-SGD, the std of the noise on its mean clipped
+    gradient, σ·C / (q·n) (a small silo's update is noisier, and is not refused for it). Outside DP-SGD the
+    default bound also grows with a silo's training rows (more local steps).
+    """
+    noise: dict[int, float | None] = {cid: p.noise_scale for cid, p in plan.perturbations.items()}
+    train_rows = {c.index: int(c.train_rows) for c in plan.clients}  # more rows, more local steps
+    if plan.training.dp_sgd is not None:  # local steps fixed; the noise differs
+        noise = {cid: dp.noise_multiplier * dp.clip / max(dp.sampling_probability * dp.records, 1e-12)
+                 for cid, dp in plan.training.dp_sgd.items()}
+        train_rows = {}
     return ReplyLimits(dim=parameter_count(plan.model), target=plan.rule.target,
-                       max_update_norm=plan.config.max_update_norm,
-                       noise_scales={cid: p.noise_scale for cid, p in plan.perturbations.items()},
-                       test_rows={c.index: int(c.test_rows) for c in plan.clients})
+                       max_update_norm=plan.config.max_update_norm, noise_scales=noise,
+                       test_rows={c.index: int(c.test_rows) for c in plan.clients}, train_rows=train_rows)
 
 
 def checked_evaluation(replies: EvaluationReplies | None, limits: ReplyLimits, *, clean: bool) -> Evaluation | None:

@@ -12,8 +12,10 @@ ever sums what is in range. A reply is refused when:
   :data:`DEFAULT_NORM_FACTOR` × the *lower median* of the update norms of the round's well-formed uploads (the
   ⌈n/2⌉-th smallest: with two silos the smaller one, so one silo alone never sets the scale), times
   max(1, σ_i / the median σ) for a silo whose perturbation adds more noise than the others' (σ_i of its
-  mechanism, known to the server: an honest silo with a smaller ε is not refused for its noise). With one
-  upload the default refuses nothing;
+  mechanism, known to the server: an honest silo with a smaller ε is not refused for its noise; under DP-SGD
+  the noise std of its mean clipped gradient, σ·C / (q·n): a small silo's update is noisier), and, outside
+  DP-SGD, times max(1, n_i / the median n) for a silo with more training rows than the others' (more local
+  steps move its parameters further). With one upload the default refuses nothing;
 * its training metrics are out of range: the accuracy outside [0, 1], or the loss negative; with an upload,
   both must be finite (a silo that sent no upload, its training diverged, may report NaN or ∞);
 * its evaluation sums are out of range: the rows other than the silo's test rows as the coordinator knows
@@ -59,6 +61,7 @@ class ReplyLimits:
     max_update_norm: float | None = None
     noise_scales: Mapping[int, float | None] = field(default_factory=dict)
     test_rows: Mapping[int, int] = field(default_factory=dict)
+    train_rows: Mapping[int, int] = field(default_factory=dict)  # scales the default bound (empty: not scaled)
 
 
 @dataclass(frozen=True)
@@ -143,11 +146,17 @@ def norm_bounds(norms: Mapping[int, float], limits: ReplyLimits) -> dict[int, fl
     if not norms:
         return {}
     base = DEFAULT_NORM_FACTOR * lower_median(list(norms.values()))
-    scales = {cid: limits.noise_scales.get(cid) for cid in norms}
-    known = [s for s in scales.values() if s is not None and s > 0]
-    typical = lower_median(known) if known else None
-    return {cid: base * (max(1.0, s / typical) if typical and s is not None and s > 0 else 1.0)
-            for cid, s in scales.items()}
+    return {cid: base * _above_median(limits.noise_scales, cid, norms) * _above_median(limits.train_rows, cid, norms)
+            for cid in norms}
+
+
+def _above_median(values: Mapping[int, float | int | None], cid: int, round_clients: Mapping[int, float]) -> float:
+    """Return max(1, v_cid / the lower median of the round's known positive v), 1 when unknown."""
+    known = [float(v) for c in round_clients if (v := values.get(c)) is not None and v > 0]
+    mine = values.get(cid)
+    if not known or mine is None or mine <= 0:
+        return 1.0
+    return max(1.0, float(mine) / lower_median(known))
 
 
 def check_training(results: Sequence[ClientResult], global_vector: np.ndarray, limits: ReplyLimits

@@ -195,6 +195,8 @@ def test_the_default_norm_bound_is_ten_times_the_lower_median_scaled_by_noise() 
     assert rc.norm_bounds({0: 1.0, 1: 2.0, 2: 1e6}, limits) == {0: 20.0, 1: 20.0, 2: 20.0}
     noisy = rc.ReplyLimits(dim=2, target="update", noise_scales={0: 1.0, 1: 1.0, 2: 4.0})
     assert rc.norm_bounds({0: 1.0, 1: 1.0, 2: 4.0}, noisy) == {0: 10.0, 1: 10.0, 2: 40.0}
+    larger = rc.ReplyLimits(dim=2, target="update", train_rows={0: 10, 1: 20, 2: 100})  # more rows, more steps
+    assert rc.norm_bounds({0: 1.0, 1: 1.0, 2: 50.0}, larger) == {0: 10.0, 1: 10.0, 2: 50.0}
     fixed = rc.ReplyLimits(dim=2, target="update", max_update_norm=0.4)
     assert rc.norm_bounds({0: 1.0, 1: 0.2}, fixed) == {0: 0.4, 1: 0.4}
     ups = [ClientResult(0, np.array([0.3, 0.4], np.float32), 1.0, 0.5),
