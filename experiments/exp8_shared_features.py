@@ -45,16 +45,25 @@ from ldpfl.stage2_federate.dp_sgd_budget import DpSgdClient
 from ldpfl.stage2_federate.model import build_model, evaluate, get_vector, make_optimizer, set_vector
 
 SILOS, ROUNDS, Q, CLIP, DELTA, MOMENTUM = 10, 300, 0.1365, 0.1, 1e-5, 0.9
-TRAIN_ROWS = 60_000
 WIDTH, CLASSES = 3969, 10
+DATASETS = ("fashion-mnist", "mnist5k")
 
 
-def features(cache: Path) -> tuple[np.ndarray, np.ndarray]:
-    """All 70,000 records through the ScatterNet (cached as float32 .npy beside ``cache``)."""
+def pools(dataset: str, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The silos' pool and the test records: Fashion-MNIST's official 60,000 / 10,000; MNIST-5k (no official
+    split) 4,000 / 1,000 after a fixed permutation."""
+    if dataset == "fashion-mnist":
+        return np.arange(60_000), np.arange(60_000, len(labels))
+    order = np.random.default_rng(12345).permutation(len(labels))
+    return np.sort(order[:4000]), np.sort(order[4000:])
+
+
+def features(cache: Path, dataset: str) -> tuple[np.ndarray, np.ndarray]:
+    """All the dataset's records through the ScatterNet (cached as float32 .npy beside ``cache``)."""
     x_path, y_path = cache.with_suffix(".x.npy"), cache.with_suffix(".y.npy")
     if x_path.exists():
         return np.load(x_path, mmap_mode="r"), np.load(y_path)
-    data = load_dataset("fashion-mnist")
+    data = load_dataset(dataset)
     start = time.perf_counter()
     x = ScatterNet().transform(data.features().reshape(len(data), 28, 28, 1))
     print(f"scattered {len(x)} images in {time.perf_counter() - start:.0f} s", flush=True)
@@ -64,14 +73,15 @@ def features(cache: Path) -> tuple[np.ndarray, np.ndarray]:
     return x, data.y
 
 
-def silo_splits(labels: np.ndarray, partition: str, seed: int) -> list[dict[str, np.ndarray]]:
-    """Each silo's train / validation / held-out rows (90 / 5 / 5 %) of the 60,000 training records."""
+def silo_splits(labels: np.ndarray, pool: np.ndarray, partition: str, seed: int) -> list[dict[str, np.ndarray]]:
+    """Each silo's train / validation / held-out rows (90 / 5 / 5 %) of the ``pool`` rows."""
     rng = np.random.default_rng(10_000 + seed)
     kind, _, beta = partition.partition("-")
-    part = make_partition(labels[:TRAIN_ROWS], SILOS, kind=kind, rng=rng, beta=float(beta or 0.5))
+    part = make_partition(labels[pool], SILOS, kind=kind, rng=rng, beta=float(beta or 0.5),
+                          min_samples=10 if len(pool) > 10_000 else 5)
     out = []
     for rows in part.clients:
-        rows = rng.permutation(rows)
+        rows = rng.permutation(pool[rows])
         a, b = int(0.9 * len(rows)), int(0.95 * len(rows))
         out.append({"train": np.sort(rows[:a]), "val": np.sort(rows[a:b]), "held": np.sort(rows[b:])})
     return out
@@ -146,8 +156,7 @@ def score(setting: str, result, x, y, splits, which: str) -> tuple[float, list[f
     return float(np.average(per, weights=sizes)), per
 
 
-def test_accuracy(setting: str, result, x, y) -> tuple[float, list[float] | None]:
-    rows = np.arange(TRAIN_ROWS, len(y))
+def test_accuracy(setting: str, result, x, y, rows: np.ndarray) -> tuple[float, list[float] | None]:
     if setting == "alone":
         per = [accuracy(m, x, y, rows) for m in result]
         return float(np.mean(per)), per
@@ -159,24 +168,29 @@ RUNNERS = {"alone": run_alone, "federated": run_federated, "central": run_centra
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dataset", choices=DATASETS, default="fashion-mnist")
     parser.add_argument("--partitions", nargs="+", default=["iid", "dirichlet-0.5", "dirichlet-0.1"])
     parser.add_argument("--settings", nargs="+", default=["alone", "federated"], choices=sorted(RUNNERS))
     parser.add_argument("--epsilons", nargs="+", type=float, default=[1, 2, 3, 5, 8])
     parser.add_argument("--seeds", type=int, default=3, help="seeds at epsilon 3 (one seed at the others)")
     parser.add_argument("--lr-grid", nargs="+", type=float, default=[4.0, 16.0])
-    parser.add_argument("--cache", type=Path, default=Path("runs/exp8_cache/fmnist_scatter"))
+    parser.add_argument("--cache", type=Path, default=None, help="default runs/exp8_cache/DATASET_scatter")
     parser.add_argument("--out", type=Path, default=Path("docs/results"))
     args = parser.parse_args()
     torch.set_num_threads(1)
-    x, y = features(args.cache)
+    cache = args.cache or Path(f"runs/exp8_cache/{'fmnist' if args.dataset == 'fashion-mnist' else args.dataset}"
+                               "_scatter")
+    x, y = features(cache, args.dataset)
+    pool, test_rows = pools(args.dataset, y)
+    prefix = "exp8_shared_features" if args.dataset == "fashion-mnist" else f"exp8_shared_features_{args.dataset}"
     args.out.mkdir(parents=True, exist_ok=True)
     for partition in args.partitions:
         for setting in args.settings:
             name = "central" if setting == "central" else partition
-            path = args.out / f"exp8_shared_features_{setting}_{name}.json"
+            path = args.out / f"{prefix}_{setting}_{name}.json"
             records: list[dict] = json.loads(path.read_text()) if path.exists() else []
             done = {(r["epsilon_add_remove_target"], r["seed"]) for r in records if not r.get("tuning")}
-            splits = silo_splits(y, partition, 0)
+            splits = silo_splits(y, pool, partition, 0)
             tuned = [r for r in records if r.get("tuning")]
             if not tuned:
                 for lr in args.lr_grid:
@@ -193,16 +207,16 @@ def main() -> None:
                 for seed in range(args.seeds if epsilon == 3 else 1):
                     if (epsilon, seed) in done:
                         continue
-                    splits = silo_splits(y, partition, seed)
+                    splits = silo_splits(y, pool, partition, seed)
                     sigma = sigma_for(epsilon)
                     start = time.perf_counter()
                     result = RUNNERS[setting](x, y, splits, sigma, lr, seed)
-                    test, per_model = test_accuracy(setting, result, x, y)
+                    test, per_model = test_accuracy(setting, result, x, y, test_rows)
                     held, per_silo = score(setting, result, x, y, splits, "held")
                     event = accounting.DpSgdEvent(sigma, Q, ROUNDS)
                     both = accounting.dp_sgd_epsilons(event, DELTA)
                     records.append({
-                        "dataset": "fashion-mnist", "partition": partition if setting != "central" else "pooled",
+                        "dataset": args.dataset, "partition": partition if setting != "central" else "pooled",
                         "setting": setting, "seed": seed, "epsilon_add_remove_target": epsilon,
                         "epsilon_add_remove": both[accounting.ADD_REMOVE],
                         "epsilon_replace_one": both[accounting.REPLACE_ONE], "delta": DELTA,
