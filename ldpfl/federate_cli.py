@@ -230,7 +230,7 @@ Examples:
               help="The server refuses a silo's upload whose update (upload - global model, or the uploaded update) "
                    "has an L2 norm above this; the silo is named in the round's 'rejected' and left out of the "
                    "round. Default: 10 x the lower median update norm of the round's uploads (scaled up for a silo "
-                   "whose perturbation adds more noise than the median).")
+                   "whose perturbation adds more noise, or with more training rows, than the median silo).")
 @click.option("--max-client-weight", type=click.FloatRange(0.0, 1.0, min_open=True), default=None,
               help="Cap on any silo's normalized aggregation weight (e.g. 0.3); the excess is shared by the others "
                    "in proportion to their weights. Below 1/n the weights are equal.")
