@@ -17,7 +17,8 @@ ever sums what is in range. A reply is refused when:
   DP-SGD, times max(1, n_i / the median n) for a silo with more training rows than the others' (more local
   steps move its parameters further). With one upload the default refuses nothing;
 * its training metrics are out of range: the accuracy outside [0, 1], or the loss negative; with an upload,
-  both must be finite (a silo that sent no upload, its training diverged, may report NaN or ∞);
+  neither may be infinite (a silo that sent no upload, its training diverged, may report ∞). NaN means
+  "not measured" (a DP-SGD silo whose Poisson batches were all empty) and is left out of the round's mean;
 * its evaluation sums are out of range: the rows other than the silo's test rows as the coordinator knows
   them (its file, or its manifest-checked summary), the correct predictions not an integer in [0, rows], the
   summed loss not finite or negative.
@@ -118,7 +119,7 @@ def metrics_problem(loss: object, accuracy: object, *, uploaded: bool) -> str | 
         loss, accuracy = float(loss), float(accuracy)  # type: ignore[arg-type]
     except (TypeError, ValueError):
         return "its training metrics are not numbers"
-    if uploaded and not (math.isfinite(loss) and math.isfinite(accuracy)):
+    if uploaded and (math.isinf(loss) or math.isinf(accuracy)):
         return f"its training metrics are not finite (loss {loss!r}, accuracy {accuracy!r})"
     if loss < 0:
         return f"its training loss {loss!r} is negative"

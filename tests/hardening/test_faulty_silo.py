@@ -128,7 +128,7 @@ def test_a_clean_run_rejects_nobody_and_records_each_silos_figures(clean_history
     ("parameters-x1e6", lambda r, g: dataclasses.replace(r, upload=r.upload * np.float32(1e6)), "update norm"),
     ("accuracy-3e8", lambda r, g: dataclasses.replace(r, accuracy=3.3e8), "accuracy"),
     ("negative-loss", lambda r, g: dataclasses.replace(r, loss=-1.0), "negative"),
-    ("nan-metrics", lambda r, g: dataclasses.replace(r, loss=math.nan), "not finite"),
+    ("inf-loss", lambda r, g: dataclasses.replace(r, loss=math.inf), "not finite"),
 ])
 def test_a_bad_upload_is_refused_with_the_silo_named(three, tmp_path, monkeypatch, name, spoil, fragment) -> None:
     result, warnings = federate_with(monkeypatch, three, tmp_path / name, faulty(spoil))
@@ -195,6 +195,9 @@ def test_the_default_norm_bound_is_ten_times_the_lower_median_scaled_by_noise() 
     assert rc.norm_bounds({0: 1.0, 1: 2.0, 2: 1e6}, limits) == {0: 20.0, 1: 20.0, 2: 20.0}
     noisy = rc.ReplyLimits(dim=2, target="update", noise_scales={0: 1.0, 1: 1.0, 2: 4.0})
     assert rc.norm_bounds({0: 1.0, 1: 1.0, 2: 4.0}, noisy) == {0: 10.0, 1: 10.0, 2: 40.0}
+    assert rc.metrics_problem(math.nan, math.nan, uploaded=True) is None  # not measured: no DP-SGD batch held a record
+    assert rc.metrics_problem(math.inf, 0.5, uploaded=False) is None  # no upload: its training diverged
+    assert "outside [0, 1]" in rc.metrics_problem(1.0, -0.1, uploaded=False)
     larger = rc.ReplyLimits(dim=2, target="update", train_rows={0: 10, 1: 20, 2: 100})  # more rows, more steps
     assert rc.norm_bounds({0: 1.0, 1: 1.0, 2: 50.0}, larger) == {0: 10.0, 1: 10.0, 2: 50.0}
     fixed = rc.ReplyLimits(dim=2, target="update", max_update_norm=0.4)
