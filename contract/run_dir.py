@@ -4,7 +4,8 @@
 :class:`RunCheck` of facts (the manifest or why it failed, one :class:`FileCheck` per client file, the
 run-level problems). Its users decide how strict to be:
 
-* ``ldpfl federate`` (stage 2) calls :func:`validate_run`: everything must verify;
+* ``ldpfl federate`` (stage 2) and ``ldpfl gather`` call :func:`validate_run`: everything must verify, and every
+  feature of a float32 file must be finite;
 * ``ldpfl export`` (stage 1, resuming) keeps the files that verify and errs on the others;
 * ``ldpfl inspect`` reports every fact.
 """
