@@ -192,15 +192,21 @@ def main() -> None:
             done = {(r["epsilon_add_remove_target"], r["seed"]) for r in records if not r.get("tuning")}
             splits = silo_splits(y, pool, partition, 0)
             tuned = [r for r in records if r.get("tuning")]
-            if not tuned:
-                for lr in args.lr_grid:
-                    start = time.perf_counter()
-                    result = RUNNERS[setting](x, y, splits, sigma_for(3.0), lr, 0)
-                    val, _ = score(setting, result, x, y, splits, "val")
-                    tuned.append({"tuning": True, "lr": lr, "validation_accuracy": val, "epsilon": 3.0,
-                                  "seconds": time.perf_counter() - start})
-                    print(f"{partition} {setting} lr {lr}: validation {val:.4f}", flush=True)
-                records += tuned
+            chosen_before = max(tuned, key=lambda r: r["validation_accuracy"])["lr"] if tuned else None
+            for lr in args.lr_grid:  # the grid may grow between invocations: only new values are tried
+                if any(r["lr"] == lr for r in tuned):
+                    continue
+                start = time.perf_counter()
+                result = RUNNERS[setting](x, y, splits, sigma_for(3.0), lr, 0)
+                val, _ = score(setting, result, x, y, splits, "val")
+                tuned.append({"tuning": True, "lr": lr, "validation_accuracy": val, "epsilon": 3.0,
+                              "seconds": time.perf_counter() - start})
+                print(f"{partition} {setting} lr {lr}: validation {val:.4f}", flush=True)
+                records = [r for r in records if not r.get("tuning")] + tuned
+                path.write_text(json.dumps(records, indent=1))
+            if chosen_before is not None and max(tuned, key=lambda r: r["validation_accuracy"])["lr"] != chosen_before:
+                records = list(tuned)  # a better learning rate: the runs made with the old one are redone
+                done = set()
                 path.write_text(json.dumps(records, indent=1))
             lr = max(tuned, key=lambda r: r["validation_accuracy"])["lr"]
             for epsilon in args.epsilons:
