@@ -208,8 +208,8 @@ Examples:
                    "labels are randomized, none when clear.")
 @click.option("--dp-sgd", is_flag=True,
               help="Record-level DP-SGD of every silo's local training (Opacus; Abadi et al. 2016): Poisson "
-                   "batches of rate --sample-rate, per-record L2 clip --clip (default 0.1), Gaussian noise "
-                   "--noise-multiplier or calibrated per silo from --target-epsilon over the whole run, "
+                   "batches of rate --sample-rate (default 0.1365), per-record L2 clip --clip (default 0.1), "
+                   "Gaussian noise --noise-multiplier or calibrated per silo from --target-epsilon over the whole run, "
                    "--local-steps steps a round. Each silo's accountant (dp-accounting PLD) covers every step it "
                    "took; metrics.json states its epsilon under replace-one and add-remove. Needs --perturbation "
                    "none; default lr under it: 4.")

@@ -62,7 +62,7 @@ FEDERATION_OPTIONS: Mapping[str, FederationOption] = MappingProxyType({option.na
                      "with --dp-sgd, δ of each silo's DP-SGD (default 1e-5)."),
     FederationOption("sensitivity", "positive", "L2 sensitivity of the upload."),
     FederationOption("sample_rate", "probability", "Client sampling rate q; with --dp-sgd, the Poisson rate q of "
-                     "each DP-SGD step (default: batch size / the silo's training rows)."),
+                     "each DP-SGD step (default 0.1365)."),
 )})
 
 

@@ -25,6 +25,8 @@ from .strategies import TRIMMED_MEAN, strategy_names
 DEVICES = ("auto", "cpu", "cuda")
 DP_SGD_CLIP = 0.1
 """C of DP-SGD when ``clip`` is not given: Tramèr & Boneh 2021's choice for ScatterNet features (GroupNorm'd)."""
+DP_SGD_SAMPLE_RATE = 0.1365
+"""q of DP-SGD when ``sample_rate`` is not given: Tramèr & Boneh 2021's Fashion-MNIST rate (docs/RESULTS.md s. 7)."""
 DP_SGD_DELTA = 1e-5
 """δ of DP-SGD when ``delta`` is not given (the literature's; well below 1/n for silos of thousands)."""
 MAX_TARGET_EPSILON = 100.0
@@ -216,6 +218,11 @@ class FederationConfig:
     def dp_clip(self) -> float:
         """C, the per-record clip of DP-SGD (``clip``, default :data:`DP_SGD_CLIP`)."""
         return DP_SGD_CLIP if self.clip is None else float(self.clip)
+
+    @property
+    def dp_sample_rate(self) -> float:
+        """q, the Poisson rate of each DP-SGD step (``sample_rate``, default :data:`DP_SGD_SAMPLE_RATE`)."""
+        return DP_SGD_SAMPLE_RATE if self.sample_rate is None else float(self.sample_rate)
 
     @property
     def dp_delta(self) -> float:

@@ -315,7 +315,7 @@ def plan_dp_sgd(config: FederationConfig, clients: Sequence[ClientSize]) -> dict
     try:
         return {c.index: plan_client(c.index, c.train_rows, clip=config.dp_clip, delta=config.dp_delta,
                                      neighbours=config.neighbours, rounds=config.rounds,
-                                     local_steps=config.local_steps, sample_rate=config.sample_rate,
+                                     local_steps=config.local_steps, sample_rate=config.dp_sample_rate,
                                      batch_size=config.batch_size, noise_multiplier=config.noise_multiplier,
                                      target_epsilon=config.target_epsilon)
                 for c in clients}

