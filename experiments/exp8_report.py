@@ -22,8 +22,11 @@ from collections import defaultdict
 from pathlib import Path
 
 TEST_ROWS = 10_000
-SETTINGS = ("alone", "federated", "central", "ldpfl-best")
-COLOURS = {"alone": "tab:orange", "federated": "tab:blue", "central": "tab:green", "ldpfl-best": "tab:red"}
+SETTINGS = ("alone", "federated", "central", "ldpfl-best", "wu-gaussian", "pldp-pdpm", "dp-fedaw")
+COLOURS = {"alone": "tab:orange", "federated": "tab:blue", "central": "tab:green", "ldpfl-best": "tab:red",
+           "wu-gaussian": "tab:purple", "pldp-pdpm": "tab:brown", "dp-fedaw": "tab:gray"}
+TOTAL_EPSILON = ("ldpfl-best", "wu-gaussian", "pldp-pdpm", "dp-fedaw")
+"""Settings whose x is a total replace-one ε (k-RR parts, or a silo's whole update), not a DP-SGD add/remove ε."""
 
 
 def load(results: Path) -> list[dict]:
@@ -43,11 +46,11 @@ def load(results: Path) -> list[dict]:
 
 
 def summary(records: list[dict]) -> dict[tuple, tuple[float, float, int, float, float | None]]:
-    """(partition, setting, target ε) → (mean accuracy, standard error, seeds, ε replace-one, ε add-remove)."""
+    """(dataset, partition, setting, target ε) → (mean accuracy, standard error, seeds, ε replace-one, add-remove)."""
     groups: dict[tuple, list[dict]] = defaultdict(list)
     for r in records:
         eps = r.get("epsilon_add_remove_target", r.get("epsilon_replace_one"))
-        groups[(r["partition"], r["setting"], round(float(eps), 3))].append(r)
+        groups[(r["dataset"], r["partition"], r["setting"], round(float(eps), 3))].append(r)
     out = {}
     for key, rows in groups.items():
         acc = [r["accuracy"] for r in rows]
@@ -61,12 +64,12 @@ def summary(records: list[dict]) -> dict[tuple, tuple[float, float, int, float, 
 
 
 def table(stats: dict) -> str:
-    lines = ["| partition | ε add/remove (replace-one) | setting | accuracy ± s.e. | seeds |",
-             "|---|---|---|---:|---:|"]
-    for (partition, setting, _eps), (mean, se, n, ro, ar) in sorted(
-            stats.items(), key=lambda kv: (kv[0][0], kv[0][2], SETTINGS.index(kv[0][1]))):
+    lines = ["| dataset | partition | ε add/remove (replace-one) | setting | accuracy ± s.e. | seeds |",
+             "|---|---|---|---|---:|---:|"]
+    for (dataset, partition, setting, _eps), (mean, se, n, ro, ar) in sorted(
+            stats.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][3], SETTINGS.index(kv[0][2]))):
         shown = f"{ar:.3g} ({ro:.3g})" if ar is not None else f"— ({ro:.3g}, total)"
-        lines.append(f"| {partition} | {shown} | {setting} | {100 * mean:.1f} % ± {100 * se:.1f} | {n} |")
+        lines.append(f"| {dataset} | {partition} | {shown} | {setting} | {100 * mean:.1f} % ± {100 * se:.1f} | {n} |")
     return "\n".join(lines)
 
 
@@ -74,6 +77,7 @@ def plot(stats: dict, path: Path) -> None:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
+    stats = {k[1:]: v for k, v in stats.items() if k[0] == "fashion-mnist"}
     partitions = sorted({k[0] for k in stats if k[0] != "pooled"})
     figure = Figure(figsize=(5 * len(partitions), 4.2), dpi=100)
     FigureCanvasAgg(figure)
@@ -87,7 +91,7 @@ def plot(stats: dict, path: Path) -> None:
             x = [e for e, _ in points]
             axis.errorbar(x, [100 * v[0] for _, v in points], yerr=[100 * v[1] for _, v in points], marker="o",
                           capsize=3, color=COLOURS[setting],
-                          label=setting + (" (x: total replace-one ε)" if setting == "ldpfl-best" else ""))
+                          label=setting + (" (x: total replace-one ε)" if setting in TOTAL_EPSILON else ""))
         axis.set_xscale("log")
         axis.set_xticks([1, 2, 3, 5, 8])
         axis.set_xticklabels(["1", "2", "3", "5", "8"])
