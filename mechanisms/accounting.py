@@ -39,6 +39,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from .validation import require_finite_positive
+
 REPLACE_ONE = "replace-one"
 ADD_REMOVE = "add-remove"
 NEIGHBOURS = (REPLACE_ONE, ADD_REMOVE)
@@ -51,12 +53,6 @@ METHOD = "dp-accounting PLD"
 VALUE_DISCRETIZATION = 1e-4
 """dp-accounting's default PLD discretization (a pessimistic rounding: the ε it reports is an upper bound)."""
 MAX_NOISE_MULTIPLIER = 1e4
-
-
-def _finite_positive(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
-        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
-    return float(value)
 
 
 def _count(name: str, value: Any) -> int:
@@ -75,7 +71,7 @@ class DpSgdEvent:
 
     def __post_init__(self) -> None:
         """Validate σ > 0, q in (0, 1] and T >= 0."""
-        _finite_positive("noise_multiplier", self.noise_multiplier)
+        require_finite_positive("noise_multiplier", self.noise_multiplier)
         q = self.sampling_probability
         if isinstance(q, bool) or not isinstance(q, int | float) or not 0.0 < q <= 1.0:
             raise ValueError(f"sampling_probability must lie in (0, 1], got {q!r}")
@@ -91,7 +87,7 @@ class GaussianEvent:
 
     def __post_init__(self) -> None:
         """Validate σ/Δ₂ > 0 and the count."""
-        _finite_positive("noise_multiplier", self.noise_multiplier)
+        require_finite_positive("noise_multiplier", self.noise_multiplier)
         _count("count", self.count)
 
 
@@ -104,7 +100,7 @@ class RandomizedResponseEvent:
 
     def __post_init__(self) -> None:
         """Validate ε > 0 and k >= 2."""
-        _finite_positive("epsilon", self.epsilon)
+        require_finite_positive("epsilon", self.epsilon)
         if isinstance(self.categories, bool) or not isinstance(self.categories, int) or self.categories < 2:
             raise ValueError(f"categories must be an integer >= 2, got {self.categories!r}")
 
@@ -117,7 +113,7 @@ class PureEvent:
 
     def __post_init__(self) -> None:
         """Validate ε > 0."""
-        _finite_positive("epsilon", self.epsilon)
+        require_finite_positive("epsilon", self.epsilon)
 
 
 @dataclass(frozen=True)
@@ -253,7 +249,7 @@ def calibrate_noise_multiplier(target_epsilon: float, delta: float, sampling_pro
     """
     import dp_accounting
 
-    _finite_positive("target_epsilon", target_epsilon)
+    require_finite_positive("target_epsilon", target_epsilon)
     if not 0.0 < delta < 1.0:
         raise ValueError(f"delta must lie in (0, 1), got {delta!r}")
     DpSgdEvent(1.0, sampling_probability, steps)  # validates q and T

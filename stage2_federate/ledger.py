@@ -33,6 +33,7 @@ from typing import Any
 
 from ldpfl.mechanisms import accounting
 from ldpfl.mechanisms.report import PrivacyReport, format_epsilon, json_number
+from ldpfl.mechanisms.validation import require_finite_positive
 
 from .dp_sgd_budget import LIBRARY as DP_SGD_LIBRARY
 from .dp_sgd_budget import DpSgdClient, rounds_trained
@@ -48,12 +49,6 @@ METHOD_RDP = "dp-accounting RDP"
 METHOD_PLD = "dp-accounting PLD"
 
 
-def _require_finite_positive(name: str, value: float) -> float:
-    if isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(value) or value <= 0:
-        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
-    return float(value)
-
-
 @dataclass(frozen=True)
 class GaussianRelease:
     """One release with Gaussian noise of parameter σ on a vector of L2 sensitivity Δ₂ (same units)."""
@@ -64,8 +59,8 @@ class GaussianRelease:
     discrete: bool = True
 
     def __post_init__(self) -> None:
-        _require_finite_positive("sigma", self.sigma)
-        _require_finite_positive("l2_sensitivity", self.l2_sensitivity)
+        require_finite_positive("sigma", self.sigma)
+        require_finite_positive("l2_sensitivity", self.l2_sensitivity)
         if isinstance(self.delta, bool) or not isinstance(self.delta, Real) or not 0.0 < self.delta < 1.0:
             raise ValueError(f"delta must lie in the open interval (0, 1), got {self.delta!r}")
 
