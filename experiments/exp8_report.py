@@ -21,7 +21,9 @@ import math
 from collections import defaultdict
 from pathlib import Path
 
-TEST_ROWS = 10_000
+TEST_ROWS = {"fashion-mnist": 10_000, "mnist5k": 1_000}
+"""The records each accuracy is measured on (the binomial standard error of a one-seed row)."""
+LDPFL_BEST_ROWS = 7_000  # section 6: the 10 clients' clean held-out records
 SETTINGS = ("alone", "federated", "central", "ldpfl-best", "wu-gaussian", "pldp-pdpm", "dp-fedaw")
 COLOURS = {"alone": "tab:orange", "federated": "tab:blue", "central": "tab:green", "ldpfl-best": "tab:red",
            "wu-gaussian": "tab:purple", "pldp-pdpm": "tab:brown", "dp-fedaw": "tab:gray"}
@@ -58,7 +60,8 @@ def summary(records: list[dict]) -> dict[tuple, tuple[float, float, int, float, 
         if len(acc) > 1:
             se = math.sqrt(sum((a - mean) ** 2 for a in acc) / (len(acc) - 1) / len(acc))
         else:
-            se = math.sqrt(mean * (1 - mean) / TEST_ROWS)
+            rows_measured = LDPFL_BEST_ROWS if key[2] == "ldpfl-best" else TEST_ROWS[key[0]]
+            se = math.sqrt(mean * (1 - mean) / rows_measured)
         out[key] = (mean, se, len(acc), rows[0]["epsilon_replace_one"], rows[0].get("epsilon_add_remove"))
     return out
 
@@ -76,6 +79,7 @@ def table(stats: dict) -> str:
 def plot(stats: dict, path: Path) -> None:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
+    from matplotlib.ticker import NullFormatter
 
     stats = {k[1:]: v for k, v in stats.items() if k[0] == "fashion-mnist"}
     partitions = sorted({k[0] for k in stats if k[0] != "pooled"})
@@ -93,8 +97,9 @@ def plot(stats: dict, path: Path) -> None:
                           capsize=3, color=COLOURS[setting],
                           label=setting + (" (x: total replace-one ε)" if setting in TOTAL_EPSILON else ""))
         axis.set_xscale("log")
-        axis.set_xticks([1, 2, 3, 5, 8])
-        axis.set_xticklabels(["1", "2", "3", "5", "8"])
+        axis.set_xticks([1, 2, 3, 5, 8, 16])
+        axis.set_xticklabels(["1", "2", "3", "5", "8", "16"])
+        axis.xaxis.set_minor_formatter(NullFormatter())
         axis.set_xlabel("ε per silo (add/remove, δ = 1e-5)")
         axis.set_ylabel("accuracy on the 10,000 test records (%)")
         axis.set_title(f"Fashion-MNIST, 10 silos, {partition}")
