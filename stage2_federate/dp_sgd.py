@@ -26,6 +26,7 @@ Opacus and torch load with this module (stage 2 only).
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 from typing import Any
@@ -42,6 +43,7 @@ from .model import FederatedMLP, TrainStats
 from .streaming import StreamedSplit
 
 
+@functools.cache
 def _optimizer_class() -> type:
     from opacus.optimizers import DPOptimizerFastGradientClipping
 

@@ -83,15 +83,10 @@ def plan_client(client: int, records: int, *, clip: float, delta: float, neighbo
                        None if target_epsilon is None else float(target_epsilon), planned)
 
 
-def rounds_trained(history: Iterable[Any], client: int) -> int:
-    """Count the rounds of ``history`` (round records or their dicts) in which ``client`` trained.
+def rounds_trained(history: Iterable[Mapping[str, Any]], client: int) -> int:
+    """Count the rounds of ``history`` (the metrics' round rows) in which ``client`` trained.
 
     Selected and not lost (its reply never came, or it failed): a client that trained and was dropped after
     training counts, since its noisy model may have left it (conservative).
     """
-    count = 0
-    for record in history:
-        get = record.get if isinstance(record, Mapping) else lambda key, r=record: getattr(r, key)
-        if client in (get("selected") or ()) and client not in (get("lost") or ()):
-            count += 1
-    return count
+    return sum(client in (row.get("selected") or ()) and client not in (row.get("lost") or ()) for row in history)

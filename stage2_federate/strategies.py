@@ -308,26 +308,43 @@ DEFAULT_TRIM_FRACTION = 0.2
 """β of ``trimmed-mean`` when ``trim_fraction`` is not given (Flower's FedTrimmedAvg default)."""
 
 
+class CoordinateWise(Strategy):
+    """A robust rule that counts every client equally and combines the uploads coordinate by coordinate."""
+
+    def combine(self, rows: list[np.ndarray]) -> np.ndarray:  # pragma: no cover - each rule defines it
+        """Return the combination of the clients' uploads (one row each)."""
+        raise NotImplementedError
+
+    def details(self, clients: int) -> dict[str, Any]:
+        """Return what the round's record says of the combination (``Aggregate.info``)."""
+        return {}
+
+    def aggregate(self, global_vector: np.ndarray, uploads: Mapping[int, np.ndarray], *,
+                  rng: np.random.Generator) -> Aggregate:
+        """Return :meth:`combine` of the uploads; every client counts equally (weights 1/n, nominal)."""
+        clients = sorted(uploads)
+        if not clients:
+            return _nothing()
+        vector = self.combine([uploads[c] for c in clients])
+        return Aggregate(vector, tuple(clients), tuple([1.0 / len(clients)] * len(clients)),
+                         self.details(len(clients)))
+
+
 @register
-class CoordinateMedian(Strategy):
+class CoordinateMedian(CoordinateWise):
     """Coordinate-wise median of the uploads (Yin et al. 2018, Option II): robust to fewer than half bad clients."""
 
     NAME = MEDIAN
     SOURCE = "Yin et al. 2018 (ICML), coordinate-wise median; Flower's FedMedian"
     SUMMARY = "coordinate-wise median of the uploads (robust)"
 
-    def aggregate(self, global_vector: np.ndarray, uploads: Mapping[int, np.ndarray], *,
-                  rng: np.random.Generator) -> Aggregate:
-        """Return the coordinate-wise median; every client counts equally (weights 1/n, nominal)."""
-        clients = sorted(uploads)
-        if not clients:
-            return _nothing()
-        vector = agg.coordinate_median([uploads[c] for c in clients])
-        return Aggregate(vector, tuple(clients), tuple([1.0 / len(clients)] * len(clients)))
+    def combine(self, rows: list[np.ndarray]) -> np.ndarray:
+        """Return the coordinate-wise median."""
+        return agg.coordinate_median(rows)
 
 
 @register
-class TrimmedMean(Strategy):
+class TrimmedMean(CoordinateWise):
     """Coordinate-wise β-trimmed mean (Yin et al. 2018, Option I): ⌊β·n⌋ values dropped at each end."""
 
     NAME = TRIMMED_MEAN
@@ -340,15 +357,13 @@ class TrimmedMean(Strategy):
         beta = self.options.trim_fraction
         return DEFAULT_TRIM_FRACTION if beta is None else float(beta)
 
-    def aggregate(self, global_vector: np.ndarray, uploads: Mapping[int, np.ndarray], *,
-                  rng: np.random.Generator) -> Aggregate:
-        """Return the β-trimmed mean; every client counts equally (weights 1/n, nominal)."""
-        clients = sorted(uploads)
-        if not clients:
-            return _nothing()
-        vector = agg.trimmed_mean([uploads[c] for c in clients], self.fraction)
-        return Aggregate(vector, tuple(clients), tuple([1.0 / len(clients)] * len(clients)),
-                         {"trimmed": agg.trim_count(self.fraction, len(clients))})
+    def combine(self, rows: list[np.ndarray]) -> np.ndarray:
+        """Return the β-trimmed mean."""
+        return agg.trimmed_mean(rows, self.fraction)
+
+    def details(self, clients: int) -> dict[str, Any]:
+        """Return how many values were dropped at each end."""
+        return {"trimmed": agg.trim_count(self.fraction, clients)}
 
     def describe(self) -> dict[str, Any]:
         """Describe the strategy, with β."""
