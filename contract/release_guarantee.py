@@ -353,6 +353,10 @@ DP_SGD_SCOPE = ("what a federation releases about one record when the silos trai
                 "silo's updates (and so the model and the metrics computed from them) are (epsilon, delta)-DP in "
                 "each of its records over every step it took; its client files never leave it (local-only), so "
                 "this is everything it releases; the run's figure is the weakest silo's")
+LOCAL_METRICS_NOTE = ("the round metrics (train_*, test_*, per_client) of silos whose files are local-only are "
+                      "computed from their clear records and are NOT covered by the DP-SGD figure: in a deployment "
+                      "they leave a silo with its reply; treat them as releases outside this guarantee (not yet "
+                      "randomized or accounted)")
 SHARED_FILES_NOTE = ("client {client}'s file is shareable, so it may have left the silo: its release guarantee "
                      "covers everything (the updates are computed from the released file: post-processing); the "
                      "DP-SGD figure alone holds where only the updates leave (updates_only)")
@@ -424,6 +428,8 @@ def federation_guarantee(privacy: Sequence[Mapping[str, Any]], ledger: Mapping[s
            "scope": worst.scope if worst.scope == DP_SGD_SCOPE else FEDERATION_SCOPE,
            "notes": [CLEAN_METRICS_NOTE] if clean_metrics else [], "clients": clients,
            "parts": [p.to_dict() for p in worst.parts]}
+    if any("dp_sgd" in entry and entry.get("local_only") for entry in privacy):
+        out["notes"].append(LOCAL_METRICS_NOTE)
     if any("dp_sgd" in entry for entry in privacy):
         add_remove = [number_from_json(c.get("epsilon_add_remove"), name="epsilon_add_remove", optional=True)
                       for c in clients]
