@@ -424,12 +424,12 @@ def federation_guarantee(privacy: Sequence[Mapping[str, Any]], ledger: Mapping[s
     worst = weakest(guarantees)
     if worst is None:
         raise ValueError("a federation's guarantee needs at least one client")
-    out = {"epsilon": json_number(worst.epsilon), "delta": worst.delta, "private": worst.private,
-           "scope": worst.scope if worst.scope == DP_SGD_SCOPE else FEDERATION_SCOPE,
-           "notes": [CLEAN_METRICS_NOTE] if clean_metrics else [], "clients": clients,
-           "parts": [p.to_dict() for p in worst.parts]}
+    notes = [CLEAN_METRICS_NOTE] if clean_metrics else []
     if any("dp_sgd" in entry and entry.get("local_only") for entry in privacy):
-        out["notes"].append(LOCAL_METRICS_NOTE)
+        notes.append(LOCAL_METRICS_NOTE)
+    out = {"epsilon": json_number(worst.epsilon), "delta": worst.delta, "private": worst.private,
+           "scope": worst.scope if worst.scope == DP_SGD_SCOPE else FEDERATION_SCOPE, "notes": notes,
+           "clients": clients, "parts": [p.to_dict() for p in worst.parts]}
     if any("dp_sgd" in entry for entry in privacy):
         add_remove = [number_from_json(c.get("epsilon_add_remove"), name="epsilon_add_remove", optional=True)
                       for c in clients]
