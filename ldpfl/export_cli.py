@@ -127,6 +127,14 @@ def _print_table(result: Any) -> None:
                    "as sequential; CNN features may differ in float rounding (fewer threads each). One per "
                    "core is fastest for the paper's CNNs (2 cores: 16 % more samples/s than 1 process with 2 "
                    "threads, bench/cnn_training.py).")
+@click.option("--ray-address", default=None, metavar="ADDRESS",
+              help="Run each client as a task on a Ray cluster: auto (the cluster started here with ray start), "
+                   "local (a Ray on this machine for this run) or host:port. The same files as a local run; this "
+                   "process writes them (docs/cluster.md).")
+@click.option("--ray-cpus-per-client", type=int, default=1, show_default=True,
+              help="--ray-address: CPUs each client's task declares (and its TensorFlow threads).")
+@click.option("--ray-gpus-per-client", type=float, default=0.0, show_default=True,
+              help="--ray-address: GPUs each client's task declares.")
 @click.option("--keras-backend", type=click.Choice(list(KERAS_BACKENDS)), default=None,
               help="Keras 3 backend that trains and runs the CNNs  [default: tensorflow; jax under --cnn-epsilon, "
                    "which needs it]. TensorFlow is the fastest on CPU here (torch 16-23 % and jax 52-57 % slower on "
@@ -162,7 +170,8 @@ def export_command(dataset: str, data_dir: str | None, clients: int, max_clients
                    epsilon: float | None, alpha: float | None, integer_bits: int | None, fraction_bits: int | None,
                    params: tuple[str, ...],
                    label_epsilon: float | None, limit: int | None, save_models: bool, store_input_density: bool,
-                   clients_parallel: int, keras_backend: str | None, device: str, cnn_epsilon: float | None,
+                   clients_parallel: int, ray_address: str | None, ray_cpus_per_client: int,
+                   ray_gpus_per_client: float, keras_backend: str | None, device: str, cnn_epsilon: float | None,
                    cnn_delta: float | None, local_only: bool, overwrite: bool, seed: int | None, out: Path | None,
                    as_json: bool, quiet: bool,
                    release: str, from_models: str | None, keep_clean_test: bool, noise_aware: bool,
@@ -179,6 +188,7 @@ def export_command(dataset: str, data_dir: str | None, clients: int, max_clients
     Examples:
       ldpfl export --dataset mnist5k --clients 2 --epochs 1 --out runs/mnist5k
       ldpfl export --dataset fashion-mnist --clients 10 --out runs/fmnist --clients-parallel 2
+      ldpfl export --dataset fashion-mnist --clients 10 --out runs/fmnist --ray-address auto
       ldpfl export --extractor none --mechanism pdpm --param safe_range_length=2
       ldpfl export --release label --mechanism krr --epsilon 2 --out runs/mnist5k-label
       ldpfl export --cnn-epsilon 4 --cnn-delta 1e-5 --epochs 5 --out runs/mnist5k-dp
@@ -209,7 +219,8 @@ def export_command(dataset: str, data_dir: str | None, clients: int, max_clients
         keras_backend=keras_backend, device=device, overwrite=overwrite, seed=seed, release=release,
         from_models=from_models,
         keep_clean_test=keep_clean_test, noise_aware=noise_aware, label_epsilon=label_epsilon,
-        cnn_epsilon=cnn_epsilon, cnn_delta=cnn_delta)
+        cnn_epsilon=cnn_epsilon, cnn_delta=cnn_delta, ray_address=ray_address,
+        ray_cpus_per_client=ray_cpus_per_client, ray_gpus_per_client=ray_gpus_per_client)
     check_from_models(click.get_current_context(), from_models, out)
     config = silo_config(click.get_current_context(), config, silo,  # --data, --client-index, --plan (issue 16)
                          explicit_parameters(epsilon, alpha, integer_bits, fraction_bits, params))

@@ -55,6 +55,9 @@ class ExportFields(TypedDict, total=False):
     scatter_j: int
     scatter_l: int
     local_only: bool
+    ray_address: str | None
+    ray_cpus_per_client: int
+    ray_gpus_per_client: float
 
 
 class FederationFields(TypedDict, total=False):

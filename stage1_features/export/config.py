@@ -6,6 +6,7 @@ The decisions behind the job are in the docstring of ``ldpfl.stage1_features.exp
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -39,6 +40,10 @@ NOT_PRIVATE_WARNING = ("mechanism {mechanism!r} gives an infinite ε per record 
                        "features): these files are NOT private")
 LOCAL_ONLY_WARNING = ("local-only files (local_only): clean features and true labels, NOT private (epsilon = inf if "
                       "shipped); they must never leave the silo: only DP-SGD updates may")
+RAY_INSTALL_HINT = "`ray_address` runs the clients on Ray, which is not installed here: pip install 'ray>=2.10'"
+RAY_FIELDS = ("ray_address", "ray_cpus_per_client", "ray_gpus_per_client")
+"""How the clients run on a Ray cluster (``stage1_features.export.ray_executor``): not what the files hold."""
+
 DENSITY_WARNING = ("/stats/input_bit_density is an aggregate of the UNRANDOMIZED encoding: it is NOT covered by "
                    "the LDP guarantee")
 
@@ -103,6 +108,9 @@ class ExportConfig:
     scatter_j: int = cnn.option_defaults()["scatter_j"]
     scatter_l: int = cnn.option_defaults()["scatter_l"]
     local_only: bool = False
+    ray_address: str | None = None  # auto, local or a cluster's address: each client one Ray task (issue 32)
+    ray_cpus_per_client: int = 1
+    ray_gpus_per_client: float = 0.0
 
     def __post_init__(self) -> None:
         _int_at_least("clients", self.clients, 1)
@@ -158,6 +166,27 @@ class ExportConfig:
             _check_label_epsilon(self.label_epsilon)
             object.__setattr__(self, "label_epsilon", float(self.label_epsilon))
         self._check_local_only()
+        self._check_ray()
+
+    def _check_ray(self) -> None:
+        """``ray_address`` and each client task's resources; Ray itself is looked for, not imported."""
+        if self.ray_address is None:
+            if self.ray_cpus_per_client != 1 or self.ray_gpus_per_client != 0:
+                raise ParameterError("`ray_cpus_per_client` and `ray_gpus_per_client` are the resources of a Ray "
+                                     "task: give `ray_address` as well")
+            return
+        if not isinstance(self.ray_address, str) or not self.ray_address.strip():
+            raise ParameterError(f"`ray_address` must be auto, local or a cluster's address (host:port), "
+                                 f"got {self.ray_address!r}")
+        if self.clients_parallel != 1:
+            raise ParameterError("`clients_parallel` spreads the clients over local processes and `ray_address` "
+                                 "over a Ray cluster: give one of them")
+        _int_at_least("ray_cpus_per_client", self.ray_cpus_per_client, 1)
+        gpus = self.ray_gpus_per_client
+        if isinstance(gpus, bool) or not isinstance(gpus, int | float) or not math.isfinite(gpus) or gpus < 0:
+            raise ParameterError(f"`ray_gpus_per_client` must be a finite number >= 0, got {gpus!r}")
+        if importlib.util.find_spec("ray") is None:
+            raise ParameterError(RAY_INSTALL_HINT)
 
     def extractor_options(self, extractor: str | None = None) -> dict[str, Any]:
         """Return the fields that are options of ``extractor`` (default this config's): ``scatter_j``, ``scatter_l``."""
@@ -244,9 +273,10 @@ class ExportConfig:
                                                 defaults=DEFAULT_MECHANISM_PARAMS)
 
     def public_dict(self) -> dict[str, Any]:
-        """Return the config as written to the manifest: everything but the seed and the device."""
+        """Return the config as written to the manifest: everything but the seed, the device and the Ray settings."""
         out = dataclasses.asdict(dataclasses.replace(self, plan=None))
-        del out["seed"], out["device"]
+        for key in ("seed", "device", *RAY_FIELDS):  # a cluster's address is nobody's business in a shared file
+            del out[key]
         out["mechanism_params"] = dict(self.mechanism_params)
         out["data_options"] = {k: list(v) if isinstance(v, tuple) else v for k, v in self.data_options.items()}
         out["plan"] = None if self.plan is None else self.plan.fingerprint

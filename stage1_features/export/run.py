@@ -28,6 +28,8 @@ Decisions (documented here because the paper is silent):
   a client file present under its final name but missing from the manifest (a crash between the rename
   and the manifest write) is validated and adopted; one that fails validation is an error that asks for
   ``--overwrite``. See ``ldpfl.stage1_features.export.run_dir``.
+* **On a Ray cluster** (``--ray-address``) each client is a Ray task whose files come back to this process,
+  which writes them as it writes the manifest (``ldpfl.stage1_features.export.ray_executor``).
 * **Parallel workers die with the export** (``--clients-parallel``): a killed export leaves no worker
   writing behind it, a rerun waits for any that linger, and no rename replaces a client file
   (``ldpfl.stage1_features.export.worker_guard``).
@@ -79,6 +81,7 @@ from ldpfl.stage1_features.export.config import (
 from ldpfl.stage1_features.export.errors import ExportError
 from ldpfl.stage1_features.export.manifest import client_guarantees, kept_local_records, manifest_info
 from ldpfl.stage1_features.export.plan import ExportPlan, make_client_partition, make_plan
+from ldpfl.stage1_features.export.ray_executor import run_on_ray
 from ldpfl.stage1_features.export.release import noise_variance
 from ldpfl.stage1_features.export.results import ClientSummary, ExportResult
 from ldpfl.stage1_features.export.run_dir import (
@@ -224,7 +227,9 @@ def run_export(config: ExportConfig, out_dir: str | os.PathLike[str], *, progres
         bar = progress_bar(total=total, initial=len(kept), desc="clients", unit="client",
                            position=0, disable=not progress)
         with bar:
-            if config.clients_parallel > 1 and len(tasks) > 1:
+            if config.ray_address is not None and tasks:  # each client a Ray task; files come back here
+                run_on_ray(tasks, config, plan, finished, bar)
+            elif config.clients_parallel > 1 and len(tasks) > 1:
                 _run_parallel(tasks, config, plan, finished, bar)
             else:
                 for task in tasks:
