@@ -250,28 +250,6 @@ def verify_client_data(path: str | os.PathLike[str],
     return metadata, rows
 
 
-def non_finite_feature(path: str | os.PathLike[str], block_bytes: int = 16 << 20) -> str | None:
-    """Say where a float32 client file holds a feature value that is not finite (NaN, ±inf); None when none does.
-
-    Packed-bit files hold bits, always finite: None. Reads the features in row blocks (memory O(block)).
-    """
-    with open_client_file(path) as (handle, metadata, rows):
-        if metadata.feature_format == PACKED_BITS:
-            return None
-        for split in SPLITS:
-            features = handle[split]["features"]
-            row_bytes = max(1, int(np.prod(features.shape[1:], dtype=np.int64)) * features.dtype.itemsize)
-            step = max(1, block_bytes // row_bytes)
-            for start in range(0, rows[split], step):
-                block = np.asarray(features[start:start + step])
-                bad = ~np.isfinite(block)
-                if bad.any():
-                    first = tuple(int(i) for i in np.argwhere(bad)[0])
-                    return (f"split {split!r} holds a feature value that is not finite ({float(block[first])!r} at "
-                            f"row {start + first[0]}); a float feature file must hold finite values only")
-    return None
-
-
 def iter_feature_chunks(handle: h5py.File, split: str, rows_per_chunk: int = 4096) -> Iterator[np.ndarray]:
     """Yield the stored features of ``split`` in row blocks (bounded memory)."""
     dset = handle[split]["features"]

@@ -10,7 +10,10 @@ is refused by federate:
   ``MechanismSpec``) whose feature format, m, n and r are the file's;
 * the stored privacy report's ε values must be the ones that mechanism's parameters give (a report
   claiming ε = -1, or 0.1 for an ε = 8 release, is refused);
-* every dataset must carry a Fletcher-32 checksum (without it, flipped data bytes go unnoticed).
+* every dataset must carry a Fletcher-32 checksum (without it, flipped data bytes go unnoticed);
+* (one streamed read of the features, ``feature_value_problem``, behind ``gather`` and ``federate`` only) every
+  value must be one the mechanism outputs: finite, inside its declared ``output_range`` or one of its
+  ``output_values`` for a float32 file, and the padding bits after the r·l bits of a packed row 0.
 
 Statistical checks of the data (bit densities) stay with inspect: they are evidence, not contradictions.
 """
@@ -19,13 +22,16 @@ from __future__ import annotations
 
 import functools
 import math
+import os
+from pathlib import Path
 from typing import Any
 
 import h5py
 import numpy as np
 
+from ldpfl.contract.client_reader import open_client_file
 from ldpfl.contract.schema import SPLITS, ClientMetadata
-from ldpfl.mechanisms.base import FLOAT32
+from ldpfl.mechanisms.base import FLOAT32, PACKED_BITS
 from ldpfl.mechanisms.spec import MechanismSpec
 
 EPS_KEYS = ("nominal_epsilon", "exact_epsilon_per_coordinate", "exact_epsilon_per_record")
@@ -161,3 +167,72 @@ def file_problems(handle: h5py.File, metadata: ClientMetadata) -> list[str]:
     _, mechanism, problems = mechanism_problems(metadata)
     problems += privacy_problems(metadata, mechanism)[2]
     return problems + checksum_problems(handle)
+
+
+def float_value_problem(block: np.ndarray, mechanism: Any | None) -> tuple[int, int, str] | None:
+    """Return (row, column, why) of the first value of a float32 ``block`` the mechanism cannot output; None if none.
+
+    A value must be finite and, when the mechanism declares them, one of its ``output_values`` (exactly, as the
+    float32 the writer stores) or inside its ``output_range``. Vectorized over the block.
+    """
+    bad = ~np.isfinite(block)
+    why = "is not finite; a float feature file must hold finite values only"
+    if not bad.any() and mechanism is not None:
+        values = mechanism.output_values()
+        if values is not None:
+            allowed = np.asarray(values, dtype=np.float32)
+            bad = ~np.isin(block, allowed)
+            why = (f"is not one of the values {[float(v) for v in allowed]} that mechanism {mechanism.NAME!r} "
+                   f"outputs")
+        else:
+            bounds = mechanism.output_range()
+            if bounds is not None:
+                low, high = np.float32(bounds[0]), np.float32(bounds[1])
+                bad = (block < low) | (block > high)
+                why = (f"lies outside [{float(low):.6g}, {float(high):.6g}], the output range of mechanism "
+                       f"{mechanism.NAME!r}")
+    if not bad.any():
+        return None
+    row, column = (int(i) for i in np.argwhere(bad.reshape(bad.shape[0], -1))[0])
+    return row, column, why
+
+
+def padding_problem(block: np.ndarray, width: int) -> int | None:
+    """Return the first row of a packed ``block`` with a padding bit set after its ``width`` bits, or None.
+
+    Rows are ``np.packbits`` bytes; the writer pads them with 0, so a set padding bit is no mechanism's output.
+    """
+    pad = block.shape[1] * 8 - width
+    if pad <= 0 or not block.shape[0]:
+        return None
+    bad = (block[:, -1] & np.uint8((1 << pad) - 1)) != 0
+    return int(np.argmax(bad)) if bad.any() else None
+
+
+def feature_value_problem(path: str | os.PathLike[str], block_bytes: int = 16 << 20) -> str | None:
+    """Say where a client file holds a feature value its mechanism cannot output; None when every value is one.
+
+    Float32 files: :func:`float_value_problem` (finite; in the mechanism's output set or range). Packed-bit files:
+    :func:`padding_problem`. Reads the features in row blocks of about ``block_bytes`` (memory O(block)).
+    """
+    with open_client_file(Path(path)) as (handle, metadata, rows):
+        packed = metadata.feature_format == PACKED_BITS
+        mechanism = None if packed else mechanism_problems(metadata)[1]
+        for split in SPLITS:
+            features = handle[split]["features"]
+            row_bytes = max(1, int(np.prod(features.shape[1:], dtype=np.int64)) * features.dtype.itemsize)
+            step = max(1, block_bytes // row_bytes)
+            for start in range(0, rows[split], step):
+                block = np.asarray(features[start:start + step])
+                if packed:
+                    row = padding_problem(block, metadata.feature_width)
+                    if row is not None:
+                        return (f"split {split!r} row {start + row}: padding bits after the {metadata.feature_width} "
+                                f"feature bits are set; a packed row holds only the mechanism's bits, padded with 0")
+                    continue
+                found = float_value_problem(block, mechanism)
+                if found is not None:
+                    row, column, why = found
+                    value = block.reshape(block.shape[0], -1)[row, column]  # as stored: float32's shortest repr
+                    return f"split {split!r} row {start + row}, feature {column}: the value {value!s} {why}"
+    return None

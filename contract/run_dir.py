@@ -5,7 +5,7 @@
 run-level problems). Its users decide how strict to be:
 
 * ``ldpfl federate`` (stage 2) and ``ldpfl gather`` call :func:`validate_run`: everything must verify, and every
-  feature of a float32 file must be finite;
+  feature value must be one its mechanism outputs (finite, in its declared range or set);
 * ``ldpfl export`` (stage 1, resuming) keeps the files that verify and errs on the others;
 * ``ldpfl inspect`` reports every fact.
 """
@@ -17,9 +17,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from ldpfl.contract.client_reader import non_finite_feature, open_client_file, verify_client_data
+from ldpfl.contract.client_reader import open_client_file, verify_client_data
 from ldpfl.contract.digest import sha256_file
-from ldpfl.contract.file_checks import file_problems
+from ldpfl.contract.file_checks import feature_value_problem, file_problems
 from ldpfl.contract.layout import CLIENT_FILE_SUFFIX, MANIFEST_NAME, client_index_from_name, is_hidden, is_local_file
 from ldpfl.contract.manifest import FileRecord, Manifest, read_manifest
 from ldpfl.contract.plan import PLAN_FILE, read_plan
@@ -354,13 +354,14 @@ def validate_run(run_dir: str | os.PathLike[str]) -> tuple[Manifest, list[tuple[
         Client files in the directory that the manifest does not list (an interrupted export, or files
         copied in): federating the listed ones alone would silently leave those clients out.
     FormatError
-        A float32 file holding a feature value that is not finite (NaN, ±inf; ``client_reader.non_finite_feature``,
-        one read of its features): ``gather`` and ``federate`` refuse it, naming the file.
+        A file holding a feature value its mechanism cannot output (``file_checks.feature_value_problem``, one read
+        of its features): not finite, outside the mechanism's declared output range or set, or a packed row's
+        padding bits set. ``gather`` and ``federate`` refuse it, naming the file.
     """
     check = check_run_dir(run_dir, unlisted=False)
     manifest, checked = check.require_valid()
     for record, _metadata in checked:
-        problem = non_finite_feature(Path(run_dir) / record.path)
+        problem = feature_value_problem(Path(run_dir) / record.path)
         if problem is not None:
             raise FormatError(Path(run_dir) / record.path, problem)
     extra = unlisted_client_files(run_dir, {record.path for record in manifest.files})

@@ -13,7 +13,8 @@ Its abilities are declared on the class, not found with ``hasattr``:
 * ``FEDERATION``: how stage 2 perturbs a client's upload with it (a :class:`FederationWiring`), or None
   when it is not a model perturbation;
 * methods with a neutral default: :meth:`Mechanism.fixed_point_encoding`, :meth:`Mechanism.noise_scale`,
-  :meth:`Mechanism.expected_density`, :meth:`Mechanism.output_values`.
+  :meth:`Mechanism.expected_density`, :meth:`Mechanism.output_values`,
+  :meth:`Mechanism.output_range`.
 """
 
 from __future__ import annotations
@@ -206,6 +207,16 @@ class Mechanism:
     def output_values(self) -> tuple[float, ...] | None:
         """Return the finite set of values it outputs (PDPM's three), or None when they are not a small set."""
         return None
+
+    def output_range(self) -> tuple[float, float] | None:
+        """Return [low, high], the interval holding every value it outputs, or None when its outputs are unbounded.
+
+        Defaults to the extremes of :meth:`output_values`; a bounded mechanism whose outputs are not a small set
+        (Piecewise, Hybrid) declares its own. ``gather`` and ``federate`` refuse a float32 file holding a value
+        outside it (``contract.file_checks.feature_value_problem``).
+        """
+        values = self.output_values()
+        return None if values is None else (float(min(values)), float(max(values)))
 
     def randomize(self, x: np.ndarray, *, rng: np.random.Generator) -> np.ndarray:  # pragma: no cover
         """Randomize a batch-first array ``x`` with draws from ``rng``; shape and dtype are kept."""

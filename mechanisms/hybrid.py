@@ -95,6 +95,15 @@ class Hybrid(SampledMechanism):
             return self.duchi_epsilon
         return max(self.grid.epsilon, self.duchi_epsilon)
 
+    def output_range(self) -> tuple[float, float]:
+        """Return [-h, h]: h is the larger of PM's extreme grid point and Duchi's B, both scaled by d/k.
+
+        PM's grid counts only when its branch is ever taken (α > 0); the unsampled values are 0.
+        """
+        pm = self.grid.half_range * (self.grid.step * self.scale) if self.alpha_threshold else 0.0
+        high = max(pm, self.duchi_bound * self.scale)
+        return -high, high
+
     def _randomize_values(self, t: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         out = np.empty(t.size, dtype=np.float64)
         use_pm = bernoulli64(self.alpha_threshold, t.size, rng)

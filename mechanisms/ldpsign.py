@@ -69,6 +69,10 @@ class LDPSign(RealMechanism):
 
         return special.ndtr(clip_elementwise(np.asarray(x, dtype=np.float64), self.clip) / self.sigma)
 
+    def output_values(self) -> tuple[float, float]:
+        """Return the two values every output coordinate takes, (-1, +1) (eq. 6)."""
+        return -1.0, 1.0
+
     def randomize(self, x: np.ndarray, *, rng: np.random.Generator) -> np.ndarray:
         """Return +1 with probability Φ(p/σ), else -1 (eq. 6), as a mixture of the two endpoint laws.
 

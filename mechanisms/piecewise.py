@@ -139,6 +139,11 @@ class Piecewise(SampledMechanism):
         """Every output is an integer multiple of this: step·d/k."""
         return self.grid.step * self.scale
 
+    def output_range(self) -> tuple[float, float]:
+        """Return [-M·step·d/k, M·step·d/k]: the grid's extreme points, scaled (the unsampled values are 0)."""
+        high = self.grid.half_range * self.output_step
+        return -high, high
+
     def _randomize_values(self, t: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         return sample_piecewise(t, self.grid, self.grid_bits, rng) * self.output_step
 
