@@ -15,6 +15,7 @@ from typing import Any, Literal
 import click
 
 from ldpfl.api.federate_job import federate
+from ldpfl.common.errors import LdpflError
 from ldpfl.contract.jsonout import echo_json
 from ldpfl.mechanisms.base import FEDERATION_OPTIONS
 from ldpfl.stage2_federate import budgets
@@ -260,10 +261,11 @@ Examples:
               help="flower: seconds to wait for the replies of one exchange (default 600); a client that does not "
                    "answer in time is logged as lost for the round.")
 @click.option("--min-clients-per-round", "min_clients", type=click.IntRange(min=1), default=None,
-              help="flower: the failure policy. A client that fails (its node dies, its file was replaced, its "
-                   "code raised) is logged with its index and reason and the round goes on while at least this "
-                   "many selected clients trained; fewer end the run. Default: a client's own failure ends the run, "
-                   "a lost node is logged and the round goes on.")
+              help="The failure policy (both engines). A client that fails (its node dies, its file was replaced, "
+                   "its code raised) or whose reply the server rejects is logged with its index and reason and the "
+                   "round goes on while at least this many selected clients trained; fewer end the run. Default: "
+                   "on flower a client's own failure ends the run, a lost node is logged and the round goes on; a "
+                   "rejected reply is left out and the round goes on.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar and no summary.")
 def federate_command(run_dir: Path, presets: tuple[str, ...], out_dir: Path | None, resume: bool, overwrite: bool,
@@ -299,6 +301,10 @@ def federate_command(run_dir: Path, presets: tuple[str, ...], out_dir: Path | No
         if isinstance(error, SuperLinkError):  # the SuperLink itself: its own line
             raise click.ClickException(str(error)) from None
         raise click.ClickException(f"the Flower run failed: {error}") from None
+    except RuntimeError as error:  # the local engine's failure policy (loop.TooFewClientsError): its one line
+        if not isinstance(error, LdpflError):
+            raise
+        raise click.ClickException(str(error)) from None
     if as_json:
         echo_json(result.to_dict())
         return

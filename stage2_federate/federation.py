@@ -98,7 +98,8 @@ def run_federation(run_dir: str | Path, config: FederationConfig, *, out_dir: st
                    resume: bool = False, progress: bool = True, overwrite: bool = False,
                    keep_checkpoint: bool = False,
                    on_warning: Callable[[str], None] | None = _print_warning,
-                   on_round: Callable[[Mapping[str, Any]], None] | None = None) -> FederationResult:
+                   on_round: Callable[[Mapping[str, Any]], None] | None = None,
+                   min_clients: int | None = None) -> FederationResult:
     """Run (or resume) a federation over the client files in ``run_dir``; write the outputs to ``out_dir``.
 
     Parameters
@@ -128,6 +129,10 @@ def run_federation(run_dir: str | Path, config: FederationConfig, *, out_dir: st
         ``None``: not printed.
     on_round
         Called with each round's record once its metrics and checkpoint are written.
+    min_clients
+        The failure policy, as on Flower: a round in which fewer selected clients trained (a silo whose reply the
+        server rejected did not) ends the run with ``loop.TooFewClientsError`` (one line naming each rejected
+        silo and why); ``None``: the round goes on with whoever trained, and keeps the model when nobody did.
 
     The run holds a lock on ``out_dir`` (a second run into it is refused) and removes the outputs'
     temporary files there when it starts and when it completes (``ldpfl.stage2_federate.outdir``). The
@@ -146,13 +151,13 @@ def run_federation(run_dir: str | Path, config: FederationConfig, *, out_dir: st
     with outdir.locked(target_dir):
         return _run_locked(run_dir, config, target_dir, paths, resume=resume, progress=progress,
                            overwrite=overwrite, keep_checkpoint=keep_checkpoint, on_warning=on_warning,
-                           on_round=on_round)
+                           on_round=on_round, min_clients=min_clients)
 
 
 def _run_locked(run_dir: Path, config: FederationConfig, target_dir: Path, paths: dict[str, Path], *,
                 resume: bool, progress: bool, overwrite: bool, keep_checkpoint: bool,
                 on_warning: Callable[[str], None] | None,
-                on_round: Callable[[Mapping[str, Any]], None] | None) -> FederationResult:
+                on_round: Callable[[Mapping[str, Any]], None] | None, min_clients: int | None) -> FederationResult:
     """Run the body of :func:`run_federation`, holding the lock on ``target_dir``."""
     outdir.remove_temporaries(target_dir)  # left by a process killed mid-write
     checkpoint_path = paths["checkpoint"]
@@ -198,7 +203,7 @@ def _run_locked(run_dir: Path, config: FederationConfig, target_dir: Path, paths
     try:
         if history:
             bar.set_postfix(test_acc=_fmt(history[-1].test_accuracy))
-        run_rounds(plan, transport, writer, history, start=start, on_kept=kept)
+        run_rounds(plan, transport, writer, history, start=start, min_clients=min_clients or 0, on_kept=kept)
     finally:
         bar.close()
     ledger = writer.finish(history, plan.model, lambda written: run_record(plan.data, config, written),

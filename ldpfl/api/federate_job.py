@@ -138,9 +138,11 @@ def federate(run_dir: StrPath, config: FederationConfig | None = None, /, *, eng
         With ``superlink``: the PEM file of the CA that signed its certificate (default: the system's CAs), or
         no TLS at all (tests on 127.0.0.1 only).
     min_clients_per_round : int, optional
-        Flower only, the failure policy: a failing client is logged with its index and reason and the round
-        goes on while at least this many selected clients trained; fewer end the run. Default: a client's own
-        failure ends the run (a lost node is logged and the round goes on).
+        The failure policy, on both engines: a failing client (on Flower: its node died, its code raised) or one
+        whose reply the server rejected is logged with its index and reason, and the round goes on while at
+        least this many selected clients trained; fewer end the run (``TooFewClientsError``, one line). Default:
+        on Flower a client's own failure ends the run (a lost node is logged and the round goes on); on both
+        engines a rejected reply is left out and the round goes on.
     progress : callable, optional
         Called with a :class:`~ldpfl.api.progress.Progress` after each round (with its test accuracy).
     progress_bars : bool
@@ -156,16 +158,20 @@ def federate(run_dir: StrPath, config: FederationConfig | None = None, /, *, eng
     ParameterError
         A setting that cannot be used (the message names the parameter), an output directory that holds a
         run (without ``resume`` or ``overwrite``).
+    TooFewClientsError
+        ``engine="local"`` with ``min_clients_per_round``: fewer selected clients trained in a round (one line naming
+        the silos left out and why; on Flower the same reaches you as ``FlowerRunError``).
     FlowerMissingError, FlowerRunError
         ``engine="flower"``: Flower is not installed; the Flower run failed, or (``SuperLinkError``) the
         SuperLink cannot be reached, fails TLS, is none, refuses or is busy (one line each).
     """
     if engine not in ENGINES:
         raise ParameterError(f"`engine` must be one of {', '.join(ENGINES)}, got {engine!r}")
-    if engine != "flower" and (cpus_per_client is not None or client_timeout is not None or superlink is not None
-                               or min_clients_per_round is not None):
-        raise ParameterError("`superlink`, `cpus_per_client`, `client_timeout` and `min_clients_per_round` apply to "
-                             "`engine` flower only")
+    if engine != "flower" and (cpus_per_client is not None or client_timeout is not None or superlink is not None):
+        raise ParameterError("`superlink`, `cpus_per_client` and `client_timeout` apply to `engine` flower only")
+    policy = min_clients_per_round
+    if policy is not None and (isinstance(policy, bool) or not isinstance(policy, int) or policy < 1):
+        raise ParameterError(f"`min_clients_per_round` must be an integer >= 1, got {min_clients_per_round!r}")
     if superlink is None and (root_certificates is not None or insecure):
         raise ParameterError("`root_certificates` and `insecure` apply to `superlink` only")
     if superlink is not None and cpus_per_client is not None:
@@ -209,7 +215,7 @@ def federate(run_dir: StrPath, config: FederationConfig | None = None, /, *, eng
 
         record = run_federation(Path(run_dir), config, out_dir=target, resume=resume, progress=progress_bars,
                                 overwrite=overwrite, keep_checkpoint=keep_checkpoint, on_warning=on_warning,
-                                on_round=rounds_done)
+                                on_round=rounds_done, min_clients=min_clients_per_round)
     return _result(Path(run_dir), engine, config, record)
 
 

@@ -21,7 +21,7 @@ import h5py
 import numpy as np
 import pytest
 import torch
-from cli_checks import one_error_line, run
+from cli_checks import one_error_line, run, stderr_error_line
 from federate_files import write_run
 from flower_helpers import marked_fixture  # noqa: F401 - the fixture `marked`
 from repository import ROOT
@@ -235,6 +235,22 @@ def test_a_rejected_silo_counts_against_the_failure_policy(three, tmp_path) -> N
         else:
             run_rounds(plan, transport(plan), writer, history, start=1, min_clients=min_clients)
             assert len(history) == 2 and all(r.rejected[0][0] == BAD for r in history)
+
+
+def test_the_local_engines_failure_policy_ends_the_run_in_one_line_naming_the_rejected_silo(
+        three, tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr(federation, "InProcessTransport", faulty(lambda r, g: dataclasses.replace(r, upload=r.upload[:3])))
+    args = ("federate", three, "--rounds", "2", "--hidden", "8", "--quiet", "--min-clients-per-round")
+    line = stderr_error_line(run(*args, "3", "--out", tmp_path / "a"), code=1)
+    assert line.startswith("Error: round 1: 2 of the 3 selected clients trained, fewer than the failure policy's 3 "
+                           "(min-clients-per-round): client 2: rejected, its upload has shape (3,)"), line
+    result = run(*args, "2", "--out", tmp_path / "b", "--json")  # two honest silos are enough: the run goes on
+    assert result.exit_code == 0, result.output
+    assert [[r["client"] for r in rejected] for rejected in json.loads(result.stdout)["rejected"]] == [[BAD], [BAD]]
+    monkeypatch.undo()
+    line = stderr_error_line(run(*args, "1", "--max-update-norm", "1e-9", "--out", tmp_path / "c"), code=1)
+    assert "round 1: 0 of the 3 selected clients trained" in line and "client 0: rejected" in line
+    assert "client 2: rejected" in line and "--max-update-norm" in line
 
 
 def test_the_cli_prints_per_silo_figures_and_rejections_in_json(three, tmp_path) -> None:
