@@ -83,11 +83,29 @@ def write_metrics_json(path: str | os.PathLike, *, config: Mapping[str, Any], pr
     return write_json(path, payload | dict(extra or {}))
 
 
-def plot_history(path: str | os.PathLike, rounds: Sequence[Mapping[str, Any]], title: str = "",
-                 caption: str = "") -> Path:
-    """accuracy.png: train/test accuracy (left) and loss (right) per round; ``caption`` under the plots.
+PER_SILO_LABELS = 10
+"""Up to this many silos get a legend entry each (and a colour of their own); more share one entry."""
 
-    The federation passes the privacy ledger's one-line summary (``ledger.ledger_caption``) as the caption.
+
+def per_client_series(rounds: Sequence[Mapping[str, Any]], metric: str) -> dict[int, list[float]]:
+    """Return each silo's ``test_{metric}`` per round from the rounds' ``per_client`` entries (NaN where absent).
+
+    A silo whose evaluation the server rejected in a round has no entry there: its line has a gap.
+    """
+    clients = sorted({int(p["client"]) for r in rounds for p in r.get("per_client", ())})
+    series = {c: [math.nan] * len(rounds) for c in clients}
+    for position, record in enumerate(rounds):
+        for entry in record.get("per_client", ()):
+            value = entry.get(f"test_{metric}")
+            series[int(entry["client"])][position] = math.nan if value is None else float(value)
+    return series
+
+
+def history_figure(rounds: Sequence[Mapping[str, Any]], title: str = "", caption: str = "") -> Any:
+    """Return the figure of accuracy.png: accuracy (left) and loss (right) per round (a matplotlib ``Figure``).
+
+    Beside the global model's pooled test figure, each silo's own test rows (``per_client``) are drawn as a thin
+    line, so a silo the model serves badly (a poisoned or dominated one) stands apart from the pooled figure.
     """
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
@@ -101,21 +119,39 @@ def plot_history(path: str | os.PathLike, rounds: Sequence[Mapping[str, Any]], t
     FigureCanvasAgg(figure)
     for axis, metric, label in zip(figure.subplots(1, 2), ("accuracy", "loss"), ("Accuracy", "Cross-entropy loss"),
                                    strict=True):
-        axis.plot(x, series(f"test_{metric}"), marker="o", label="test (global model)")
+        silos = per_client_series(rounds, metric)
+        for position, (client, values) in enumerate(silos.items()):
+            own = len(silos) <= PER_SILO_LABELS
+            axis.plot(x, values, linewidth=0.8, alpha=0.7, color=f"C{position % 10}" if own else "0.6",
+                      label=f"silo {client} (its test rows)" if own else ("each silo's test rows" if not position
+                                                                          else None))
+        axis.plot(x, series(f"test_{metric}"), marker="o", linewidth=2.2, color="black",
+                  label="test (global model, pooled)")
         if any(f"clean_test_{metric}" in r for r in rounds):
             axis.plot(x, series(f"clean_test_{metric}"), marker="s", label="clean test (local files)")
-        axis.plot(x, series(f"train_{metric}"), marker=".", linestyle="--", label="train (mean over clients)")
+        axis.plot(x, series(f"train_{metric}"), marker=".", linestyle="--", color="0.35",
+                  label="train (mean over clients)")
         axis.set_xlabel("round")
         axis.xaxis.set_major_locator(MaxNLocator(integer=True))
         axis.set_ylabel(label)
         axis.grid(alpha=0.3)
-        axis.legend()
+        axis.legend(fontsize=7 if len(silos) > 3 else None)
     if title:
         figure.suptitle(title)
     if caption:
         figure.text(0.5, 0.01, caption, ha="center", va="bottom", fontsize=9)
     figure.subplots_adjust(left=0.07, right=0.98, bottom=0.19 if caption else 0.13, top=0.88 if title else 0.95,
                            wspace=0.22)
+    return figure
+
+
+def plot_history(path: str | os.PathLike, rounds: Sequence[Mapping[str, Any]], title: str = "",
+                 caption: str = "") -> Path:
+    """Write accuracy.png (:func:`history_figure`); ``caption`` under the plots.
+
+    The federation passes the privacy ledger's one-line summary (``ledger.ledger_caption``) as the caption.
+    """
+    figure = history_figure(rounds, title, caption)
     return atomic_write(path, lambda handle: figure.savefig(handle, format="png"))
 
 

@@ -27,7 +27,7 @@ from flower_helpers import marked_fixture  # noqa: F401 - the fixture `marked`
 from repository import ROOT
 
 from ldpfl import mechanisms as mech
-from ldpfl.stage2_federate import federation
+from ldpfl.stage2_federate import federation, outputs
 from ldpfl.stage2_federate import reply_checks as rc
 from ldpfl.stage2_federate.checkpoint import client_digests
 from ldpfl.stage2_federate.config import FederationConfig
@@ -114,6 +114,29 @@ def test_a_clean_run_rejects_nobody_and_records_each_silos_figures(clean_history
         # the union figure is the row-weighted mean of the silos' own
         assert record["test_accuracy"] == pytest.approx(sum(s["test_accuracy"] * 24 for s in scores) / 72)
         assert record["test_loss"] == pytest.approx(sum(s["test_loss"] * 24 for s in scores) / 72, rel=1e-6)
+
+
+def test_the_plot_draws_each_silos_accuracy_beside_the_pooled_one(clean_history, tmp_path) -> None:
+    figure = outputs.history_figure(clean_history)
+    accuracy = figure.axes[0]
+    lines = {line.get_label(): list(line.get_ydata()) for line in accuracy.get_lines()}
+    for client in (0, 1, 2):
+        assert lines[f"silo {client} (its test rows)"] == [r["per_client"][client]["test_accuracy"]
+                                                           for r in clean_history]
+    assert lines["test (global model, pooled)"] == [r["test_accuracy"] for r in clean_history]
+    # a poisoned silo the pooled figure hides: its own line stands apart; a rejected evaluation is a gap
+    rounds = [{"round": n, "test_accuracy": 0.8, "per_client": [
+        {"client": 0, "test_accuracy": 0.9, "test_loss": 0.3}, {"client": 1, "test_accuracy": 0.9, "test_loss": 0.3},
+        *([{"client": 2, "test_accuracy": 0.1, "test_loss": 4.0}] if n != 2 else [])]} for n in (1, 2, 3)]
+    poisoned = outputs.per_client_series(rounds, "accuracy")[2]
+    assert poisoned[0] == poisoned[2] == 0.1 and math.isnan(poisoned[1])
+    drawn = {line.get_label(): line for line in outputs.history_figure(rounds).axes[0].get_lines()}
+    assert list(drawn["silo 2 (its test rows)"].get_ydata())[::2] == [0.1, 0.1]
+    assert drawn["silo 2 (its test rows)"].get_linewidth() < drawn["test (global model, pooled)"].get_linewidth()
+    many = [{"round": 1, "per_client": [{"client": c, "test_accuracy": 0.5} for c in range(12)]}]
+    labels = [line.get_label() for line in outputs.history_figure(many).axes[0].get_lines()]
+    assert labels.count("each silo's test rows") == 1 and not any(label.startswith("silo ") for label in labels)
+    assert outputs.plot_history(tmp_path / "a.png", rounds).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 @pytest.mark.parametrize(("name", "spoil", "fragment"), [
