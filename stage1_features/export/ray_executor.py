@@ -54,8 +54,11 @@ SHARED_STORAGE_REFUSED = ("Ray tasks never write into the run directory: each re
                           "driver, which writes them (docs/cluster.md)")
 
 
-class RayTaskLost(LdpflError, RuntimeError):
-    """A client's Ray task died (worker killed, node lost); the finished clients are kept, a rerun does the rest."""
+class RayTaskLost(LdpflError, ConnectionError):
+    """A client's Ray task died (worker killed, node lost); the finished clients are kept, a rerun does the rest.
+
+    A ``ConnectionError`` (an ``OSError``): the work was lost on the way, not refused (the CLI exits 1).
+    """
 
 
 @contextlib.contextmanager
@@ -73,7 +76,9 @@ def connected(address: str) -> Iterator[Any]:
     if address == LOCAL:
         options.update(include_dashboard=False)
     try:
-        ray.init(address=address, **options)
+        with warnings.catch_warnings():  # Ray's notice of a future default for num_gpus=0: not the user's concern
+            warnings.filterwarnings("ignore", message=".*accelerator visible devices", category=FutureWarning)
+            ray.init(address=address, **options)
     except (ConnectionError, RuntimeError, ValueError) as error:
         first = (str(error).strip().splitlines() or [type(error).__name__])[0]
         raise ExportError(f"cannot connect to Ray at `ray_address` {address!r}: {first}") from None
@@ -101,11 +106,9 @@ def run_on_ray(tasks: list[ClientTask], config: ExportConfig, plan: ExportPlan,
                       config.keras_backend if uses_keras else None, config.device)
     with connected(config.ray_address) as ray:
         remote = ray.remote(export_client_files)
-        with warnings.catch_warnings():  # Ray's notice about a future default for num_gpus=0: not the user's concern
-            warnings.filterwarnings("ignore", message=".*accelerator visible devices.*", category=FutureWarning)
-            pending = {remote.options(num_cpus=config.ray_cpus_per_client, num_gpus=config.ray_gpus_per_client,
-                                      max_retries=0, name=f"{TASK_NAME}-{task.index}").remote(task, setup): task.index
-                       for task in tasks}
+        pending = {remote.options(num_cpus=config.ray_cpus_per_client, num_gpus=config.ray_gpus_per_client,
+                                  max_retries=0, name=f"{TASK_NAME}-{task.index}").remote(task, setup): task.index
+                   for task in tasks}
         try:
             while pending:
                 ready, _ = ray.wait(list(pending), num_returns=1)
