@@ -350,13 +350,14 @@ CLEAN_METRICS_NOTE = ("clean_test_* metrics are computed from local-only clear r
 
 
 DP_SGD_SCOPE = ("what a federation releases about one record when the silos train with record-level DP-SGD: each "
-                "silo's updates (and so the model and the metrics computed from them) are (epsilon, delta)-DP in "
-                "each of its records over every step it took; its client files never leave it (local-only), so "
-                "this is everything it releases; the run's figure is the weakest silo's")
-LOCAL_METRICS_NOTE = ("the round metrics (train_*, test_*, per_client) of silos whose files are local-only are "
-                      "computed from their clear records and are NOT covered by the DP-SGD figure: in a deployment "
-                      "they leave a silo with its reply; treat them as releases outside this guarantee (not yet "
-                      "randomized or accounted)")
+                "silo's updates (and so the model and what is computed from it) are (epsilon, delta)-DP in "
+                "each of its training records over every step it took; its client files never leave it "
+                "(local-only), so this is everything it releases; the run's figure is the weakest silo's")
+LOCAL_METRICS_NOTE = ("DP-SGD silos do not report training metrics (train_* are null: they would be computed from "
+                      "clear training records); the evaluation sums (test_*, per_client) of silos whose files are "
+                      "local-only are computed in clear from their TEST records, which are disjoint from the "
+                      "training records this figure covers: in a deployment they leave a silo with its reply and "
+                      "are not randomized or accounted, so test records are not protected by this guarantee")
 SHARED_FILES_NOTE = ("client {client}'s file is shareable, so it may have left the silo: its release guarantee "
                      "covers everything (the updates are computed from the released file: post-processing); the "
                      "DP-SGD figure alone holds where only the updates leave (updates_only)")

@@ -4,7 +4,8 @@ Each local step (Abadi et al. 2016, Algorithm 1) draws a Poisson batch (every tr
 independently with probability q), computes every record's gradient (Opacus' ``GradSampleModule``), clips each
 to L2 norm C, sums them, adds N(0, σ²C²) noise and divides by the expected batch q·n (Opacus' ``DPOptimizer``
 with ``loss_reduction="mean"``), then takes the optimizer's step. Only the model after the round's steps leaves
-the silo; everything else is post-processing of it.
+the silo; everything else is post-processing of it. The batches' loss and accuracy are not reported (they are
+computed from clear records).
 
 Decisions:
 
@@ -104,7 +105,9 @@ def train_dp_sgd(model: FederatedMLP, split: ClientSplit | StreamedSplit, dp: Dp
     Returns
     -------
     TrainStats
-        Mean loss and accuracy over the records the steps drew (NaN when they drew none).
+        NaN loss and accuracy, and the records the steps drew: the batches' loss and accuracy are computed from
+        clear training records, which the DP-SGD guarantee covers only through the noisy model, so they stay
+        on the silo (never reported; the round record's train_* are NaN).
     """
     from opacus.grad_sample import GradSampleModuleFastGradientClipping
     from opacus.utils.fast_gradient_clipping_utils import DPTensorFastGradientClipping
@@ -121,7 +124,7 @@ def train_dp_sgd(model: FederatedMLP, split: ClientSplit | StreamedSplit, dp: Dp
     dp_optimizer = _optimizer_class()(optimizer, noise_multiplier=dp.noise_multiplier, max_grad_norm=dp.clip,
                                       expected_batch_size=max(dp.sampling_probability * n, 1e-12),
                                       loss_reduction="sum", rng=rng)
-    loss_sum, correct, seen = 0.0, 0, 0
+    seen = 0
     try:
         for _step in range(dp.local_steps):
             index = np.flatnonzero(rng.random(n) < dp.sampling_probability)  # Poisson sampling, rate q
@@ -135,11 +138,7 @@ def train_dp_sgd(model: FederatedMLP, split: ClientSplit | StreamedSplit, dp: Dp
                 # gradients, then the gradient of Σ_i min(1, C/‖g_i‖)·loss_i = Σ_i clip_C(g_i)
                 DPTensorFastGradientClipping(wrapped, dp_optimizer, per_record, "sum").backward()
             dp_optimizer.step()
-            loss_sum += float(per_record.detach().sum())
-            correct += int((logits.detach().argmax(dim=1) == labels).sum())
             seen += int(labels.shape[0])
     finally:
         wrapped._close()  # remove Opacus' hooks: the model is the run's scratch space  # noqa: SLF001
-    if seen == 0:
-        return TrainStats(math.nan, math.nan, 0)
-    return TrainStats(loss_sum / seen, correct / seen, seen)
+    return TrainStats(math.nan, math.nan, seen)

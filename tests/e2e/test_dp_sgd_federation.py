@@ -62,6 +62,9 @@ def test_each_silos_ledger_is_dp_accountings_over_the_steps_it_took(float_run, t
     assert guarantee["epsilon"] == "inf"
     assert all(row["updates_only"]["epsilon"] <= 2.0 for row in guarantee["clients"])
     assert metrics["config"]["dp_sgd"] is True and '"seed"' not in json.dumps(metrics)
+    # the Poisson batches' loss and accuracy are clear-record statistics: they stay on the silo
+    assert all(r["train_loss"] is None and r["train_accuracy"] is None for r in metrics["rounds"])
+    assert all(r["test_accuracy"] is not None for r in metrics["rounds"])
 
 
 def test_a_resumed_run_restores_the_accountant(float_run, tmp_path):
