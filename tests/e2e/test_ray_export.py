@@ -1,12 +1,11 @@
 """Issue 32: the export's clients as Ray tasks, the same files as a seeded local export.
 
-The slow test starts a Ray head of its own (``ray start --head``, 2 CPUs so two worker processes run
-clients, its own temp dir and free ports, the node address 127.0.0.1, which Ray may resolve to this
-machine's address), exports 4 mnist5k clients through it, SIGKILLs a worker in the middle of a client,
-reruns, compares every dataset and attribute of every client file with a local seeded export (the
-creation time left out), and stops every process of that head. Worker releases are slowed through a
-``sitecustomize`` module on the head's PYTHONPATH (its workers import it), so that the kill lands while
-a client is being exported.
+The slow test starts a Ray head of its own (``tests/ray_head.py``: ``ray start --head``, 2 CPUs so two
+worker processes run clients, its own temp dir and free ports, the node address 127.0.0.1), exports 4
+mnist5k clients through it, SIGKILLs a worker in the middle of a client, reruns, compares every dataset
+and attribute of every client file with a local seeded export (the creation time left out), and stops
+every process of that head. Worker releases are slowed through a ``sitecustomize`` module on the head's
+PYTHONPATH (its workers import it), so that the kill lands while a client is being exported.
 """
 
 from __future__ import annotations
@@ -14,10 +13,8 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
-import tempfile
 import textwrap
 import time
 from pathlib import Path
@@ -27,6 +24,7 @@ import numpy as np
 import psutil
 import pytest
 from click.testing import CliRunner
+from ray_head import RayHead, head_processes, start_head, stop_head
 from repository import ROOT
 
 from ldpfl.api.export_job import export
@@ -91,80 +89,26 @@ def assert_same_files(run: Path, local: Path) -> None:
             assert ours[key] == theirs[key], (name, key)
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def alive(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() not in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD)
-    except psutil.Error:
-        return False
-
-
-def head_processes(temp_dir: str) -> list[psutil.Process]:
-    """The head's processes (their command line names its temp dir) and everything they started."""
-    found: dict[int, psutil.Process] = {}
-    for process in psutil.process_iter(["cmdline"]):
-        try:
-            if any(temp_dir in part for part in process.info["cmdline"] or ()):
-                found[process.pid] = process
-                found.update((child.pid, child) for child in process.children(recursive=True))
-        except psutil.Error:
-            continue
-    return [p for p in found.values() if alive(p.pid)]
-
-
-def stop_head(temp_dir: str) -> None:
-    """End this head's processes only (never ``ray stop``: other Ray instances may run on this machine)."""
-    processes = head_processes(temp_dir)
-    for process in processes:
-        try:
-            process.terminate()
-        except psutil.Error:
-            pass
-    _, survivors = psutil.wait_procs(processes, timeout=3)
-    for process in survivors:
-        try:
-            process.kill()
-        except psutil.Error:
-            pass
-    psutil.wait_procs(survivors, timeout=10)
-
-
 @pytest.fixture
 def ray_head(tmp_path):
-    """A Ray head with 2 CPUs on 127.0.0.1 and ports of its own; yields (address, temp dir, node tmp, env)."""
-    temp_dir = tempfile.mkdtemp(prefix="ldpflray", dir="/tmp")  # short: Ray's socket paths must fit 107 bytes
+    """A Ray head with 2 CPUs on 127.0.0.1 and ports of its own; yields (head, node tmp, env)."""
     site = tmp_path / "site"
     site.mkdir()
     (site / "sitecustomize.py").write_text(SLOW_SITE)
     node_tmp = tmp_path / "node-tmp"  # the workers' tempfile.gettempdir()
     node_tmp.mkdir()
     env = {**os.environ, "PYTHONPATH": f"{site}{os.pathsep}{ROOT}", "LDPFL_TEST_SLOW_RELEASE": "1.5",
-           "TMPDIR": str(node_tmp), "RAY_USAGE_STATS_ENABLED": "0", "OMP_NUM_THREADS": "1"}
-    env.pop("RAY_ADDRESS", None)
-    port = free_port()
-    ray = Path(sys.executable).parent / "ray"
-    started = subprocess.run(
-        [str(ray), "start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}", "--num-cpus=2",
-         "--num-gpus=0", "--include-dashboard=false", "--disable-usage-stats", f"--temp-dir={temp_dir}",
-         f"--ray-client-server-port={free_port()}", f"--dashboard-agent-listen-port={free_port()}"],
-        env=env, capture_output=True, text=True, timeout=120)
+           "TMPDIR": str(node_tmp), "OMP_NUM_THREADS": "1"}
+    head = start_head(2, env)
     try:
-        assert started.returncode == 0, started.stderr[-2000:]
-        yield f"127.0.0.1:{port}", temp_dir, node_tmp, env
+        yield head, node_tmp, env
     finally:
-        stop_head(temp_dir)
-        left = head_processes(temp_dir)
-        assert left == [], [p.pid for p in left]  # no Ray process left behind
+        assert stop_head(head) == []  # no Ray process left behind
 
 
-def running_task(temp_dir: str) -> psutil.Process | None:
+def running_task(head: RayHead) -> psutil.Process | None:
     """A worker process of this head that is exporting a client (Ray titles it ``ray::<task name>``)."""
-    for process in head_processes(temp_dir):
+    for process in head_processes(head):
         try:
             title = " ".join(process.cmdline())
         except psutil.Error:
@@ -181,7 +125,8 @@ def ldpfl(args: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
 
 @pytest.mark.slow
 def test_ray_export_survives_a_killed_worker_and_writes_the_local_files(tmp_path, ray_head) -> None:
-    address, temp_dir, node_tmp, head_env = ray_head
+    head, node_tmp, head_env = ray_head
+    address = head.address
     local = tmp_path / "local"
     assert CliRunner().invoke(cli, [*EXPORT, "--out", str(local)]).exit_code == 0
     run = tmp_path / "ray"
@@ -192,7 +137,7 @@ def test_ray_export_survives_a_killed_worker_and_writes_the_local_files(tmp_path
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and killed is None:  # a client finished, another in the middle
             done = list(run.glob("client_*.h5")) if run.is_dir() else []
-            task = running_task(temp_dir) if done else None
+            task = running_task(head) if done else None
             if task is not None:
                 task.send_signal(signal.SIGKILL)
                 killed = task.pid
