@@ -23,7 +23,7 @@ import pytest
 import torch
 from cli_checks import one_error_line, run, stderr_error_line
 from federate_files import write_run
-from flower_helpers import marked_fixture  # noqa: F401 - the fixture `marked`
+from flower_helpers import flower_fixture, marked_fixture  # noqa: F401 - the fixtures `flower`, `marked`
 from repository import ROOT
 
 from ldpfl import mechanisms as mech
@@ -262,7 +262,8 @@ def test_a_rejected_silo_counts_against_the_failure_policy(three, tmp_path) -> N
 
 def test_the_local_engines_failure_policy_ends_the_run_in_one_line_naming_the_rejected_silo(
         three, tmp_path, monkeypatch) -> None:
-    monkeypatch.setattr(federation, "InProcessTransport", faulty(lambda r, g: dataclasses.replace(r, upload=r.upload[:3])))
+    short = faulty(lambda r, g: dataclasses.replace(r, upload=r.upload[:3]))
+    monkeypatch.setattr(federation, "InProcessTransport", short)
     args = ("federate", three, "--rounds", "2", "--hidden", "8", "--quiet", "--min-clients-per-round")
     line = stderr_error_line(run(*args, "3", "--out", tmp_path / "a"), code=1)
     assert line.startswith("Error: round 1: 2 of the 3 selected clients trained, fewer than the failure policy's 3 "
@@ -398,3 +399,74 @@ def test_flower_simulation_refuses_a_wrong_shape_and_a_nan_upload(three, tmp_pat
     assert all(math.isfinite(r["test_accuracy"]) and not r["kept_previous_model"] for r in rounds)
     assert [[s["client"] for s in r["per_client"]] for r in rounds] == [[0, 1, 2]] * 2  # its evaluation is fine
     assert leftovers(marked) == []
+
+
+# --------------------------------------------------------------------------------------------------
+# Through a real SuperLink deployment on 127.0.0.1 (3 SuperNodes, 2 rounds): every silo misbehaves once
+# (tests/faulty_deployment_clientapp.py), then one more submission with an inflated row claim.
+
+
+@pytest.mark.slow
+def test_a_superlink_deployment_names_and_excludes_each_faulty_silo(three, tmp_path, monkeypatch, flower,
+                                                                     marked) -> None:
+    import os
+    import shutil
+
+    from faulty_deployment_clientapp import CLAIMED_ROWS, FAULTS_VARIABLE, FORGED, ROW_CLAIM, SHAPE_NAN
+    from flower_helpers import Descendants, leftovers, superlink_with_silos
+
+    from ldpfl.contract.manifest import read_manifest
+    from ldpfl.stage2_federate.flower_engine import protocol
+
+    monkeypatch.setattr(protocol, "CLIENT_APP", "faulty_deployment_clientapp:app")  # the app's clientapp component
+    tests = str(ROOT / "tests")  # where the faulty app lives, for the SuperNodes' processes
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [tests, os.environ.get("PYTHONPATH")])))
+    faults = tmp_path / "faults"
+    faults.mkdir()
+    monkeypatch.setenv(FAULTS_VARIABLE, str(faults))
+    coordinator = tmp_path / "coordinator"  # the manifest only: each silo serves its own file
+    coordinator.mkdir()
+    shutil.copy(three / "manifest.json", coordinator / "manifest.json")
+    test_rows = {r.client_index: r.rows["test"] for r in read_manifest(three).files}
+    watch = Descendants()
+    with superlink_with_silos(tmp_path / "work", [three / f"client_{i:03d}.h5" for i in range(3)]) as (port, _):
+        args = ("federate", coordinator, "--engine", "flower", "--superlink", f"127.0.0.1:{port}", "--insecure",
+                "--quiet", "--rounds", "2", "--hidden", "16", "--batch-size", "16", "--device", "cpu", "--seed", "5")
+        result = run(*args, "--out", tmp_path / "out")
+        (faults / "claim-rows").touch()
+        claim = run(*args, "--out", tmp_path / "claim")
+    watch.stop()
+    assert result.exit_code == 0, result.output
+    rounds = json.loads((tmp_path / "out" / "metrics.json").read_text())["rounds"]
+    rejected = [{r["client"]: r["reason"] for r in record["rejected"]} for record in rounds]
+    assert sorted(rejected[0]) == [ROW_CLAIM, FORGED, SHAPE_NAN] and sorted(rejected[1]) == [FORGED, SHAPE_NAN]
+    assert rejected[0][SHAPE_NAN].startswith("its upload has shape")
+    assert rejected[1][SHAPE_NAN].startswith("its upload holds") and "not finite" in rejected[1][SHAPE_NAN]
+    assert rejected[0][FORGED] == "its training accuracy 330000000.0 lies outside [0, 1]"
+    assert rejected[1][FORGED] == f"its test evaluation claims {test_rows[FORGED] + 7} correct of " \
+                                  f"{test_rows[FORGED]} rows"
+    assert rejected[0][ROW_CLAIM] == f"its test evaluation covers {CLAIMED_ROWS} rows, its test split holds " \
+                                     f"{test_rows[ROW_CLAIM]}"
+    assert [r["aggregated"] for r in rounds] == [[ROW_CLAIM], [ROW_CLAIM, FORGED]]
+    assert [[s["client"] for s in r["per_client"]] for r in rounds] == [[FORGED, SHAPE_NAN], [ROW_CLAIM, SHAPE_NAN]]
+    for record, named in zip(rounds, rejected, strict=True):
+        assert all(any(note.startswith(f"client {c}: rejected, ") for note in record["notes"]) for c in named)
+        scores = record["per_client"]  # the server's own figures: the union of the accepted, manifest-sized sums
+        assert [s["test_rows"] for s in scores] == [test_rows[s["client"]] for s in scores]
+        rows = sum(s["test_rows"] for s in scores)
+        assert record["test_accuracy"] == pytest.approx(sum(s["test_accuracy"] * s["test_rows"] for s in scores) / rows)
+        assert 0.0 <= record["test_accuracy"] <= 1.0 and 0.0 <= record["train_accuracy"] <= 1.0
+        assert math.isfinite(record["test_loss"]) and not record["kept_previous_model"]
+    line = one_line_of(claim)
+    assert line == (f"Error: the Flower run failed: client {ROW_CLAIM}: its SuperNode claims {CLAIMED_ROWS} training "
+                    f"rows in client_000.h5, the run's manifest lists 48: the silo's claim is refused"), line
+    assert not (tmp_path / "claim" / "metrics.json").exists()
+    assert watch.running() == [] and leftovers(marked) == []
+
+
+def one_line_of(result) -> str:
+    """The one ``Error:`` line of a failed command (exit 1), without a traceback."""
+    assert result.exit_code == 1, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and "Traceback" not in result.output, result.output
+    return lines[0]
