@@ -114,7 +114,7 @@ def run_on_ray(tasks: list[ClientTask], config: ExportConfig, plan: ExportPlan,
                 ready, _ = ray.wait(list(pending), num_returns=1)
                 for ref in ready:
                     index = pending.pop(ref)
-                    finished(commit_files(run_dir, _result(ray, ref, index)))
+                    finished(commit_files(run_dir, client_result(ray, ref, index)))
                     bar.update(1)
         except BaseException:  # a task's error, a lost task, Ctrl-C: keep what is back, stop the rest
             _keep_ready(ray, pending, run_dir, finished, bar)
@@ -123,7 +123,7 @@ def run_on_ray(tasks: list[ClientTask], config: ExportConfig, plan: ExportPlan,
             raise
 
 
-def _result(ray: Any, ref: Any, index: int) -> ClientFiles:
+def client_result(ray: Any, ref: Any, index: int) -> ClientFiles:
     """Return a finished task's files; its own error as raised there, or ``RayTaskLost`` for a dead worker."""
     try:
         return ray.get(ref)
@@ -147,7 +147,7 @@ def _keep_ready(ray: Any, pending: dict[Any, int], run_dir: Path, finished: Call
     for ref in ready:
         index = pending.pop(ref)
         with contextlib.suppress(Exception):  # the first error is the one reported
-            finished(commit_files(run_dir, _result(ray, ref, index)))
+            finished(commit_files(run_dir, client_result(ray, ref, index)))
             bar.update(1)
 
 

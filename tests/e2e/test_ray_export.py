@@ -37,7 +37,7 @@ from ldpfl.contract.run_dir import validate_run
 from ldpfl.stage1_features.export import config as export_config
 from ldpfl.stage1_features.export.config import ExportConfig
 from ldpfl.stage1_features.export.errors import ExportError
-from ldpfl.stage1_features.export.ray_executor import TASK_NAME, commit_files
+from ldpfl.stage1_features.export.ray_executor import TASK_NAME, RayTaskLost, client_result, commit_files
 from ldpfl.stage1_features.export.ray_task import ClientFiles, sweep_stale
 from ldpfl.stage1_features.export.worker import ClientOutcome
 
@@ -252,3 +252,23 @@ def test_a_killed_task_s_temporary_directory_is_swept(tmp_path) -> None:
     (tmp_path / f"ldpfl-ray-{os.getpid()}-abc").mkdir()  # this process: alive, kept
     assert sweep_stale(tmp_path) == [f"ldpfl-ray-{gone.pid}-abc"]
     assert [p.name for p in tmp_path.iterdir()] == [f"ldpfl-ray-{os.getpid()}-abc"]
+
+
+def test_a_task_s_own_error_is_raised_as_raised_there_and_a_dead_worker_is_one_line() -> None:
+    exceptions = pytest.importorskip("ray.exceptions")
+
+    class FakeRay:
+        """``ray.get`` of a task that failed with ``error``."""
+
+        def __init__(self, error: Exception) -> None:
+            self.exceptions, self.error = exceptions, error
+
+        def get(self, ref: object) -> None:
+            raise self.error
+
+    cause = ExportError("`data` is not on this node")
+    with pytest.raises(ExportError, match="data is not on this node"):
+        client_result(FakeRay(exceptions.RayTaskError("export_client_files", "Traceback ...", cause)), None, 1)
+    with pytest.raises(RayTaskLost, match="client 3's Ray task was lost \\(WorkerCrashedError\\).*rerun") as lost:
+        client_result(FakeRay(exceptions.WorkerCrashedError()), None, 3)
+    assert isinstance(lost.value, OSError)  # the CLI: one line, exit 1
