@@ -10,9 +10,11 @@
 * ``write``        - encode → randomize → pack → write, one row batch at a time;
 * ``worker``       - one client's job: hold-out, CNN training, features, release, its file;
 * ``worker_guard`` - parallel workers that die with the export;
+* ``ray_task``     - one client as a Ray task on some node, its files returned as bytes;
+* ``ray_executor`` - the clients as Ray tasks (``ray_address``), their files written by the driver;
 * ``stored``       - what the run directory keeps for later runs: the partition, the saved CNNs' names;
 * ``run_dir``      - one export at a time, stale temporaries, and resuming;
 * ``manifest``     - the manifest's view of the export and each client's release guarantee;
 * ``results``      - ``ExportResult`` and ``ClientSummary``;
-* ``run``          - ``run_export``: the steps in order, clients in parallel.
+* ``run``          - ``run_export``: the steps in order, clients in parallel or on Ray.
 """

@@ -69,6 +69,10 @@ class ExportConfig:
     ``data_options`` (``silo.DATA_OPTIONS``); ``dataset`` is then the name the files record. With
     ``client_index`` (single-silo mode) the whole input is client ``client_index``'s of ``clients``: no
     partitioning. ``plan`` is the shared plan the export must agree with (``ldpfl.contract.plan``).
+
+    ``ray_address`` (auto, local or a cluster's address) runs each client as a Ray task declaring
+    ``ray_cpus_per_client`` CPUs and ``ray_gpus_per_client`` GPUs (``ray_executor``, docs/cluster.md); like
+    ``device``, these say how the work runs, not what the files hold, and are not written to the manifest.
     """
 
     dataset: str = "mnist5k"
