@@ -26,13 +26,16 @@ Randomized response is defined under replace-one only (a removed record's own re
 :func:`calibrate_noise_multiplier` finds the smallest σ whose T Poisson-sampled steps stay within a target ε
 (dp-accounting's ``calibrate_dp_mechanism``, a bisection over the same accountant).
 
-dp-accounting loads on first use (about 1 s); accountants are cached per event sequence in this process.
+dp-accounting loads on first use (about 1 s); accountants are cached per event sequence (and each prefix of it) in
+this process. :mod:`ldpfl.mechanisms.accounting_bounds` brackets the PLD figure in numpy alone, for checks that
+must not wait for it (``ldpfl inspect``).
 This module is the package's only composition code: stage 1, stage 2, the release guarantee and the mechanisms'
 reports call it.
 """
 
 from __future__ import annotations
 
+import copy
 import functools
 import math
 from collections.abc import Iterable
@@ -174,10 +177,15 @@ def _empty(event: Event) -> bool:
 
 @functools.lru_cache(maxsize=512)
 def _composed(events: tuple[Event, ...], neighbours: str, method: str) -> Any:
-    accountant = _accountant(neighbours, method)
-    for event in events:
-        if not _empty(event):
-            accountant.compose(_library_event(event))
+    """Return the accountant of ``events`` composed in order: its prefix's (memoised), copied, with the last added.
+
+    A DP-SGD run composed alone and then with a file's other parts is composed once, as are identical runs.
+    """
+    if not events:
+        return _accountant(neighbours, method)
+    accountant = copy.deepcopy(_composed(events[:-1], neighbours, method))
+    if not _empty(events[-1]):
+        accountant.compose(_library_event(events[-1]))
     return accountant
 
 

@@ -71,7 +71,8 @@ class InspectResult:
         return inspection_text(self.report, details=details)
 
 
-def inspect(path: StrPath, *, plot: StrPath | None = None, progress: ProgressCallback | None = None) -> InspectResult:
+def inspect(path: StrPath, *, plot: StrPath | None = None, recompute: bool = False,
+            progress: ProgressCallback | None = None) -> InspectResult:
     """Inspect a client file or a run directory (see the module docstring for every check).
 
     Parameters
@@ -81,6 +82,10 @@ def inspect(path: StrPath, *, plot: StrPath | None = None, progress: ProgressCal
     plot : path, optional
         Also write a PNG there: bit density per feature and bit position, label histograms per client, and
         the accuracy per round when ``federation/metrics.json`` exists.
+    recompute : bool
+        Recompute each DP-SGD part's guarantee with the exact accountant (dp-accounting's PLD: seconds per
+        distinct training). By default the stored figure is checked against a valid bracket of it in numpy,
+        and recomputed only where the bracket disagrees.
     progress : callable, optional
         Called with a :class:`~ldpfl.api.progress.Progress` when the job starts and when it is done.
 
@@ -99,7 +104,7 @@ def inspect(path: StrPath, *, plot: StrPath | None = None, progress: ProgressCal
 
         check_write_target(target, "plot", [source])
     report(progress, "inspect", "step", 0, 1)
-    found = inspect_path(source)
+    found = inspect_path(source, recompute=recompute)
     written = None
     if target is not None and any(f.metadata is not None and (f.bits or f.floats) for f in found.files):
         written = write_plot(found, target)

@@ -20,7 +20,10 @@ from ldpfl.contract.jsonout import echo_json
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False, writable=True, path_type=Path),
               help="Also write a PNG: bit density over feature x bit position, label histograms per client, "
                    "and accuracy per round when federation/metrics.json exists.")
-def inspect_command(path: Path, as_json: bool, details: bool, plot_path: Path | None) -> int:
+@click.option("--recompute", is_flag=True,
+              help="Recompute a DP-SGD extractor's guarantee exactly (dp-accounting's PLD, seconds per file) instead "
+                   "of checking the stored figure against a valid numpy bracket of it.")
+def inspect_command(path: Path, as_json: bool, details: bool, plot_path: Path | None, recompute: bool) -> int:
     """Show what a randomized client file (or every file of a run directory) holds, and verify it.
 
     PATH is a client file (client_000.h5) or a run directory (manifest.json plus client files).
@@ -48,7 +51,7 @@ def inspect_command(path: Path, as_json: bool, details: bool, plot_path: Path | 
       ldpfl inspect runs/mnist --details --plot mnist.png
       ldpfl inspect runs/mnist --json > report.json
     """
-    found = inspect(path, plot=plot_path)
+    found = inspect(path, plot=plot_path, recompute=recompute)
     result = found.report
     single_error = result.kind == "file" and result.files[0].error is not None
     if as_json:

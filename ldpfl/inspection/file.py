@@ -26,7 +26,7 @@ from ldpfl.contract.file_checks import checksum_problems, unprotected_datasets
 from ldpfl.contract.jsonout import json_ready
 from ldpfl.contract.layout import MANIFEST_NAME
 from ldpfl.contract.manifest import read_manifest
-from ldpfl.contract.release_guarantee import ReleaseGuarantee, file_guarantee, stored_or_computed
+from ldpfl.contract.release_guarantee import GuaranteeCheck, ReleaseGuarantee, check_stored, stored_or_computed
 from ldpfl.contract.run_dir import FileCheck, check_client_file, listed_index_problem, name_index_problem
 from ldpfl.contract.schema import SPLITS, ClientMetadata, FormatError
 from ldpfl.inspection.bits import BitStatistics, bit_statistics, count_ones_per_position
@@ -65,6 +65,7 @@ class FileReport:
     checksums: str = "not read"
     privacy: PrivacySummary | None = None
     guarantee: ReleaseGuarantee | None = None  # everything the file releases about one record (issue 22)
+    guarantee_check: GuaranteeCheck | None = None  # how the stored guarantee was checked (bracket or recomputed)
     bits: BitStatistics | None = None
     floats: FloatStatistics | None = None
     flags: list[str] = field(default_factory=list)
@@ -97,6 +98,7 @@ class FileReport:
             "rows": dict(self.rows), "label_histograms": dict(self.label_histograms),
             "privacy": None if self.privacy is None else self.privacy.to_dict(),
             "release_guarantee": None if self.guarantee is None else self.guarantee.to_dict(),
+            "release_guarantee_check": None if self.guarantee_check is None else self.guarantee_check.to_dict(),
             "bit_statistics": None if self.bits is None else self.bits.to_dict(),
             "float_statistics": None if self.floats is None else self.floats.to_dict(),
         })
@@ -238,7 +240,7 @@ def _read_data(path: Path, handle: h5py.File, metadata: ClientMetadata, mechanis
 
 
 def inspect_file(path: str | os.PathLike, *, manifest: ManifestCheck | None = None,
-                 block_rows: int | None = None) -> FileReport:
+                 block_rows: int | None = None, recompute: bool = False) -> FileReport:
     """Inspect one client file; never raises for a bad file (the report carries the error).
 
     Parameters
@@ -250,6 +252,9 @@ def inspect_file(path: str | os.PathLike, *, manifest: ManifestCheck | None = No
         file is looked up and the file's entry, if any, checked.
     block_rows
         Rows per read (default: about 4 MiB of stored data, whole HDF5 chunks).
+    recompute
+        Recompute a DP-SGD part's guarantee with the exact accountant (dp-accounting's PLD) instead of checking
+        the stored figure against a valid bracket (``ldpfl.contract.release_guarantee.check_stored``).
     """
     path = Path(path)
     report = FileReport(path)
@@ -264,7 +269,8 @@ def inspect_file(path: str | os.PathLike, *, manifest: ManifestCheck | None = No
             report.flags.extend(problems)
             report.privacy, problems = privacy_summary(metadata, mechanism)
             report.flags.extend(problems)
-            report.guarantee, problems = guarantee_summary(handle, metadata, rows)
+            report.guarantee, report.guarantee_check, problems = guarantee_summary(handle, metadata, rows,
+                                                                                    recompute=recompute)
             report.flags.extend(problems)
             _read_data(path, handle, metadata, mechanism, report, block_rows)
             if report.manifest.rows is not None and dict(report.manifest.rows) != report.rows:
@@ -277,13 +283,14 @@ def inspect_file(path: str | os.PathLike, *, manifest: ManifestCheck | None = No
     return report
 
 
-def guarantee_summary(handle: h5py.File, metadata: ClientMetadata, rows: Mapping[str, int]
-                      ) -> tuple[ReleaseGuarantee | None, list[str]]:
-    """Return the file's release guarantee (stored, or computed for older files) and what contradicts it.
+def guarantee_summary(handle: h5py.File, metadata: ClientMetadata, rows: Mapping[str, int], *,
+                      recompute: bool = False) -> tuple[ReleaseGuarantee | None, GuaranteeCheck | None, list[str]]:
+    """Return the file's release guarantee (stored, or computed for older files), its check, and what contradicts it.
 
     A stored guarantee may not claim less than the file's own parts give (the earlier releases of the same
-    records, which only the manifest knows, can only add); every dataset and attribute of a shareable file must
-    be in the inventory (``ldpfl.contract.inventory``).
+    records, which only the manifest knows, can only add): ``check_stored`` checks it, against a valid bracket
+    of the accountant's figure unless ``recompute``; every dataset and attribute of a shareable file must be in
+    the inventory (``ldpfl.contract.inventory``).
     """
     problems = []
     if not metadata.local_only:
@@ -293,13 +300,10 @@ def guarantee_summary(handle: h5py.File, metadata: ClientMetadata, rows: Mapping
         records = sum(rows.values())
         guarantee = stored_or_computed(metadata, records=records)
         diagnostic = "stats" in handle and "input_bit_density" in handle["stats"]
-        own = file_guarantee(metadata, records=records, diagnostic=diagnostic)
+        check = check_stored(guarantee, metadata, records=records, diagnostic=diagnostic, recompute=recompute)
     except (KeyError, TypeError, ValueError) as error:
-        return None, [f"attribute 'release_guarantee' or its inputs are malformed ({short_error(error)})"]
-    if own.epsilon > guarantee.epsilon * (1 + 1e-9) + 1e-9:
-        problems.append(f"release_guarantee states epsilon {guarantee.epsilon:.6g}, below the {own.epsilon:.6g} of "
-                        "the file's own parts")
-    return guarantee, problems
+        return None, None, [f"attribute 'release_guarantee' or its inputs are malformed ({short_error(error)})"]
+    return guarantee, check, problems + list(check.problems)
 
 
 def manifest_check(file: FileCheck, *, has_manifest: bool = True) -> ManifestCheck:

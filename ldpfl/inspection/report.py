@@ -208,15 +208,16 @@ def release_history(manifest: Manifest) -> tuple[dict[int, dict[str, Any]] | Non
             for i, entries in history.items()}, None
 
 
-def inspect_path(path: str | os.PathLike, *, block_rows: int | None = None) -> Inspection:
-    """Inspect a client file or a run directory (see the module docstring for every check)."""
+def inspect_path(path: str | os.PathLike, *, block_rows: int | None = None, recompute: bool = False) -> Inspection:
+    """Inspect a client file or a run directory (see the module docstring; ``recompute``: see ``inspect_file``)."""
     path = Path(path)
     if path.is_dir():
-        return inspect_run(path, block_rows=block_rows)
-    return Inspection(path, "file", [inspect_file(path, block_rows=block_rows)])
+        return inspect_run(path, block_rows=block_rows, recompute=recompute)
+    return Inspection(path, "file", [inspect_file(path, block_rows=block_rows, recompute=recompute)])
 
 
-def inspect_run(run_dir: str | os.PathLike[str], *, block_rows: int | None = None) -> Inspection:
+def inspect_run(run_dir: str | os.PathLike[str], *, block_rows: int | None = None,
+                recompute: bool = False) -> Inspection:
     """Inspect every client file of a run directory (those the manifest lists and any other ``*.h5``)."""
     run_dir = Path(run_dir)
     result = Inspection(run_dir, "run", [])
@@ -232,7 +233,7 @@ def inspect_run(run_dir: str | os.PathLike[str], *, block_rows: int | None = Non
         raise FormatError(run_dir, "no client files (*.h5) and no manifest listing any: not an ldpfl run directory")
     for file in check.files:
         report = inspect_file(file.path, manifest=manifest_check(file, has_manifest=has_manifest),
-                              block_rows=block_rows)
+                              block_rows=block_rows, recompute=recompute)
         if has_manifest and file.record is None:
             report.flags.append(f"not listed in {MANIFEST_NAME}")
         result.files.append(report)
