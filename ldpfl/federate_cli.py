@@ -59,45 +59,12 @@ def _parse_hidden(ctx: click.Context, param: click.Parameter, value: str) -> tup
     return sizes
 
 
-def _list_parser(what: str, kind: str):
-    def parse(ctx: click.Context, param: click.Parameter, value: str | None):
-        if value is None:
-            return None
-        try:
-            return budgets.parse_value_list(value, what=what, kind=kind)
-        except ValueError as error:
-            raise click.BadParameter(str(error)) from None
-
-    return parse
-
-
-def _parse_centres(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[float, ...] | None:
-    if value is None:
-        return None
-    try:
-        return budgets.parse_numbers(value, what="client centres", positive=False)
-    except ValueError as error:
-        raise click.BadParameter(str(error)) from None
-
-
-def _parse_delta(ctx: click.Context, param: click.Parameter, value: str | None) -> float | str | None:
-    if value is None or value == "1/n":
-        return value
-    try:
-        number = float(value)
-    except ValueError:
-        raise click.BadParameter(f"{value!r} is neither a number in (0, 1) nor '1/n'") from None
-    if not 0.0 < number < 1.0:
-        raise click.BadParameter(f"delta must lie in the open interval (0, 1), got {value}")
-    return number
-
-
 def federation_option_flags(command: Callable[..., Any]) -> Callable[..., Any]:
     """Add one flag per registered federation option (``FEDERATION_OPTIONS``), with help from the registries."""
     types = {"positive": click.FloatRange(min=0.0, min_open=True),
              "probability": click.FloatRange(0.0, 1.0, min_open=True, max_open=True)}
     for option in reversed(list(FEDERATION_OPTIONS.values())):  # click lists the flags in the order they were added
-        extra: dict[str, Any] = ({"callback": _parse_delta} if option.kind == "delta" else {"type": types[option.kind]})
+        extra: dict[str, Any] = {} if option.kind == "delta" else {"type": types[option.kind]}  # δ: the config reads it
         command = click.option(f"--{option.name.replace('_', '-')}", default=None, help=option_help(option.name),
                                **extra)(command)
     return command
@@ -164,16 +131,17 @@ Examples:
               help="Override what the mechanism perturbs: the parameters or the update (local - global).")
 @click.option("--epsilon", type=click.FloatRange(min=0.0, min_open=True), default=1.0, show_default=True,
               help="epsilon of every client when --client-epsilons is not given.")
-@click.option("--client-epsilons", callback=_list_parser("client epsilons", budgets.EPSILON), default=None,
+@click.option("--client-epsilons", default=None,
               help="Per-client epsilon: 1,1,10,…, @file.json, @file.csv or a preset name; one value per client.")
-@click.option("--client-ranges", callback=_list_parser("client ranges", budgets.RANGE), default=None,
+@click.option("--client-ranges", default=None,
               help="pdpm: per-client safe-range lengths L_i (list, @file or preset pldp-tau1/2/3).")
-@click.option("--client-centres", callback=_parse_centres, default=None,
+@click.option("--client-centres", default=None,
               help="pdpm: per-client safe-range centres c_i (list or @file; default --range-centre).")
 @click.option("--range-length", type=click.FloatRange(min=0.0, min_open=True), default=2.0, show_default=True,
               help="pdpm: L of every client when --client-ranges is not given (tau = [-1, 1]).")
 @click.option("--range-centre", type=float, default=0.0, show_default=True, help="pdpm: centre c of every client.")
-@click.option("--budget-preset", "presets", multiple=True, type=click.Choice(budgets.preset_names()), metavar="NAME",
+@click.option("--budget-preset", "budget_presets", multiple=True, type=click.Choice(budgets.preset_names()),
+              metavar="NAME",
               help="Named per-client epsilons or safe-range lengths (listed below); may be repeated once per kind.")
 @federation_option_flags
 @click.option("--sign-mode", type=click.Choice(list(SIGN_MODES)), default="update", show_default=True,
@@ -268,9 +236,9 @@ Examples:
                    "rejected reply is left out and the round goes on.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar and no summary.")
-def federate_command(run_dir: Path, presets: tuple[str, ...], out_dir: Path | None, resume: bool, overwrite: bool,
-                     keep_checkpoint: bool, as_json: bool, quiet: bool, engine: Literal["local", "flower"],
-                     cpus_per_client: int | None,
+def federate_command(run_dir: Path, budget_presets: tuple[str, ...], out_dir: Path | None, resume: bool,
+                     overwrite: bool, keep_checkpoint: bool, as_json: bool, quiet: bool,
+                     engine: Literal["local", "flower"], cpus_per_client: int | None,
                      client_timeout: float | None, superlink: str | None, root_certificates: Path | None,
                      insecure: bool, min_clients: int | None, **options: Any) -> None:
     """Federated training of a fully-connected model over the client files in RUN_DIR (LDPFL stage 2).
@@ -280,20 +248,11 @@ def federate_command(run_dir: Path, presets: tuple[str, ...], out_dir: Path | No
     clients' randomized test splits. Writes metrics.csv, metrics.json, accuracy.png, model.pt, config.json
     and checkpoint.pt to OUT.
     """
-    for name in presets:
-        preset = budgets.get_preset(name)
-        key = "client_epsilons" if preset.kind == budgets.EPSILON else "client_ranges"
-        flag = "--client-epsilons" if key == "client_epsilons" else "--client-ranges"
-        if options.get(key) is not None:
-            raise click.UsageError(f"--budget-preset {name} and {flag} (or a second preset) both set {preset.kind} "
-                                   "values; give one")
-        options[key] = name
-
     try:
         result = federate(run_dir, engine=engine, out=out_dir, resume=resume, overwrite=overwrite,
                           keep_checkpoint=keep_checkpoint, cpus_per_client=cpus_per_client,
                           client_timeout=client_timeout, superlink=superlink, root_certificates=root_certificates,
-                          insecure=insecure, min_clients_per_round=min_clients,
+                          insecure=insecure, min_clients_per_round=min_clients, budget_presets=budget_presets,
                           progress_bars=not quiet and not as_json, on_warning=print_warning, **options)
     except FlowerMissingError as error:  # --engine flower: one Error: line each
         raise click.ClickException(str(error)) from None

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ldpfl.common.errors import ParameterError
 from ldpfl.common.registry import Registry
 from ldpfl.contract.small_files import SmallFileError, read_small_file
 
@@ -100,6 +101,27 @@ def preset_names(kind: str | None = None) -> list[str]:
 def get_preset(name: str) -> BudgetPreset:
     """Return the preset called ``name``; an unknown name lists the valid ones."""
     return PRESETS.get(name)
+
+
+def apply_presets(presets: Sequence[str], client_epsilons: tuple[float, ...] | str | None,
+                  client_ranges: tuple[float, ...] | str | None
+                  ) -> tuple[tuple[float, ...] | str | None, tuple[float, ...] | str | None]:
+    """Return (``client_epsilons``, ``client_ranges``) with each preset of ``presets`` set by its kind.
+
+    Raises
+    ------
+    ParameterError
+        A preset whose kind is already set (by the list given, or by an earlier preset); an unknown name.
+    """
+    values: dict[str, tuple[float, ...] | str | None] = {EPSILON: client_epsilons, RANGE: client_ranges}
+    for name in presets:
+        preset = get_preset(name)
+        if values[preset.kind] is not None:
+            key = "client_epsilons" if preset.kind == EPSILON else "client_ranges"
+            raise ParameterError(f"`budget_presets` {name} and `{key}` (or a second preset) both set {preset.kind} "
+                                 "values; give one")
+        values[preset.kind] = name
+    return values[EPSILON], values[RANGE]
 
 
 def presets_help() -> str:

@@ -45,6 +45,21 @@ LABEL_NOISE_CORRECTIONS = ("auto", "forward", "backward", "none")
 """How training corrects for k-RR labels (``label_noise``): auto is forward for randomized labels, none for clear."""
 
 
+def _checked_delta(value: float | str | None) -> float | str | None:
+    """Return δ as a number in (0, 1), or ``'1/n'`` (a number given as text is converted; ParameterError otherwise)."""
+    if value is None or value == "1/n":
+        return value
+    number: object = value
+    if isinstance(value, str):
+        try:
+            number = float(value)
+        except ValueError:
+            raise ParameterError(f"`delta` {value!r} is neither a number in (0, 1) nor '1/n'") from None
+    if isinstance(number, bool) or not isinstance(number, int | float) or not 0.0 < number < 1.0:
+        raise ParameterError(f"`delta` must lie in the open interval (0, 1), got {value}")
+    return float(number)
+
+
 @dataclass(frozen=True)
 class FederationConfig:
     """Everything that defines a federation run. ``seed`` is never written to any output.
@@ -70,7 +85,7 @@ class FederationConfig:
     client_epsilons: tuple[float, ...] | str | None = None
     client_ranges: tuple[float, ...] | str | None = None
     range_length: float = 2.0
-    client_centres: tuple[float, ...] | None = None
+    client_centres: tuple[float, ...] | str | None = None
     range_centre: float = 0.0
     clip: float | None = None
     delta: float | str | None = None
@@ -110,6 +125,14 @@ class FederationConfig:
             value = getattr(self, name)
             if isinstance(value, list):
                 object.__setattr__(self, name, tuple(float(v) for v in value))
+            elif isinstance(value, str):  # 1,1,10, @file.json, @file.csv or a preset name of the right kind
+                kind, what = (budgets.EPSILON, "client epsilons") if name == "client_epsilons" else (
+                    budgets.RANGE, "client ranges")
+                object.__setattr__(self, name, budgets.parse_value_list(value, what=what, kind=kind))
+        if isinstance(self.client_centres, str):
+            object.__setattr__(self, "client_centres",
+                               budgets.parse_numbers(self.client_centres, what="client centres", positive=False))
+        object.__setattr__(self, "delta", _checked_delta(self.delta))
         require_int_in_range("rounds", self.rounds, 1)
         if self.clients_per_round is not None:
             require_int_in_range("clients per round", self.clients_per_round, 1)
@@ -148,12 +171,6 @@ class FederationConfig:
             raise ValueError(f"device must be one of {', '.join(DEVICES)}, got {self.device!r}")
         if self.threads is not None:
             require_int_in_range("threads", self.threads, 1, 1024)
-        for name in ("client_epsilons", "client_ranges"):
-            value = getattr(self, name)
-            if isinstance(value, str):
-                kind = budgets.EPSILON if name == "client_epsilons" else budgets.RANGE
-                if budgets.get_preset(value).kind != kind:
-                    raise ValueError(f"budget preset {value!r} does not set {kind} values")
         wiring = perturbation_wiring(self.perturbation)
         if wiring.ranges is None and (self.client_ranges is not None or self.client_centres is not None):
             takers = [n for n in perturbation_names() if perturbation_wiring(n).ranges is not None]

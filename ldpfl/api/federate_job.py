@@ -13,13 +13,14 @@ the same way from what the engine returns. ``ldpfl federate`` maps its flags to 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Unpack
 
 from ldpfl.common.errors import ParameterError
 from ldpfl.contract.release_guarantee import ReleaseGuarantee, weakest
+from ldpfl.stage2_federate import budgets
 from ldpfl.stage2_federate.config import FederationConfig
 from ldpfl.stage2_federate.flower_engine import require_flower
 from ldpfl.stage2_federate.flower_engine.deployment import run_on_superlink
@@ -109,7 +110,7 @@ def federate(run_dir: StrPath, config: FederationConfig | None = None, /, *, eng
              out: StrPath | None = None, resume: bool = False, overwrite: bool = False,
              keep_checkpoint: bool = False, cpus_per_client: int | None = None, client_timeout: float | None = None,
              superlink: str | None = None, root_certificates: StrPath | None = None, insecure: bool = False,
-             min_clients_per_round: int | None = None,
+             min_clients_per_round: int | None = None, budget_presets: Sequence[str] = (),
              progress: ProgressCallback | None = None, progress_bars: bool = False,
              on_warning: Callable[[str], None] | None = None, **fields: Unpack[FederationFields]) -> FederateResult:
     """Run (or resume) a federation over the client files of the export run ``run_dir``.
@@ -143,6 +144,9 @@ def federate(run_dir: StrPath, config: FederationConfig | None = None, /, *, eng
         least this many selected clients trained; fewer end the run (``TooFewClientsError``, one line). Default:
         on Flower a client's own failure ends the run (a lost node is logged and the round goes on); on both
         engines a rejected reply is left out and the round goes on.
+    budget_presets : sequence of str
+        Named per-client ε or safe-range lengths (``ldpfl.stage2_federate.budgets``), each setting
+        ``client_epsilons`` or ``client_ranges`` by its kind (keyword form only; one per kind).
     progress : callable, optional
         Called with a :class:`~ldpfl.api.progress.Progress` after each round (with its test accuracy).
     progress_bars : bool
@@ -179,6 +183,15 @@ def federate(run_dir: StrPath, config: FederationConfig | None = None, /, *, eng
                              "uses its own machine)")
     if insecure and root_certificates is not None:
         raise ParameterError("`insecure` (no TLS) and `root_certificates` (TLS with that CA) exclude each other")
+    if budget_presets:
+        if config is not None:
+            raise ParameterError("`budget_presets` set fields of the keyword form: give them without `config`")
+        epsilons, ranges = budgets.apply_presets(budget_presets, fields.get("client_epsilons"),
+                                                 fields.get("client_ranges"))
+        if epsilons is not None:
+            fields["client_epsilons"] = epsilons
+        if ranges is not None:
+            fields["client_ranges"] = ranges
     if config is None:
         config = FederationConfig(**fields)
     elif fields:

@@ -80,7 +80,7 @@ class FederationFields(TypedDict, total=False):
     client_epsilons: tuple[float, ...] | str | None
     client_ranges: tuple[float, ...] | str | None
     range_length: float
-    client_centres: tuple[float, ...] | None
+    client_centres: tuple[float, ...] | str | None
     range_centre: float
     clip: float | None
     delta: float | str | None
