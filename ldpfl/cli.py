@@ -131,12 +131,15 @@ def debugging() -> bool:
 def option_flag(command: click.Command | None, parameter: str) -> str:
     """Return the flag that sets library parameter ``parameter``.
 
-    That is the long flag of ``command``'s option of that name, or ``--parameter-name`` when it has none.
+    That is the long flag of ``command``'s option of that name, the name of its argument of that name (``PATH``),
+    or ``--parameter-name`` when it has none.
     """
     for param in command.params if command is not None else ():
         if isinstance(param, click.Option) and param.name == parameter:
             longs = [opt for opt in param.opts if opt.startswith("--")]
             return longs[0] if longs else param.opts[0]
+        if isinstance(param, click.Argument) and param.name == parameter:
+            return param.human_readable_name  # PATH
     return "--" + parameter.replace("_", "-")
 
 

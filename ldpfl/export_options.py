@@ -22,7 +22,7 @@ from ldpfl.contract.names import check_name
 from ldpfl.contract.plan import read_plan
 from ldpfl.contract.release_point import FLATTEN, RELEASES
 from ldpfl.mechanisms.registry import mechanism_class, mechanism_names
-from ldpfl.stage1_features.export.config import DEFAULT_MECHANISM_PARAMS
+from ldpfl.stage1_features.export.config import DEFAULT_MECHANISM_PARAMS, require_own_data
 from ldpfl.stage1_features.export.release import takes_text
 from ldpfl.stage1_features.export.silo import apply_plan
 from ldpfl.stage1_features.models import cnn
@@ -184,18 +184,19 @@ def silo_config(ctx: click.Context, config: Any, silo: dict[str, Any], explicit:
     Raises
     ------
     click.BadParameter
-        ``--dataset`` with ``--data``, or a data option without ``--data``.
+        ``--dataset`` with ``--data``.
+    ParameterError
+        A data option without ``--data`` (``require_own_data``).
     ValueError
         A plan that cannot be read, or settings that contradict it (``PlanMismatch``, naming each).
     """
     data = silo.get("data")
     if silo.get("name") is not None:
         check_name(silo["name"], "name")  # a file name is made of it (runs/<name>), never a path (issue 24)
-    if data is None:
-        for name in ("plan_path", "client_index", "name", *_READER_OPTIONS):
-            if silo.get(name) is not None and (name != "scale" or _given(ctx, "scale")):
-                flag = "--plan" if name == "plan_path" else "--" + name.replace("_", "-")
-                raise click.BadParameter("applies to your own data: add --data PATH", param_hint=flag)
+    if data is None:  # the config's own check, with the flags given
+        require_own_data([{"plan_path": "plan"}.get(name, name) for name in ("plan_path", "client_index", "name",
+                                                                             *_READER_OPTIONS)
+                          if silo.get(name) is not None and (name != "scale" or _given(ctx, "scale"))], data)
         return config
     if _given(ctx, "dataset"):
         raise click.BadParameter("--dataset and --data exclude each other", param_hint="--dataset")

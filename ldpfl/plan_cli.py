@@ -13,7 +13,6 @@ import click
 from ldpfl.api.plan_job import plan as make_shared_plan
 from ldpfl.contract.jsonout import echo_json
 from ldpfl.contract.names import check_name
-from ldpfl.contract.write_targets import check_write_target
 from ldpfl.export_options import (
     alpha_help,
     data_options,
@@ -73,14 +72,8 @@ def plan_command(data: str | None, name: str | None, label_column: str | None, i
       ldpfl plan --data records.csv --label-column diagnosis --extractor none --mechanism pdpm \\
                  --param safe_range_length=2
     """
-    if data is None:
-        raise click.BadParameter("a plan is made over a sample silo's data: pass --data PATH", param_hint="--data")
-    if name is not None:
+    if name is not None:  # --name is the API's `dataset`: named as the flag here
         check_name(name, "name")
-
-    check_write_target(out, "out", [data])  # never onto the sample data or a run's artifact (issue 24)
-    if out.exists() and not overwrite:
-        raise click.BadParameter(f"{out} exists; pass --overwrite to replace it", param_hint="--out")
     class_list = None
     if classes is not None:
         class_list = [c.strip() for c in classes.split(",")]

@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from ldpfl.stage1_features.export.from_models import read_source_run, source_conflicts
+from ldpfl.api.export_job import check_from_models as check_from_models_of_api
 from ldpfl.stage1_features.export.release import release_help
 
 FROM_MODELS_HELP = (
@@ -59,20 +59,14 @@ def _given(ctx: click.Context, name: str) -> bool:
 
 
 def check_from_models(ctx: click.Context, from_models: str | None, out: Path | None) -> None:
-    """Refuse ``--from-models`` without ``--out``, or with data options that contradict the source run."""
-    if from_models is None:
-        return
-    if out is None:
-        raise click.BadParameter("--from-models writes a new run: give its directory with --out",
-                                 param_hint="--from-models")
+    """Refuse ``--from-models`` without ``--out``, or with data options that contradict the source run.
 
-    source = read_source_run(from_models)
+    The checks are the API's (``ldpfl.api.export_job.check_from_models``); this maps the options given to its
+    settings (``SOURCE_OPTIONS``).
+    """
     given = {}
     for param, field in SOURCE_OPTIONS.items():
         if _given(ctx, param):
             value = ctx.params[param]
             given[field] = (not value) if param == "no_augment" else value
-    problems = source_conflicts(source, given)
-    if problems:
-        raise click.BadParameter(f"releases the records of {from_models}, whose settings apply: "
-                                 f"{'; '.join(problems)}; leave these options out", param_hint="--from-models")
+    check_from_models_of_api(from_models, out, given)

@@ -18,13 +18,14 @@ for the same settings and seed.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Unpack
 
 from ldpfl.common.errors import ParameterError
 from ldpfl.contract.names import check_name, child_path
 from ldpfl.contract.plan import SharedPlan, read_plan
-from ldpfl.stage1_features.export.config import DEFAULT_MECHANISM_PARAMS, ExportConfig
+from ldpfl.stage1_features.export.config import DEFAULT_MECHANISM_PARAMS, ExportConfig, require_own_data
 from ldpfl.stage1_features.export.from_models import read_source_run, source_conflicts
 from ldpfl.stage1_features.export.results import ExportResult
 from ldpfl.stage1_features.export.run import run_export
@@ -75,8 +76,7 @@ def export(config: ExportConfig | None = None, /, *, out: StrPath | None = None,
     """
     if config is not None and (fields or plan is not None):
         raise ParameterError("give `config` or its fields as keyword arguments (with `plan`), not both")
-    if (config.from_models if config is not None else fields.get("from_models")) is not None and out is None:
-        raise ParameterError("`from_models` writes a new run: give its directory with `out`")
+    check_from_models(config.from_models if config is not None else fields.get("from_models"), out)
     if config is None:
         config = config_from_fields(fields, plan)
     target = Path(out) if out is not None else child_path(RUNS_DIR, config.dataset, "dataset")
@@ -108,15 +108,13 @@ def config_from_fields(fields: ExportFields, plan: SharedPlan | StrPath | None =
     config = ExportConfig(**values)
     if plan is not None:
         config = _with_plan(config, plan, given)
-    if config.from_models is not None:
-        _check_source(config.from_models, given)
+    check_from_models(config.from_models, None, given, needs_out=False)
     return config
 
 
 def _with_plan(config: ExportConfig, plan: SharedPlan | StrPath, given: dict[str, Any]) -> ExportConfig:
     """Apply the shared plan to the keyword form's config; the fields given here must agree with it."""
-    if config.data is None:
-        raise ParameterError("a shared `plan` applies to your own `data`: give `data`")
+    require_own_data(["plan"], config.data)
     shared = plan if isinstance(plan, SharedPlan) else read_plan(plan)
     source = "the plan given" if isinstance(plan, SharedPlan) else os.fspath(plan)
     settings = {"dataset": given.get("dataset"), "mechanism": given.get("mechanism"),
@@ -127,12 +125,26 @@ def _with_plan(config: ExportConfig, plan: SharedPlan | StrPath, given: dict[str
     return apply_plan(config, shared, {k: v for k, v in settings.items() if v is not None}, source)
 
 
-def _check_source(from_models: str, given: dict[str, Any]) -> None:
-    """Refuse data settings given here that contradict the ``from_models`` source run's (its records apply)."""
-    problems = source_conflicts(read_source_run(from_models), given)  # the data settings (SOURCE_SETTINGS) only
+def check_from_models(from_models: str | None, out: StrPath | None, given: Mapping[str, Any] | None = None, *,
+                      needs_out: bool = True) -> None:
+    """Refuse ``from_models`` without ``out``, or with settings in ``given`` that contradict the source run's.
+
+    A re-release writes a new run, and its records are the source run's, so its data settings apply.
+    ``ldpfl export`` calls it too.
+
+    Raises
+    ------
+    ParameterError
+        Naming ``from_models`` and ``out``, or each contradicting setting.
+    """
+    if from_models is None:
+        return
+    if needs_out and out is None:
+        raise ParameterError("`from_models` writes a new run: give its directory with `out`")
+    problems = source_conflicts(read_source_run(from_models), given) if given else []  # SOURCE_SETTINGS only
     if problems:
         raise ParameterError(f"`from_models` releases the records of {from_models}, whose settings apply: "
                              f"{'; '.join(problems)}; leave these out")
 
 
-__all__ = ["ExportResult", "config_from_fields", "export"]
+__all__ = ["ExportResult", "check_from_models", "config_from_fields", "export"]

@@ -57,7 +57,7 @@ class PlanResult:
         return self.plan.to_dict()
 
 
-def plan(data: StrPath, *, out: StrPath = "plan.json", overwrite: bool = False, dataset: str | None = None,
+def plan(data: StrPath | None, *, out: StrPath = "plan.json", overwrite: bool = False, dataset: str | None = None,
          classes: Sequence[str] | None = None, extractor: str = "auto", release: str = "flatten",
          mechanism: str = "uer", mechanism_params: Mapping[str, object] | None = None,
          label_epsilon: float | None = None, data_options: Mapping[str, object] | None = None,
@@ -96,6 +96,8 @@ def plan(data: StrPath, *, out: StrPath = "plan.json", overwrite: bool = False, 
         ``out`` exists without ``overwrite`` or is an input, a name that cannot be a file name, a setting the
         export refuses.
     """
+    if data is None:
+        raise ParameterError("a plan is made over a sample silo's data: pass `data`")
     report(progress, "plan", "step", 0, 1)
     if dataset is not None:
         check_name(dataset, "dataset")

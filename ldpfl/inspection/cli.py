@@ -14,7 +14,7 @@ from ldpfl.contract.jsonout import echo_json
 
 
 @click.command("inspect")
-@click.argument("path", type=click.Path(exists=True, path_type=Path))
+@click.argument("path", type=click.Path(path_type=Path))  # the API refuses a missing path (exit 2)
 @click.option("--json", "as_json", is_flag=True, help="Print the same content as JSON (with every file's details).")
 @click.option("--details", is_flag=True, help="For a run directory, print each file's full section after the table.")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False, writable=True, path_type=Path),

@@ -152,20 +152,21 @@ class ExportConfig:
             raise ParameterError("`noise_aware` shapes the CNN's training; `from_models` reuses trained CNNs")
         if not isinstance(self.mechanism_params, Mapping):
             raise ValueError(f"mechanism_params must be a mapping, got {type(self.mechanism_params).__name__}")
+        for key in ("epsilon", "alpha"):  # NaN and ∞ are refused by name, before any mechanism is built
+            value = self.mechanism_params.get(key)
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ParameterError(f"`{key}` must be a finite number, got {value!r}")
         self.training()  # validates epochs and batch_size
         self._check_dp()
         if self.keras_backend not in KERAS_BACKENDS:
             raise ParameterError(f"`keras_backend` must be one of {', '.join(KERAS_BACKENDS)}, "
                                  f"got {self.keras_backend!r}")
+        require_own_data([k for k in ("client_index", "plan") if getattr(self, k) is not None]
+                         + list(self.data_options or ()), self.data)
         if self.client_index is not None:
-            if self.data is None:
-                raise ParameterError("`client_index` (single-silo mode) exports the user's own `data`; a "
-                                     "benchmark dataset is partitioned among the clients instead")
             if _int_at_least("client_index", self.client_index, 0) >= self.clients:
                 raise ParameterError(f"`client_index` must be in [0, {self.clients - 1}] (`clients` = "
                                      f"{self.clients}), got {self.client_index}")
-        if self.plan is not None and self.data is None:
-            raise ParameterError("a shared `plan` applies to the user's own `data`")
         if self.label_epsilon is not None:
             _check_label_epsilon(self.label_epsilon)
             object.__setattr__(self, "label_epsilon", float(self.label_epsilon))
@@ -285,6 +286,23 @@ class ExportConfig:
         out["data_options"] = {k: list(v) if isinstance(v, tuple) else v for k, v in self.data_options.items()}
         out["plan"] = None if self.plan is None else self.plan.fingerprint
         return out
+
+
+def require_own_data(settings: list[str], data: object) -> None:
+    """Refuse settings of the user's own data (``plan``, ``client_index``, a reader option) without ``data``.
+
+    ``ldpfl export`` calls it with the flags given (``name`` among them), the config with its fields, so both
+    refuse with the same message.
+    """
+    if data is not None or not settings:
+        return
+    first = settings[0]
+    if first == "client_index":
+        raise ParameterError("`client_index` (single-silo mode) exports the user's own `data`; a benchmark dataset "
+                             "is partitioned among the clients instead")
+    if first == "plan":
+        raise ParameterError("a shared `plan` applies to the user's own `data`")
+    raise ParameterError(f"`{first}` applies to the user's own `data`; a benchmark dataset has its own reader")
 
 
 def _check_label_epsilon(value: Any) -> None:
