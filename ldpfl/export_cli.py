@@ -15,7 +15,6 @@ import click
 from ldpfl.api.export_job import export
 from ldpfl.contract.datasets import dataset_names
 from ldpfl.contract.jsonout import echo_json
-from ldpfl.contract.names import child_path
 from ldpfl.export_options import (
     alpha_help,
     explicit_parameters,
@@ -220,10 +219,7 @@ def export_command(dataset: str, data_dir: str | None, clients: int, max_clients
     check_from_models(click.get_current_context(), from_models, out)
     config = silo_config(click.get_current_context(), config, silo,  # --data, --client-index, --plan (issue 16)
                          explicit_parameters(epsilon, alpha, integer_bits, fraction_bits, params))
-    if out is None:  # runs/<dataset>: the name comes from --name, the data's file name or a plan (issue 24)
-
-        out = child_path("runs", config.dataset, "name")
-    result = export(config, out=out, progress_bars=not quiet)
+    result = export(config, out=out, progress_bars=not quiet)  # out None: the API's runs/<dataset>
     for note in result.notes:
         click.echo(f"warning: {note}", err=True)
     if as_json:
