@@ -1,7 +1,8 @@
 """Stage 1 on a 2-worker local Ray cluster against ``--clients-parallel 2``, in the same run (issue 32).
 
 Starts a Ray head of its own on this machine (``tests/ray_head.py``: ``ray start --head`` with
-``--workers`` CPUs, so at most that many one-CPU client tasks at once), then exports the same seeded
+``--workers`` × c CPUs, c = cpu_count // workers, each client task declaring c CPUs: at most ``--workers``
+tasks at once, each with the c threads a ``--clients-parallel`` worker gets), then exports the same seeded
 mnist5k run ``--repeats`` times each way, alternating, with ``ldpfl export`` in a fresh process:
 
 * local: ``--clients-parallel WORKERS`` (spawned processes, as today);
@@ -86,17 +87,19 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--seed", type=int, default=11)
     args = parser.parse_args()
-    print(f"mnist5k, {args.clients} clients, mnist-cnn, {args.epochs} epochs; {args.workers} workers each way; "
-          f"{os.cpu_count()} CPUs; load average {os.getloadavg()[0]:.2f}", flush=True)
+    per_client = max(1, (os.cpu_count() or 1) // args.workers)  # the threads a --clients-parallel worker gets
+    print(f"mnist5k, {args.clients} clients, mnist-cnn, {args.epochs} epochs; {args.workers} workers each way, "
+          f"{per_client} CPU(s) each; {os.cpu_count()} CPUs; load average {os.getloadavg()[0]:.2f}", flush=True)
     started = time.perf_counter()
-    head = start_head(args.workers)
+    head = start_head(args.workers * per_client)
     head_start = time.perf_counter() - started
     print(f"ray head up at {head.address} in {head_start:.1f} s (not counted below)", flush=True)
     times: dict[str, list[tuple[float, float]]] = {"local": [], "ray": []}
     try:
         with tempfile.TemporaryDirectory(prefix="ldpfl-bench-ray-") as tmp:
             outs = {"local": Path(tmp) / "local", "ray": Path(tmp) / "ray"}
-            executors = {"local": ["--clients-parallel", str(args.workers)], "ray": ["--ray-address", head.address]}
+            executors = {"local": ["--clients-parallel", str(args.workers)],
+                         "ray": ["--ray-address", head.address, "--ray-cpus-per-client", str(per_client)]}
             for repeat in range(args.repeats):
                 for way in ("local", "ray") if repeat % 2 == 0 else ("ray", "local"):
                     wall, seconds = export(args, outs[way], executors[way])
