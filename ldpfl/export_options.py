@@ -17,14 +17,13 @@ from typing import Any
 
 import click
 
+from ldpfl.api.export_job import with_plan
 from ldpfl.contract.datasets import paper_extractors
 from ldpfl.contract.names import check_name
-from ldpfl.contract.plan import read_plan
 from ldpfl.contract.release_point import FLATTEN, RELEASES
 from ldpfl.mechanisms.registry import mechanism_class, mechanism_names
 from ldpfl.stage1_features.export.config import DEFAULT_MECHANISM_PARAMS, require_own_data
 from ldpfl.stage1_features.export.release import takes_text
-from ldpfl.stage1_features.export.silo import apply_plan
 from ldpfl.stage1_features.models import cnn
 from ldpfl.stage1_features.own_data.formats import COLOR_MODES, SCALES
 from ldpfl.stage1_features.own_data.load import default_name
@@ -206,19 +205,7 @@ def silo_config(ctx: click.Context, config: Any, silo: dict[str, Any], explicit:
     if plan_path is None:
         changes["dataset"] = check_name(silo.get("name") or default_name(data), "name")  # before anything is made
         return dataclasses.replace(config, **changes)
-    plan = read_plan(plan_path)
-    given: dict[str, Any] = {}
-    if silo.get("name") is not None:
-        given["dataset"] = silo["name"]
-    if _given(ctx, "extractor") and config.extractor != cnn.AUTO:
-        given["extractor"] = config.extractor
-    if _given(ctx, "mechanism"):
-        given["mechanism"] = config.mechanism
-    if _given(ctx, "release"):
-        given["release"] = config.release
-    if explicit:
-        given["mechanism_parameters"] = explicit
-    if _given(ctx, "label_epsilon"):
-        given["label_epsilon"] = config.label_epsilon
-    given.update({key: getattr(config, key) for key in cnn.option_defaults() if _given(ctx, key)})
-    return apply_plan(dataclasses.replace(config, **changes), plan, given, plan_path)
+    given: dict[str, Any] = {"dataset": silo.get("name"), "mechanism_params": explicit or None}
+    given.update({key: getattr(config, key) for key in ("extractor", "mechanism", "release", "label_epsilon",
+                                                         *cnn.option_defaults()) if _given(ctx, key)})
+    return with_plan(dataclasses.replace(config, **changes), plan_path, given)  # the API's check, once

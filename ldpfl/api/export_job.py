@@ -107,13 +107,21 @@ def config_from_fields(fields: ExportFields, plan: SharedPlan | StrPath | None =
         values["dataset"] = check_name(given.get("dataset") or default_name(data), "dataset")
     config = ExportConfig(**values)
     if plan is not None:
-        config = _with_plan(config, plan, given)
+        config = with_plan(config, plan, given)
     check_from_models(config.from_models, None, given, needs_out=False)
     return config
 
 
-def _with_plan(config: ExportConfig, plan: SharedPlan | StrPath, given: dict[str, Any]) -> ExportConfig:
-    """Apply the shared plan to the keyword form's config; the fields given here must agree with it."""
+def with_plan(config: ExportConfig, plan: SharedPlan | StrPath, given: Mapping[str, Any]) -> ExportConfig:
+    """Apply the shared plan to ``config``; the fields in ``given`` (those set explicitly) must agree with it.
+
+    The keyword form calls it with its fields, ``ldpfl export --plan`` with the options given on the command line.
+
+    Raises
+    ------
+    ParameterError
+        No own ``data``, or settings that contradict the plan (``PlanMismatch``, naming each).
+    """
     require_own_data(["plan"], config.data)
     shared = plan if isinstance(plan, SharedPlan) else read_plan(plan)
     source = "the plan given" if isinstance(plan, SharedPlan) else os.fspath(plan)
@@ -147,4 +155,4 @@ def check_from_models(from_models: str | None, out: StrPath | None, given: Mappi
                              f"{'; '.join(problems)}; leave these out")
 
 
-__all__ = ["ExportResult", "check_from_models", "config_from_fields", "export"]
+__all__ = ["ExportResult", "check_from_models", "config_from_fields", "export", "with_plan"]
