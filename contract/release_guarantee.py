@@ -207,7 +207,7 @@ def extractor_part(extractor_training: Mapping[str, Any] | None, *, trained: boo
         delta = float(training["delta"])
         return GuaranteePart(EXTRACTOR, f"the CNN trained on the client's {training.get('records', 'n')} records "
                              "with record-level DP-SGD; the other records' releases are post-processing of it",
-                             "dp-sgd", (dp_sgd or dp_sgd_epsilon)(_dp_sgd_event(event), delta), delta, event)
+                             "dp-sgd", (dp_sgd or dp_sgd_epsilon)(dp_sgd_event(event), delta), delta, event)
     n = int(training.get("records", records))
     group = math.inf if not math.isfinite(features_epsilon) else max(n - 1, 0) * features_epsilon
     return GuaranteePart(EXTRACTOR, f"the CNN trained on the client's records without DP: one record changes the "
@@ -241,11 +241,11 @@ DpSgdEpsilon = Callable[[accounting.DpSgdEvent, float], float]
 
 def dp_sgd_epsilon(event: Mapping[str, Any] | accounting.DpSgdEvent, delta: float) -> float:
     """ε at δ of DP-SGD as it ran, under REPLACE_ONE (the package's accountant: dp-accounting PLD)."""
-    event = event if isinstance(event, accounting.DpSgdEvent) else _dp_sgd_event(event)
+    event = event if isinstance(event, accounting.DpSgdEvent) else dp_sgd_event(event)
     return accounting.epsilon([event], delta, neighbours=accounting.REPLACE_ONE)
 
 
-def _basic(parts: tuple[GuaranteePart, ...], scope: str) -> ReleaseGuarantee:
+def basic_composition(parts: tuple[GuaranteePart, ...], scope: str = "") -> ReleaseGuarantee:
     """Compose by basic composition (Dwork and Roth 2014, Theorem 3.16): ε and δ add; a part at ε = ∞ makes it ∞."""
     if any(not math.isfinite(p.epsilon) for p in parts):
         return ReleaseGuarantee(math.inf, 0.0, parts, scope, METHOD_BASIC)
@@ -264,13 +264,13 @@ def pld_events(parts: Sequence[GuaranteePart]) -> tuple[list[accounting.Event], 
     pure = [p for p in parts if p not in sgd]
     if len(sgd) != 1 or any(p.delta for p in pure) or any(p.epsilon > PLD_MAX_PURE_EPSILON for p in pure):
         return None
-    return [_dp_sgd_event(sgd[0].event), *(_pure_event(p) for p in pure if p.epsilon > 0)], sgd[0].delta
+    return [dp_sgd_event(sgd[0].event), *(_pure_event(p) for p in pure if p.epsilon > 0)], sgd[0].delta
 
 
 def compose(parts: Sequence[GuaranteePart], *, scope: str) -> ReleaseGuarantee:
     """Return the per-record guarantee of all ``parts`` (see the module docstring for the method)."""
     parts = tuple(parts)
-    basic = _basic(parts, scope)
+    basic = basic_composition(parts, scope)
     found = pld_events(parts)
     if found is None:
         return basic
@@ -281,7 +281,8 @@ def compose(parts: Sequence[GuaranteePart], *, scope: str) -> ReleaseGuarantee:
     return basic
 
 
-def _dp_sgd_event(event: Mapping[str, Any]) -> accounting.DpSgdEvent:
+def dp_sgd_event(event: Mapping[str, Any]) -> accounting.DpSgdEvent:
+    """Return the accountant's event of a part's ``event`` record (σ, q, T)."""
     return accounting.DpSgdEvent(float(event["noise_multiplier"]), float(event["sampling_probability"]),
                                  int(event["steps"]))
 
@@ -357,103 +358,6 @@ def stored_or_computed(meta: Any, *, records: int) -> ReleaseGuarantee:
     if meta.release_guarantee is not None:
         return ReleaseGuarantee.from_dict(meta.release_guarantee)
     return file_guarantee(meta, records=records)
-
-
-CHECK_EXACT = "recomputed"
-CHECK_BRACKET = "bracket"
-CHECK_ADDITIVE = "additive"
-
-
-@dataclass(frozen=True)
-class GuaranteeCheck:
-    """How a stored guarantee was checked against the file's own parts, and what contradicts it.
-
-    ``how`` is ``additive`` (no DP-SGD part: the parts compose by an exact sum, recomputed at once), ``bracket``
-    (the stored figure lies within valid lower and upper bounds of the accountant's, :mod:`ldpfl.mechanisms.
-    accounting_bounds`) or ``recomputed`` (the exact accountant: asked for, or the bracket disagreed);
-    ``lower`` and ``upper`` bound the file's own figure (equal when it was computed exactly).
-    """
-
-    how: str
-    lower: float
-    upper: float
-    problems: tuple[str, ...] = ()
-
-    def to_dict(self) -> dict[str, Any]:
-        """Return the JSON form."""
-        return {"how": self.how, "lower": json_number(self.lower), "upper": json_number(self.upper),
-                "problems": list(self.problems)}
-
-
-def _understated(stated: float, own: float) -> bool:
-    return own > stated * (1 + 1e-9) + 1e-9
-
-
-def _exact_check(stored: ReleaseGuarantee, meta: Any, *, records: int, diagnostic: bool) -> GuaranteeCheck:
-    own = file_guarantee(meta, records=records, diagnostic=diagnostic)
-    problems = ()
-    if _understated(stored.epsilon, own.epsilon):
-        problems = (f"release_guarantee states epsilon {stored.epsilon:.6g}, below the {own.epsilon:.6g} of the "
-                    "file's own parts",)
-    return GuaranteeCheck(CHECK_EXACT, own.epsilon, own.epsilon, problems)
-
-
-class _Disagrees(Exception):
-    """The fast check cannot vouch for the stored figure: recompute exactly."""
-
-
-def check_stored(stored: ReleaseGuarantee, meta: Any, *, records: int, diagnostic: bool = False,
-                 recompute: bool = False) -> GuaranteeCheck:
-    """Check that ``stored`` claims no less than the file's own parts give.
-
-    The earlier releases of the same records, which only the manifest knows, can only add.
-    Without a DP-SGD part the parts are recomputed exactly (pure parts add; no accountant). With one, and unless
-    ``recompute``, nothing is recomputed by the PLD accountant: the stored extractor part must record the file's
-    own (σ, q, T, δ), its ε must lie in the valid bracket of DP-SGD alone, and the stored total in the bracket of
-    everything composed (capped by basic composition over the stored parts, as :func:`compose` caps it). A figure
-    below a lower bound is certainly understated; any disagreement is settled by the exact accountant. A stored
-    figure between the lower bound and the exact one passes this check: ``recompute`` closes that gap (its width
-    is about (T + parts) times the bracket's grid; ``GuaranteeCheck.lower`` and ``upper`` say how wide).
-    """
-    if recompute:
-        return _exact_check(stored, meta, records=records, diagnostic=diagnostic)
-    from ldpfl.mechanisms.accounting_bounds import epsilon_bracket
-
-    stored_sgd = [p for p in stored.parts if p.kind == EXTRACTOR and p.mechanism == "dp-sgd"]
-
-    def checked_sgd(event: accounting.DpSgdEvent, delta: float) -> float:
-        """Return the stored DP-SGD part's ε, when it records this event and lies in the event's bracket."""
-        if len(stored_sgd) != 1 or stored_sgd[0].delta != delta:
-            raise _Disagrees
-        try:
-            if _dp_sgd_event(stored_sgd[0].event) != event:
-                raise _Disagrees
-        except (KeyError, TypeError, ValueError):
-            raise _Disagrees from None
-        if not epsilon_bracket([event], delta).holds(stored_sgd[0].epsilon):
-            raise _Disagrees
-        return stored_sgd[0].epsilon
-
-    try:
-        parts = file_parts(meta, records=records, diagnostic=diagnostic, dp_sgd=checked_sgd)
-        basic = _basic(tuple(parts), "")
-        found = pld_events(parts)
-        if found is None:
-            if not any(p.kind == EXTRACTOR and p.mechanism == "dp-sgd" for p in parts):
-                problems = ()
-                if _understated(stored.epsilon, basic.epsilon):
-                    problems = (f"release_guarantee states epsilon {stored.epsilon:.6g}, below the "
-                                f"{basic.epsilon:.6g} of the file's own parts",)
-                return GuaranteeCheck(CHECK_ADDITIVE, basic.epsilon, basic.epsilon, problems)
-            lower = upper = basic.epsilon  # DP-SGD beside a part basic composition alone covers: exact sum
-        else:
-            bracket = epsilon_bracket(*found)  # type: ignore[arg-type]
-            lower, upper = min(bracket.lower, basic.epsilon), min(bracket.upper, basic.epsilon)
-        if not lower * (1 - 1e-9) - 1e-9 <= stored.epsilon <= upper * (1 + 1e-9) + 1e-9:
-            raise _Disagrees
-    except _Disagrees:
-        return _exact_check(stored, meta, records=records, diagnostic=diagnostic)
-    return GuaranteeCheck(CHECK_BRACKET, lower, upper)
 
 
 def weakest(guarantees: Iterable[ReleaseGuarantee]) -> ReleaseGuarantee | None:

@@ -93,7 +93,8 @@ _erfc = np.frompyfunc(math.erfc, 1, 1)
 def _upper_tail(y: np.ndarray, sigma: float, q: float) -> np.ndarray:
     """P(Y > y) for Y ~ (1 − q)·N(0, σ²) + q·N(1, σ²)."""
     scale = sigma * math.sqrt(2.0)
-    return 0.5 * ((1.0 - q) * _erfc(y / scale).astype(float) + q * _erfc((y - 1.0) / scale).astype(float))
+    return 0.5 * ((1.0 - q) * np.asarray(_erfc(y / scale), dtype=float)
+                  + q * np.asarray(_erfc((y - 1.0) / scale), dtype=float))
 
 
 def _loss(y: float, sigma: float, q: float) -> float:

@@ -103,7 +103,7 @@ def plan_clients(config: FederationConfig, clients: Sequence[ClientLike]) -> Cli
     ranges = centres = None
     if config.takes_ranges:
         ranges = budgets.resolve_values(config.client_ranges, config.range_length, n, what="client ranges")
-        centres = (tuple(config.client_centres) if config.client_centres is not None
+        centres = (tuple(float(c) for c in config.client_centres) if config.client_centres is not None
                    else (config.range_centre,) * n)
         if len(centres) != n:
             raise ValueError(f"client centres list has {len(centres)} values but the run has {n} clients")

@@ -23,10 +23,11 @@ from ldpfl import mechanisms as mech
 from ldpfl.contract import inventory
 from ldpfl.contract.client_reader import iter_feature_chunks, open_client_file, short_error
 from ldpfl.contract.file_checks import checksum_problems, unprotected_datasets
+from ldpfl.contract.guarantee_check import GuaranteeCheck, check_stored
 from ldpfl.contract.jsonout import json_ready
 from ldpfl.contract.layout import MANIFEST_NAME
 from ldpfl.contract.manifest import read_manifest
-from ldpfl.contract.release_guarantee import GuaranteeCheck, ReleaseGuarantee, check_stored, stored_or_computed
+from ldpfl.contract.release_guarantee import ReleaseGuarantee, stored_or_computed
 from ldpfl.contract.run_dir import FileCheck, check_client_file, listed_index_problem, name_index_problem
 from ldpfl.contract.schema import SPLITS, ClientMetadata, FormatError
 from ldpfl.inspection.bits import BitStatistics, bit_statistics, count_ones_per_position

@@ -18,6 +18,7 @@ import pytest
 from click.testing import CliRunner
 
 from ldpfl.cli import cli
+from ldpfl.contract import guarantee_check as gc
 from ldpfl.contract import release_guarantee as rg
 from ldpfl.contract.client_reader import read_client_file
 from ldpfl.contract.layout import client_file_name
@@ -79,7 +80,7 @@ def test_a_true_figure_passes_the_bracket_without_importing_dp_accounting(privat
     found = inspect_in_fresh_process(private_file)
     check, stored = found["file"]["release_guarantee_check"], found["file"]["release_guarantee"]
     assert found["file"]["status"] == "ok", found["file"]["flags"]
-    assert check["how"] == rg.CHECK_BRACKET and check["lower"] <= stored["epsilon"] <= check["upper"]
+    assert check["how"] == gc.CHECK_BRACKET and check["lower"] <= stored["epsilon"] <= check["upper"]
     assert not found["dp_accounting"]
 
 
@@ -91,7 +92,7 @@ def test_a_figure_below_the_bracket_is_refused(private_file: Path, tmp_path: Pat
     file = json.loads(result.stdout)["files"][0]
     assert file["status"] == "flagged"
     assert any(f"states epsilon {stored - 0.5:.6g}, below the {stored:.6g}" in flag for flag in file["flags"])
-    assert file["release_guarantee_check"]["how"] == rg.CHECK_EXACT  # the bracket disagreed: settled exactly
+    assert file["release_guarantee_check"]["how"] == gc.CHECK_EXACT  # the bracket disagreed: settled exactly
 
 
 def test_an_extractor_figure_outside_its_bracket_is_recomputed(private_file: Path, tmp_path: Path) -> None:
@@ -99,16 +100,16 @@ def test_an_extractor_figure_outside_its_bracket_is_recomputed(private_file: Pat
     sgd = next(p for p in stored["parts"] if p["kind"] == "extractor")["epsilon"]
     path = tampered(private_file, tmp_path / "sgd" / client_file_name(0), extractor=sgd / 2)
     file = json.loads(CliRunner().invoke(cli, ["inspect", str(path), "--json"]).stdout)["files"][0]
-    assert file["release_guarantee_check"]["how"] == rg.CHECK_EXACT
+    assert file["release_guarantee_check"]["how"] == gc.CHECK_EXACT
     assert file["status"] == "ok"  # the total still holds; only the fast check could not vouch for it
 
 
 def test_recompute_runs_the_exact_accountant_and_keeps_the_figure(private_file: Path) -> None:
     found = inspect_in_fresh_process(private_file, "--recompute")
     check, stored = found["file"]["release_guarantee_check"], found["file"]["release_guarantee"]
-    assert check["how"] == rg.CHECK_EXACT and found["dp_accounting"]
+    assert check["how"] == gc.CHECK_EXACT and found["dp_accounting"]
     assert check["lower"] == check["upper"] == stored["epsilon"]
     assert found["file"]["status"] == "ok"
     result = CliRunner().invoke(cli, ["inspect", str(private_file), "--recompute", "--json"])
     assert result.exit_code == 0
-    assert json.loads(result.stdout)["files"][0]["release_guarantee_check"]["how"] == rg.CHECK_EXACT
+    assert json.loads(result.stdout)["files"][0]["release_guarantee_check"]["how"] == gc.CHECK_EXACT
