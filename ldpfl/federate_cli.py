@@ -17,12 +17,12 @@ import click
 from ldpfl.api.federate_job import federate
 from ldpfl.common.errors import LdpflError
 from ldpfl.contract.jsonout import echo_json
-from ldpfl.mechanisms.base import FEDERATION_OPTIONS
 from ldpfl.stage2_federate import budgets
 from ldpfl.stage2_federate.flower_engine import FlowerMissingError
 from ldpfl.stage2_federate.flower_engine.control import SuperLinkError, parse_superlink
 from ldpfl.stage2_federate.flower_engine.launch import FlowerRunError
 from ldpfl.stage2_federate.ledger import ledger_lines
+from ldpfl.stage2_federate.options import FEDERATION_OPTIONS
 from ldpfl.stage2_federate.outputs import summary_table
 from ldpfl.stage2_federate.perturbation import (
     SIGN_MODES,

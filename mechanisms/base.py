@@ -39,34 +39,6 @@ UPDATE = "update"
 FEDERATION_TARGETS = (PARAMETERS, UPDATE)
 
 
-@dataclass(frozen=True)
-class FederationOption:
-    """A scalar federation option, passed by stage 2 to the mechanisms whose ``FederationWiring.options`` take it.
-
-    It is a ``FederationConfig`` field; the CLI's flag, its check and its help text come from here.
-
-    ``kind``: ``"positive"`` (a number > 0), ``"probability"`` (in (0, 1)) or ``"delta"`` (in (0, 1), or
-    ``"1/n"``: δ_i = 1/|D_i| per client, WU 3.1).
-    """
-
-    name: str
-    kind: str
-    help: str
-
-
-# The scalar federation options a real mechanism may take, registered once: a new one is an entry here, its
-# field in stage 2's ``FederationConfig`` (and ``ldpfl.api.fields.FederationFields``) and the wirings that take it.
-FEDERATION_OPTIONS: Mapping[str, FederationOption] = MappingProxyType({option.name: option for option in (
-    FederationOption("clip", "positive", "Element-wise clip c of the upload; with --dp-sgd, the per-record L2 clip "
-                     "C of DP-SGD (default 0.1)."),
-    FederationOption("delta", "delta", "δ of the upload's (ε, δ)-DP, or '1/n' for 1/|D_i| per client (Wu 3.1); "
-                     "with --dp-sgd, δ of each silo's DP-SGD (default 1e-5)."),
-    FederationOption("sensitivity", "positive", "L2 sensitivity of the upload."),
-    FederationOption("sample_rate", "probability", "Client sampling rate q; with --dp-sgd, the Poisson rate q of "
-                     "each DP-SGD step (default 0.1365)."),
-)})
-
-
 def param(default: Any, help: str, *flags: str) -> Any:
     """Declare a mechanism parameter with its help text and optional short CLI flags."""
     return field(default=default, metadata={"help": help, "flags": flags})
@@ -102,7 +74,8 @@ class FederationWiring:
     summary : str
         One line for ``--perturbation``'s help.
     options : mapping of str to str
-        The federation options it takes (keys of ``FEDERATION_OPTIONS``), each mapped to the constructor
+        The federation options it takes (keys of stage 2's ``FEDERATION_OPTIONS``, which refuses any other name
+        when it reads the wiring: ``ldpfl.stage2_federate.options``), each mapped to the constructor
         parameter that receives it, e.g. ``{"sensitivity": "l2_sensitivity"}``. ``delta`` may be given as
         ``"1/n"``: δ_i = 1/|D_i| per client (WU 3.1). Any other option given is refused.
     budget : bool
@@ -128,13 +101,9 @@ class FederationWiring:
     sign_aggregation: bool = False
 
     def __post_init__(self) -> None:
-        """Check the target and the option names; freeze the option map."""
+        """Check the target; freeze the option map (stage 2 checks the option names it knows)."""
         if self.target not in FEDERATION_TARGETS:
             raise ValueError(f"federation target must be one of {', '.join(FEDERATION_TARGETS)}, got {self.target!r}")
-        unknown = sorted(set(self.options) - set(FEDERATION_OPTIONS))
-        if unknown:
-            raise ValueError(f"unknown federation options {', '.join(unknown)}; "
-                             f"known: {', '.join(FEDERATION_OPTIONS)}")
         object.__setattr__(self, "options", MappingProxyType(dict(self.options)))
 
     def constructor_parameters(self) -> tuple[str, ...]:

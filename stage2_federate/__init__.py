@@ -11,6 +11,7 @@ Modules (one concern each):
 * ``strategies``   - a registry of strategies (client selection + aggregation), one class per paper rule;
 * ``perturbation`` - a mechanism per client, wired by the mechanism's declared ``FEDERATION``, and the
   server rule;
+* ``options``      - the scalar federation options (clip, δ, sensitivity, sample rate) the wirings take;
 * ``budgets``      - personalized ε / safe-range presets and list parsing;
 * ``config``       - ``FederationConfig`` (no torch);
 * ``data``         - validated client data in memory, packed bits unpacked per batch in torch;

@@ -15,10 +15,10 @@ from typing import Any
 from ldpfl import mechanisms as mech
 from ldpfl.common.errors import ParameterError
 from ldpfl.mechanisms.accounting import NEIGHBOURS, REPLACE_ONE
-from ldpfl.mechanisms.base import FEDERATION_OPTIONS
 from ldpfl.mechanisms.validation import require_finite_positive, require_int_in_range
 
 from . import budgets
+from .options import FEDERATION_OPTIONS
 from .perturbation import SIGN_MODES, SIGN_UPDATE, TARGETS, perturbation_names, perturbation_wiring
 from .strategies import TRIMMED_MEAN, strategy_names
 

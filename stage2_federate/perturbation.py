@@ -26,10 +26,11 @@ import numpy as np
 
 from ldpfl import mechanisms as mech
 from ldpfl.common.errors import ParameterError
-from ldpfl.mechanisms.base import FEDERATION_OPTIONS, PARAMETERS, UPDATE, FederationWiring, require_generator
+from ldpfl.mechanisms.base import PARAMETERS, UPDATE, FederationWiring, require_generator
 from ldpfl.mechanisms.randomness import UNRECORDED
 
 from . import aggregation as agg
+from .options import FEDERATION_OPTIONS, check_wiring
 
 AUTO = "auto"
 TARGETS = (AUTO, PARAMETERS, UPDATE)
@@ -51,7 +52,7 @@ def perturbation_wiring(name: str) -> FederationWiring:
     wiring = mech.mechanism_class(name).FEDERATION if name in mech.mechanism_names() else None
     if wiring is None:
         raise ValueError(f"unknown perturbation {name!r}; valid names: {', '.join(perturbation_names())}")
-    return wiring
+    return check_wiring(name, wiring)
 
 
 def accepted_options(name: str) -> list[str]:

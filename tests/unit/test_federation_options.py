@@ -1,4 +1,4 @@
-"""Federation options are registered once (``mechanisms.base.FEDERATION_OPTIONS``): config, API, CLI and help agree."""
+"""Federation options are registered once (``stage2_federate.options``): config, API, CLI and help agree."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from cli_checks import assert_usage_error, command, ok
 
 from ldpfl import mechanisms as mech
 from ldpfl.api.fields import FederationFields
-from ldpfl.mechanisms.base import FEDERATION_OPTIONS
 from ldpfl.stage2_federate.config import FederationConfig
+from ldpfl.stage2_federate.options import FEDERATION_OPTIONS
 from ldpfl.stage2_federate.perturbation import build_client_perturbations, option_help
 
 federate = command("federate")

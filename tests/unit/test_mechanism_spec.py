@@ -11,6 +11,7 @@ import pytest
 
 from ldpfl import mechanisms as mech
 from ldpfl.common.registry import Registry
+from ldpfl.stage2_federate.options import check_wiring
 
 IV_D = {"epsilon": 0.5, "alpha": 10.0, "integer_bits": 4, "fraction_bits": 5}
 NAMES = mech.mechanism_names()
@@ -92,8 +93,9 @@ def test_federation_wiring_is_declared_by_the_real_mechanisms_and_none() -> None
 def test_federation_wiring_validates_its_declaration() -> None:
     with pytest.raises(ValueError, match="federation target must be one of parameters, update, got 'weights'"):
         mech.FederationWiring("weights", "x")
+    wiring = mech.FederationWiring(mech.PARAMETERS, "x", options={"clipping": "clip"})  # stage 2 knows the names
     with pytest.raises(ValueError, match="unknown federation options clipping"):
-        mech.FederationWiring(mech.PARAMETERS, "x", options={"clipping": "clip"})
+        check_wiring("x", wiring)
 
 
 # --------------------------------------------------------------------------------------------------
