@@ -7,7 +7,6 @@ A thin click command: it parses and checks options, builds an ``ExportConfig`` a
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import click
@@ -33,16 +32,6 @@ from ldpfl.stage1_features.models import cnn
 from ldpfl.stage1_features.models.keras_backend import DEVICES, KERAS_BACKENDS
 
 MECHANISM_CHOICES = exportable_mechanisms()
-
-
-class NonEmptyPath(click.Path):
-    """A ``click.Path`` that refuses an empty string (click would turn ``--out ""`` into the current directory)."""
-
-    def convert(self, value, param, ctx):  # noqa: ANN001, ANN201 - click's signature
-        """Refuse ``""`` (say '.' for the current directory), else convert as ``click.Path``."""
-        if isinstance(value, str) and not value.strip():
-            self.fail("is empty; give a directory (use '.' for the current one)", param, ctx)
-        return super().convert(value, param, ctx)
 
 
 def _given_option(name: str) -> bool:
@@ -156,7 +145,7 @@ def _print_table(result: Any) -> None:
 @click.option("--seed", type=int, default=None,
               help="Reproducible run, for tests and research only: output seeded this way has NO privacy against "
                    "anyone who can guess the seed. Never stored. Default: the OS CSPRNG.")
-@click.option("--out", "out", type=NonEmptyPath(path_type=Path), default=None,
+@click.option("--out", "out", type=click.Path(path_type=str), default=None,
               help="Run directory  [default: runs/<dataset>]")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary on stdout.")
 @click.option("--quiet", is_flag=True, help="No progress bars.")
@@ -170,7 +159,7 @@ def export_command(dataset: str, data_dir: str | None, clients: int, max_clients
                    label_epsilon: float | None, limit: int | None, save_models: bool, store_input_density: bool,
                    clients_parallel: int, ray_address: str | None, ray_cpus_per_client: int,
                    ray_gpus_per_client: float, keras_backend: str | None, device: str, cnn_epsilon: float | None,
-                   cnn_delta: float | None, local_only: bool, overwrite: bool, seed: int | None, out: Path | None,
+                   cnn_delta: float | None, local_only: bool, overwrite: bool, seed: int | None, out: str | None,
                    as_json: bool, quiet: bool,
                    release: str, from_models: str | None, keep_clean_test: bool, noise_aware: bool,
                    **silo: Any) -> None:

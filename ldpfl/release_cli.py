@@ -58,7 +58,7 @@ def _given(ctx: click.Context, name: str) -> bool:
                                                  click.core.ParameterSource.DEFAULT_MAP)
 
 
-def check_from_models(ctx: click.Context, from_models: str | None, out: Path | None) -> None:
+def check_from_models(ctx: click.Context, from_models: str | None, out: str | Path | None) -> None:
     """Refuse ``--from-models`` without ``--out``, or with data options that contradict the source run.
 
     The checks are the API's (``ldpfl.api.export_job.check_from_models``); this maps the options given to its

@@ -32,7 +32,7 @@ from ldpfl.stage1_features.export.run import run_export
 from ldpfl.stage1_features.export.silo import apply_plan
 from ldpfl.stage1_features.own_data.load import default_name
 
-from .fields import ExportFields, StrPath
+from .fields import ExportFields, StrPath, require_directory_name
 from .progress import ProgressCallback, report
 
 RUNS_DIR = "runs"
@@ -74,6 +74,7 @@ def export(config: ExportConfig | None = None, /, *, out: StrPath | None = None,
     ValueError, OSError
         Other bad input (a dataset's files missing), or writing failed.
     """
+    require_directory_name(out)
     if config is not None and (fields or plan is not None):
         raise ParameterError("give `config` or its fields as keyword arguments (with `plan`), not both")
     check_from_models(config.from_models if config is not None else fields.get("from_models"), out)

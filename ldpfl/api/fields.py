@@ -12,8 +12,22 @@ import os
 from collections.abc import Mapping
 from typing import TypedDict
 
+from ldpfl.common.errors import ParameterError
+
 StrPath = str | os.PathLike[str]
 """A path argument: a string or a ``pathlib.Path``."""
+
+
+def require_directory_name(out: StrPath | None) -> None:
+    """Refuse an empty output directory name (``Path("")`` would be the current directory, silently).
+
+    Raises
+    ------
+    ParameterError
+        ``out`` is an empty or blank string.
+    """
+    if isinstance(out, str) and not out.strip():
+        raise ParameterError("`out` is empty; give a directory (use '.' for the current one)")
 
 
 class ExportFields(TypedDict, total=False):

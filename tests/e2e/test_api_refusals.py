@@ -109,6 +109,12 @@ def test_federate_refusals(files: dict[str, Path], flags: list[str], fields: dic
     assert api_refusal("federate", lambda: federate_job.federate(files["dir"], **fields)) == cli_line
 
 
+def test_an_empty_output_directory_is_refused(files: dict[str, Path]) -> None:
+    cli_line = cli_refusal("export", "--extractor", "none", "--out", "")
+    assert api_refusal("export", lambda: export_job.export(out="", extractor="none")) == cli_line
+    assert cli_line == "--out is empty; give a directory (use '.' for the current one)"
+
+
 def test_plan_refusals(files: dict[str, Path]) -> None:
     cli_line = cli_refusal("plan", "--out", str(files["dir"] / "p.json"))
     assert api_refusal("plan", lambda: plan_job.plan(None, out=files["dir"] / "p.json")) == cli_line
