@@ -13,10 +13,10 @@ The protocol is LDPFL Algorithm 1 lines 11-25:
 6. the global model is evaluated on the union of the clients' randomized test splits (as the LDPFL
    reference does), and the round's metrics and a checkpoint are written.
 
-The set-up is ``plan``, the round loop ``loop`` and the steps of a round ``rounds`` (shared with the Flower
-engine), the in-process transport ``in_process``, the random streams ``streams``, the outputs
-``run_outputs`` and the checkpoint ``checkpoint``; this module drives a run in this process. The seed itself
-is never written anywhere.
+The set-up is ``plan``; the driver ``driver``, the round loop ``loop``, the steps of a round ``rounds`` and the
+result ``result`` are shared with the Flower engine; the in-process transport ``in_process``, the random streams
+``streams``, the outputs ``run_outputs`` and the checkpoint ``checkpoint``; this module runs the local engine
+in this process. The seed itself is never written anywhere.
 
 Decisions:
 
@@ -32,55 +32,26 @@ from __future__ import annotations
 import math
 import sys
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ldpfl.common.errors import ParameterError
-from ldpfl.contract.jsonout import json_ready
 from ldpfl.contract.layout import FEDERATION_DIR
 
 from . import outdir
 from . import outputs as out
 from .checkpoint import client_digests, load_checkpoint
 from .config import FederationConfig
+from .driver import RunDriver
 from .in_process import InProcessTransport
-from .loop import restore, run_rounds
 from .model_file import run_record
 from .plan import plan_federation
+from .result import FederationResult
 from .round_record import RoundRecord, rows
 from .run_outputs import RunWriter, output_paths
 from .streams import Streams
 
 __all__ = ["FederationConfig", "FederationResult", "Streams", "default_out_dir", "run_federation"]
-
-
-@dataclass(frozen=True)
-class FederationResult:
-    """What ``run_federation`` returns: the per-round history, the final accuracy and the output paths."""
-
-    history: list[dict[str, Any]]
-    final_accuracy: float | None
-    paths: dict[str, Path]
-    config: dict[str, Any]
-    privacy: list[dict[str, Any]]
-    resumed_from_round: int | None = None
-    warnings: tuple[str, ...] = ()
-    privacy_ledger: dict[str, Any] | None = None  # ledger.ledger_section: each client's total over the run
-
-    def to_dict(self) -> dict[str, Any]:
-        """Return the result as JSON-ready values (``ldpfl federate --json``)."""
-        return json_ready({
-            "final_test_accuracy": self.final_accuracy, "rounds_completed": len(self.history),
-            "resumed_from_round": self.resumed_from_round,
-            "test_accuracy": [r["test_accuracy"] for r in self.history],
-            **({"clean_test_accuracy": [r.get("clean_test_accuracy") for r in self.history]}
-               if any("clean_test_accuracy" in r for r in self.history) else {}),
-            "per_client": [r.get("per_client", []) for r in self.history],  # each silo's test loss and accuracy
-            "rejected": [r.get("rejected", []) for r in self.history],  # silos the server refused, and why
-            "outputs": {k: str(v) for k, v in self.paths.items()}, "config": self.config,
-            "warnings": list(self.warnings), "privacy_ledger": self.privacy_ledger,
-        })
 
 
 def default_out_dir(run_dir: str | Path) -> Path:
@@ -167,54 +138,46 @@ def _run_locked(run_dir: Path, config: FederationConfig, target_dir: Path, paths
     payload = load_checkpoint(checkpoint_path, config) if resume else None
     plan = plan_federation(run_dir, config)
     inputs = client_digests(plan.data)
-    history: list[RoundRecord] = []
-    start = 1
-    if payload is not None:
-        history, start = restore(plan, payload, checkpoint_path, inputs)
-    elif overwrite:
-        outdir.clear_outputs(target_dir)  # nothing of the previous run may mix with this one's
-    warnings = [w for w in (r.warning() for r in history) if w is not None]  # of the rounds resumed from
-    expected = plan.data.first.client_count
-    if len(plan.data.clients) < expected and start == 1:
-        warnings.append(f"the run lists {len(plan.data.clients)} client file(s) but its files say client_count "
-                        f"{expected}: federating {len(plan.data.clients)} client(s) only")
-        if on_warning is not None:
-            on_warning(warnings[-1])
     writer = RunWriter(target_dir, config, plan.record, plan.privacy, inputs)
-    writer.start()
-    transport = InProcessTransport(plan)
+    driver = RunDriver.restored(plan, writer, payload, inputs)
+    if payload is None and overwrite:
+        outdir.clear_outputs(target_dir)  # nothing of the previous run may mix with this one's
+    expected = plan.data.first.client_count
+    if len(plan.data.clients) < expected and driver.start == 1:
+        driver.warnings.append(f"the run lists {len(plan.data.clients)} client file(s) but its files say "
+                               f"client_count {expected}: federating {len(plan.data.clients)} client(s) only")
+        if on_warning is not None:
+            on_warning(driver.warnings[-1])
 
     from tqdm.auto import tqdm
 
-    bar = tqdm(total=config.rounds, initial=start - 1, desc="federate", unit="round", file=sys.stderr,
+    bar = tqdm(total=config.rounds, initial=driver.start - 1, desc="federate", unit="round", file=sys.stderr,
                disable=not progress, dynamic_ncols=True, leave=True)
 
-    def kept(record: RoundRecord) -> None:
-        warning = record.warning()
-        if warning is not None:
-            warnings.append(warning)
-            if on_warning is not None:
-                on_warning(warning)
+    def kept(record: RoundRecord, warning: str | None) -> None:
+        if warning is not None and on_warning is not None:
+            on_warning(warning)
         bar.update(1)
         bar.set_postfix(test_acc=_fmt(record.test_accuracy))
         if on_round is not None:
             on_round(record.to_dict())
 
     try:
-        if history:
-            bar.set_postfix(test_acc=_fmt(history[-1].test_accuracy))
-        run_rounds(plan, transport, writer, history, start=start, min_clients=min_clients or 0, on_kept=kept)
+        if driver.history:
+            bar.set_postfix(test_acc=_fmt(driver.history[-1].test_accuracy))
+        ledger = driver.run(InProcessTransport(plan), min_clients=min_clients or 0,
+                            trained_on=lambda written: run_record(plan.data, config, written),
+                            title=f"{plan.data.dataset}: {config.aggregation}, perturbation {config.perturbation}",
+                            keep_checkpoint=keep_checkpoint, on_kept=kept)
     finally:
         bar.close()
-    ledger = writer.finish(history, plan.model, lambda written: run_record(plan.data, config, written),
-                           title=f"{plan.data.dataset}: {config.aggregation}, perturbation {config.perturbation}",
-                           keep_checkpoint=keep_checkpoint)
     if not keep_checkpoint:
         del paths["checkpoint"]
     outdir.remove_temporaries(target_dir)
+    history = driver.history
     final = history[-1].test_accuracy if history else None
     return FederationResult(rows(history), final, paths, plan.record, plan.privacy,
-                            None if payload is None else int(payload["round"]), tuple(warnings), ledger)
+                            None if payload is None else int(payload["round"]), tuple(driver.warnings), ledger)
 
 
 def _fmt(value: float | None) -> str:

@@ -31,7 +31,7 @@ from .fields import FederationFields, StrPath
 from .progress import ProgressCallback, report
 
 if TYPE_CHECKING:
-    from ldpfl.stage2_federate.federation import FederationResult  # imports torch
+    from ldpfl.stage2_federate.result import FederationResult
 
 Engine = Literal["local", "flower"]
 ENGINES: tuple[Engine, ...] = ("local", "flower")

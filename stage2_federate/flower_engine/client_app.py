@@ -45,7 +45,7 @@ from .protocol import (
     EvaluateInstruction,
     TrainInstruction,
     TrainReply,
-    read_config,
+    read_app_config,
 )
 
 MODULE_READY = time.time()  # this process has loaded Flower's runtime, this module, ldpfl and torch
@@ -72,7 +72,7 @@ def guarded(handler: Callable[[Message, Context], Message]) -> Callable[[Message
             reply = handler(msg, context)
         except Exception as error:  # noqa: BLE001 - every failure goes back to the server as one line
             return Message(Error(CLIENT_FAILED, _one_line(error)), reply_to=msg)
-        if context.run_config.get("timings-file"):
+        if read_app_config(context.run_config).timings_file:
             entry = sys.modules.get(f"{__package__}.client_entry")
             timeline = {"process_started": process_started(),
                         "imports_started": getattr(entry, "IMPORTS_STARTED", None), "module_ready": MODULE_READY,
@@ -90,7 +90,7 @@ def client_file(context: Context) -> Path:
     node = context.node_config
     if NODE_CLIENT_FILE in node:
         return Path(str(node[NODE_CLIENT_FILE])).expanduser()
-    files = json.loads(str(context.run_config.get("client-files", "")) or "[]")
+    files = read_app_config(context.run_config).client_files
     if PARTITION_ID not in node or not files:
         raise ValueError(f"this SuperNode has no client file: start it with --node-config "
                          f"\"{NODE_CLIENT_FILE}='/path/client_XXX.h5'\"")
@@ -99,7 +99,7 @@ def client_file(context: Context) -> Path:
 
 def expected_sha256(context: Context) -> str | None:
     """Return the sha256 the run started with for this node's file (simulation: the manifest's), if known."""
-    digests = json.loads(str(context.run_config.get("client-sha256", "")) or "[]")
+    digests = read_app_config(context.run_config).client_sha256
     node = context.node_config
     if NODE_CLIENT_FILE in node or PARTITION_ID not in node or not digests:
         return None  # a deployed SuperNode: its first contact records the digest
@@ -126,7 +126,8 @@ def _open(context: Context, config: FederationConfig) -> ClientDataset:
 
 
 def _store(context: Context, index: int) -> cs.ResumeStore | None:
-    directory = str(context.node_config.get(NODE_STATE_DIR, "") or context.run_config.get("client-state-dir", ""))
+    shared = read_app_config(context.run_config).client_state_dir
+    directory = str(context.node_config.get(NODE_STATE_DIR, "") or shared)
     return cs.ResumeStore(directory, index) if directory else None
 
 
@@ -147,7 +148,7 @@ def _info(content: RecordDict) -> str:
 @guarded
 def describe(msg: Message, context: Context) -> Message:
     """Open the file (and with ``eval_clean`` its clean test file) and tell the server its index and summary."""
-    config = read_config(context.run_config)
+    config = read_app_config(context.run_config).federation
     client = _open(context, config)
     if config.eval_clean:  # a missing or mismatched clean file ends the run before round 1, as in the local engine
         cs.clean_test(client, resolve_device(config.device))
@@ -160,7 +161,7 @@ def describe(msg: Message, context: Context) -> Message:
 @guarded
 def train(msg: Message, context: Context) -> Message:
     """Train from the global vector, perturb with this client's mechanism and budget, reply the upload."""
-    config = read_config(context.run_config)
+    config = read_app_config(context.run_config).federation
     instruction = TrainInstruction.from_json(_info(msg.content))
     setup = instruction.setup
     client = _open(context, config)
@@ -201,7 +202,7 @@ def train(msg: Message, context: Context) -> Message:
 @guarded
 def evaluate(msg: Message, context: Context) -> Message:
     """Evaluate the global vector on this client's test split; reply the sums."""
-    config = read_config(context.run_config)
+    config = read_app_config(context.run_config).federation
     setup = EvaluateInstruction.from_json(_info(msg.content)).setup
     client = _open(context, config)
     vector = msg.content.array_records[GLOBAL].to_numpy_ndarrays()[0]
@@ -222,9 +223,9 @@ def _evaluation(trainer: cs.Trainer, config: FederationConfig, client: ClientDat
 @guarded
 def finish(msg: Message, context: Context) -> Message:
     """Delete this client's resume state at the end of the run, unless the run keeps its checkpoint."""
-    config = read_config(context.run_config)
+    config = read_app_config(context.run_config).federation
     client = _open(context, config)
     store = _store(context, client.index)
-    if store is not None and not bool(context.run_config.get("keep-checkpoint", False)):
+    if store is not None and not read_app_config(context.run_config).keep_checkpoint:
         store.remove()
     return Message(RecordDict({INFO: ConfigRecord({"json": "{}"})}), reply_to=msg)

@@ -39,6 +39,7 @@ from ldpfl.contract.version import package_version
 from .. import outputs as out
 from ..config import FederationConfig
 from ..outdir import clear_outputs, locked, remove_temporaries
+from ..result import FederationResult
 from . import require_flower
 from .processes import Daemon, stop_all
 from .protocol import ManifestEntry, app_pyproject, run_config
@@ -329,8 +330,7 @@ def _check_out_dir(out_dir: Path, *, resume: bool, overwrite: bool) -> None:
         raise ParameterError(f"cannot resume: {paths[out.CHECKPOINT_PT]} does not exist (start without `resume`)")
 
 
-def _result(out_dir: Path, status: Mapping[str, Any], keep_checkpoint: bool) -> Any:
-    from ..federation import FederationResult
+def _result(out_dir: Path, status: Mapping[str, Any], keep_checkpoint: bool) -> FederationResult:
     from ..run_outputs import output_paths
 
     paths = output_paths(out_dir)

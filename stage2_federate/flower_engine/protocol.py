@@ -29,9 +29,11 @@ the writer Flower itself uses; every key must also be declared in the app's ``py
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import PurePath
 from typing import Annotated, Any, TypeVar
 
 import tomli_w
@@ -136,6 +138,57 @@ def read_config(run_config: Mapping[str, Any]) -> FederationConfig:
     values = json.loads(text)
     seed = str(run_config.get("ldpfl-seed", ""))
     return FederationConfig(**values, seed=int(seed) if seed else None)
+
+
+@dataclass(frozen=True)
+class AppRunConfig:
+    """A run configuration as both apps read it: once, into typed fields (keys of :data:`RUN_CONFIG_DEFAULTS`)."""
+
+    federation: FederationConfig
+    client_files: tuple[str, ...]
+    client_sha256: tuple[str, ...]
+    out_dir: str
+    status_file: str
+    num_clients: int
+    startup_timeout: float
+    round_timeout: float
+    resume: bool
+    keep_checkpoint: bool
+    client_state_dir: str
+    run_dir: str
+    manifest: tuple[ManifestEntry, ...]
+    plan_fingerprint: str | None
+    submission: str
+    timings_file: str
+    min_clients: int
+
+    @classmethod
+    def read(cls, run_config: Mapping[str, Any]) -> AppRunConfig:
+        """Parse ``run_config`` (missing keys take :data:`RUN_CONFIG_DEFAULTS`' values)."""
+        values = {**RUN_CONFIG_DEFAULTS, **run_config}
+        files = tuple(str(f) for f in json.loads(str(values["client-files"]) or "[]"))
+        return cls(
+            federation=read_config(values), client_files=files,
+            client_sha256=tuple(str(d) for d in json.loads(str(values["client-sha256"]) or "[]")),
+            out_dir=str(values["out-dir"]), status_file=str(values["status-file"]),
+            num_clients=int(values["num-clients"]), startup_timeout=float(values["startup-timeout"]),
+            round_timeout=float(values["round-timeout"]), resume=bool(values["resume"]),
+            keep_checkpoint=bool(values["keep-checkpoint"]), client_state_dir=str(values["client-state-dir"]),
+            run_dir=str(values["run-dir"]) or (str(PurePath(files[0]).parent) if files else ""),
+            manifest=tuple(ManifestEntry.list_from_json(str(values["manifest-files"]))),
+            plan_fingerprint=str(values["plan-fingerprint"]) or None, submission=str(values["submission"]),
+            timings_file=str(values["timings-file"]), min_clients=int(values["min-clients"]),
+        )
+
+
+def read_app_config(run_config: Mapping[str, Any]) -> AppRunConfig:
+    """Return :meth:`AppRunConfig.read` of ``run_config``, parsed once per process and run configuration."""
+    return _read_app_config(json.dumps(dict(run_config), sort_keys=True))
+
+
+@functools.lru_cache(maxsize=4)
+def _read_app_config(text: str) -> AppRunConfig:
+    return AppRunConfig.read(json.loads(text))
 
 
 # --------------------------------------------------------------------------------------------------

@@ -1,0 +1,37 @@
+"""What a federation run returns, on either engine (``ldpfl federate --json``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ldpfl.contract.jsonout import json_ready
+
+
+@dataclass(frozen=True)
+class FederationResult:
+    """The per-round history, the final accuracy and the output paths of a run."""
+
+    history: list[dict[str, Any]]
+    final_accuracy: float | None
+    paths: dict[str, Path]
+    config: dict[str, Any]
+    privacy: list[dict[str, Any]]
+    resumed_from_round: int | None = None
+    warnings: tuple[str, ...] = ()
+    privacy_ledger: dict[str, Any] | None = None  # ledger.ledger_section: each client's total over the run
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the result as JSON-ready values (``ldpfl federate --json``)."""
+        return json_ready({
+            "final_test_accuracy": self.final_accuracy, "rounds_completed": len(self.history),
+            "resumed_from_round": self.resumed_from_round,
+            "test_accuracy": [r["test_accuracy"] for r in self.history],
+            **({"clean_test_accuracy": [r.get("clean_test_accuracy") for r in self.history]}
+               if any("clean_test_accuracy" in r for r in self.history) else {}),
+            "per_client": [r.get("per_client", []) for r in self.history],  # each silo's test loss and accuracy
+            "rejected": [r.get("rejected", []) for r in self.history],  # silos the server refused, and why
+            "outputs": {k: str(v) for k, v in self.paths.items()}, "config": self.config,
+            "warnings": list(self.warnings), "privacy_ledger": self.privacy_ledger,
+        })
