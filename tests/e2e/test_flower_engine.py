@@ -31,6 +31,7 @@ from ldpfl.stage2_federate.flower_engine import client_side as cs
 from ldpfl.stage2_federate.flower_engine.processes import Daemon, alive, stop_all
 from ldpfl.stage2_federate.flower_engine.protocol import (
     RUN_CONFIG_DEFAULTS,
+    AppRunConfig,
     ClientSetup,
     ClientSummary,
     EvaluateInstruction,
@@ -38,6 +39,7 @@ from ldpfl.stage2_federate.flower_engine.protocol import (
     TrainInstruction,
     TrainReply,
     app_pyproject,
+    read_app_config,
     read_config,
     run_config,
 )
@@ -62,6 +64,21 @@ def test_run_config_round_trips_the_configuration_and_its_seed() -> None:
     assert read_config(run_config(FederationConfig(rounds=2))).seed is None
     with pytest.raises(KeyError, match="unknown run configuration key 'nope'"):
         run_config(config, nope=1)
+
+
+def test_the_apps_read_the_run_config_once_into_typed_fields() -> None:
+    config = FederationConfig(**CONFIG)
+    files = ["/runs/r/client_000.h5", "/runs/r/client_001.h5"]
+    values = tomllib.loads(tomli_w.dumps(run_config(config, client_files=json.dumps(files), num_clients=2,
+                                                    round_timeout=30, min_clients=1, keep_checkpoint=True)))
+    settings = AppRunConfig.read(values)
+    assert settings.federation == config and settings.client_files == tuple(files)
+    assert (settings.num_clients, settings.round_timeout, settings.min_clients) == (2, 30.0, 1)
+    assert settings.keep_checkpoint is True and settings.resume is False and settings.manifest == ()
+    assert settings.run_dir == "/runs/r" and settings.plan_fingerprint is None  # the files' folder by default
+    assert read_app_config(dict(values)) is read_app_config(dict(values))  # parsed once per configuration
+    with pytest.raises(ValueError, match="no 'ldpfl-config'"):
+        AppRunConfig.read({})
 
 
 def test_the_app_declares_every_run_config_key_and_ldpfl_components() -> None:
