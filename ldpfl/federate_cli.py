@@ -19,7 +19,7 @@ from ldpfl.common.errors import LdpflError
 from ldpfl.contract.jsonout import echo_json
 from ldpfl.stage2_federate import budgets
 from ldpfl.stage2_federate.flower_engine import FlowerMissingError
-from ldpfl.stage2_federate.flower_engine.control import SuperLinkError, parse_superlink
+from ldpfl.stage2_federate.flower_engine.control import SuperLinkError
 from ldpfl.stage2_federate.flower_engine.launch import FlowerRunError
 from ldpfl.stage2_federate.ledger import ledger_lines
 from ldpfl.stage2_federate.options import FEDERATION_OPTIONS
@@ -34,16 +34,6 @@ from ldpfl.stage2_federate.perturbation import (
 from ldpfl.stage2_federate.strategies import strategy_class, strategy_names
 
 _HIDDEN_HELP = "Hidden layer sizes, e.g. 2048 (default, LDPFL's DNN) or 512,256; 'none' = logistic regression."
-
-
-class NonEmptyPath(click.Path):
-    """A ``click.Path`` that refuses an empty string (click would turn ``--out ""`` into the current directory)."""
-
-    def convert(self, value, param, ctx):  # noqa: ANN001, ANN201 - click's signature
-        """Refuse ``""`` (say '.' for the current directory), else convert as ``click.Path``."""
-        if isinstance(value, str) and not value.strip():
-            self.fail("is empty; give a directory (use '.' for the current one)", param, ctx)
-        return super().convert(value, param, ctx)
 
 
 def _parse_hidden(ctx: click.Context, param: click.Parameter, value: str) -> tuple[int, ...]:
@@ -68,17 +58,6 @@ def federation_option_flags(command: Callable[..., Any]) -> Callable[..., Any]:
         command = click.option(f"--{option.name.replace('_', '-')}", default=None, help=option_help(option.name),
                                **extra)(command)
     return command
-
-
-def _parse_superlink(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
-    """Check ``--superlink HOST:PORT`` (stdlib only: Flower loads later, in the command)."""
-    if value is None:
-        return None
-
-    try:
-        return parse_superlink(value)
-    except ValueError as error:
-        raise click.BadParameter(str(error).removeprefix("superlink ")) from None
 
 
 def _aggregation_help() -> str:
@@ -157,7 +136,7 @@ Examples:
 @click.option("--seed", type=click.IntRange(min=0), default=None,
               help="Seed for reproducible runs, for tests and research only: output seeded this way has NO privacy "
                    "against anyone who can guess the seed. Default: the OS CSPRNG. Never written to outputs.")
-@click.option("--out", "out_dir", type=NonEmptyPath(file_okay=False, path_type=Path), default=None,
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=str), default=None,
               help="Output directory (default RUN_DIR/federation).")
 @click.option("--resume", is_flag=True, help="Continue an interrupted run from OUT/checkpoint.pt.")
 @click.option("--overwrite", is_flag=True, help="Start afresh even if OUT already holds a run.")
@@ -211,7 +190,7 @@ Examples:
                    "private SuperLink, one ClientApp per client file, each opening only its own file; needs "
                    "pip install -e '.[flower]'), or with --superlink real silos; same selections and accuracies "
                    "at a fixed --seed. See docs/flower.md.")
-@click.option("--superlink", metavar="HOST:PORT", callback=_parse_superlink, default=None,
+@click.option("--superlink", metavar="HOST:PORT", default=None,
               help="flower: submit the run to this running Flower SuperLink, whose SuperNodes (one per silo, "
                    "flower-supernode --node-config \"client-file='...'\") serve the client files. RUN_DIR then needs "
                    "only its manifest.json (and plan.json if the silos exported with one), never the client files; "
@@ -236,7 +215,7 @@ Examples:
                    "rejected reply is left out and the round goes on.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar and no summary.")
-def federate_command(run_dir: Path, budget_presets: tuple[str, ...], out_dir: Path | None, resume: bool,
+def federate_command(run_dir: Path, budget_presets: tuple[str, ...], out_dir: str | None, resume: bool,
                      overwrite: bool, keep_checkpoint: bool, as_json: bool, quiet: bool,
                      engine: Literal["local", "flower"], cpus_per_client: int | None,
                      client_timeout: float | None, superlink: str | None, root_certificates: Path | None,

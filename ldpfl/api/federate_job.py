@@ -23,11 +23,12 @@ from ldpfl.contract.release_guarantee import ReleaseGuarantee, weakest
 from ldpfl.stage2_federate import budgets
 from ldpfl.stage2_federate.config import FederationConfig
 from ldpfl.stage2_federate.flower_engine import require_flower
+from ldpfl.stage2_federate.flower_engine.control import parse_superlink
 from ldpfl.stage2_federate.flower_engine.deployment import run_on_superlink
 from ldpfl.stage2_federate.flower_engine.launch import FlowerOptions, run_flower
 from ldpfl.stage2_federate.runtime import apply_runtime_defaults
 
-from .fields import FederationFields, StrPath
+from .fields import FederationFields, StrPath, require_directory_name
 from .progress import ProgressCallback, report
 
 if TYPE_CHECKING:
@@ -169,6 +170,9 @@ def federate(run_dir: StrPath, config: FederationConfig | None = None, /, *, eng
         ``engine="flower"``: Flower is not installed; the Flower run failed, or (``SuperLinkError``) the
         SuperLink cannot be reached, fails TLS, is none, refuses or is busy (one line each).
     """
+    require_directory_name(out)
+    if superlink is not None:
+        superlink = parse_superlink(superlink)  # HOST:PORT (stdlib only), before anything loads
     if engine not in ENGINES:
         raise ParameterError(f"`engine` must be one of {', '.join(ENGINES)}, got {engine!r}")
     if engine != "flower" and (cpus_per_client is not None or client_timeout is not None or superlink is not None):

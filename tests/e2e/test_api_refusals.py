@@ -113,6 +113,16 @@ def test_an_empty_output_directory_is_refused(files: dict[str, Path]) -> None:
     cli_line = cli_refusal("export", "--extractor", "none", "--out", "")
     assert api_refusal("export", lambda: export_job.export(out="", extractor="none")) == cli_line
     assert cli_line == "--out is empty; give a directory (use '.' for the current one)"
+    cli_line = cli_refusal("federate", str(files["dir"]), "--out", " ")
+    assert api_refusal("federate", lambda: federate_job.federate(files["dir"], out=" ")) == cli_line
+
+
+@pytest.mark.parametrize("address", ["coordinator", "http://host:9093", "host:0"])
+def test_a_bad_superlink_address_is_refused(files: dict[str, Path], address: str) -> None:
+    cli_line = cli_refusal("federate", str(files["dir"]), "--engine", "flower", "--superlink", address)
+    api_line = api_refusal("federate", lambda: federate_job.federate(files["dir"], engine="flower",
+                                                                     superlink=address))
+    assert api_line == cli_line and cli_line.startswith(f"--superlink {address!r} ")
 
 
 def test_plan_refusals(files: dict[str, Path]) -> None:

@@ -97,7 +97,7 @@ def test_a_bad_address_names_the_parameter(text, fragment) -> None:
 
 
 @pytest.mark.parametrize(("flags", "fragment"), [
-    (["--engine", "flower", "--superlink", "coordinator"], "'--superlink': 'coordinator' needs a port"),
+    (["--engine", "flower", "--superlink", "coordinator"], "--superlink 'coordinator' needs a port"),
     (["--superlink", "127.0.0.1:9"], "apply to --engine flower only"),
     (["--engine", "flower", "--insecure"], "apply to --superlink only"),
     (["--engine", "flower", "--superlink", "127.0.0.1:9", "--insecure", "--root-certificates", "{manifest}"],
