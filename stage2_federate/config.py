@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -58,6 +59,17 @@ def _checked_delta(value: float | str | None) -> float | str | None:
     if isinstance(number, bool) or not isinstance(number, int | float) or not 0.0 < number < 1.0:
         raise ParameterError(f"`delta` must lie in the open interval (0, 1), got {value}")
     return float(number)
+
+
+def _named(name: str, parse: Callable[[], tuple[float, ...]]) -> tuple[float, ...]:
+    """Return ``parse()``; its ValueError becomes a ParameterError naming ``name`` (the CLI shows the flag)."""
+    try:
+        return parse()
+    except ParameterError:
+        raise
+    except ValueError as error:
+        text = str(error)
+        raise ParameterError(text if f"`{name}`" in text else f"`{name}`: {text}") from None
 
 
 @dataclass(frozen=True)
@@ -126,12 +138,13 @@ class FederationConfig:
             if isinstance(value, list):
                 object.__setattr__(self, name, tuple(float(v) for v in value))
             elif isinstance(value, str):  # 1,1,10, @file.json, @file.csv or a preset name of the right kind
-                kind, what = (budgets.EPSILON, "client epsilons") if name == "client_epsilons" else (
-                    budgets.RANGE, "client ranges")
-                object.__setattr__(self, name, budgets.parse_value_list(value, what=what, kind=kind))
+                kind = budgets.EPSILON if name == "client_epsilons" else budgets.RANGE
+                object.__setattr__(self, name, _named(name, lambda text=value, kind=kind, name=name:
+                                                      budgets.parse_value_list(text, what=f"`{name}`", kind=kind)))
         if isinstance(self.client_centres, str):
-            object.__setattr__(self, "client_centres",
-                               budgets.parse_numbers(self.client_centres, what="client centres", positive=False))
+            text = self.client_centres
+            object.__setattr__(self, "client_centres", _named("client_centres", lambda: budgets.parse_numbers(
+                text, what="`client_centres`", positive=False)))
         object.__setattr__(self, "delta", _checked_delta(self.delta))
         require_int_in_range("rounds", self.rounds, 1)
         if self.clients_per_round is not None:
