@@ -286,6 +286,9 @@ def fresh_holdouts_of(plan: ExportPlan, clients: list[np.ndarray]) -> list[tuple
             for i in range(len(clients))]
 
 
+POLL_SECONDS = 0.25  # how often the parent of a parallel export looks for a Ctrl-C between finished clients
+
+
 def _run_parallel(tasks: list[ClientTask], config: ExportConfig, plan: ExportPlan,
                   finished: Callable[[ClientOutcome], None], bar: Any) -> None:
     """Clients in ``config.clients_parallel`` spawned processes (TensorFlow does not survive fork)."""
@@ -299,21 +302,31 @@ def _run_parallel(tasks: list[ClientTask], config: ExportConfig, plan: ExportPla
         sys.warnoptions.append(quiet_tracker)
     workers = min(config.clients_parallel, len(tasks))
     threads = max(1, (os.cpu_count() or 1) // workers)
-    # SIGINT is ignored while the workers are spawned: they inherit SIG_IGN through exec (Python keeps an
-    # ignored SIGINT ignored), so a Ctrl-C can never give them a traceback; the parent alone reports it.
+    # Ctrl-C reaches the whole process group. SIGINT is ignored while the workers are spawned (the first
+    # ``workers`` submissions spawn them all): they inherit SIG_IGN through exec (Python keeps an ignored SIGINT
+    # ignored), so none can get a KeyboardInterrupt before its initializer ignores SIGINT (worker_guard); the
+    # parent alone reports it. Then SIGINT only sets a flag, read between short waits: a KeyboardInterrupt
+    # raised inside concurrent.futures.wait can leave a future's lock held, and the pool's shutdown then hangs.
     main = threading.current_thread() is threading.main_thread()
+    interrupted = threading.Event()
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
     try:
         executor = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
                                        initializer=init_worker,
                                        initargs=(threads, cnn.is_cnn(plan.extractor), os.getpid(), tasks[0].run_dir))
-        pending = {executor.submit(export_client, task) for task in tasks}
-    finally:
+        pending = {executor.submit(export_client, task) for task in tasks[:workers]}
+    except BaseException:
         if main:
             signal.signal(signal.SIGINT, previous)
+        raise
+    if main:
+        signal.signal(signal.SIGINT, lambda _signum, _frame: interrupted.set())
     try:
+        pending |= {executor.submit(export_client, task) for task in tasks[workers:]}
         while pending:
-            done, pending = wait(pending, return_when=FIRST_EXCEPTION)
+            if interrupted.is_set():
+                raise KeyboardInterrupt
+            done, pending = wait(pending, timeout=POLL_SECONDS, return_when=FIRST_EXCEPTION)
             for future in done:
                 finished(future.result())  # re-raises a worker's error here
                 bar.update(1)
@@ -323,4 +336,6 @@ def _run_parallel(tasks: list[ClientTask], config: ExportConfig, plan: ExportPla
         executor.shutdown(wait=True, cancel_futures=True)
         raise
     finally:
+        if main:
+            signal.signal(signal.SIGINT, previous)
         executor.shutdown(wait=True, cancel_futures=True)
