@@ -28,14 +28,14 @@ DEBUG_VARIABLE = "LDPFL_DEBUG"
 # Subcommands load on demand, so `ldpfl mechanisms` and `ldpfl inspect` never pay for TensorFlow or torch, and
 # `ldpfl --help` lists them from here without importing any (click's lazy-group pattern).
 LAZY_COMMANDS = {
-    "export": "ldpfl.export_cli:export_command",
-    "plan": "ldpfl.plan_cli:plan_command",
-    "gather": "ldpfl.gather_cli:gather_command",
-    "federate": "ldpfl.federate_cli:federate_command",
-    "predict": "ldpfl.predict_cli:predict_command",
-    "inspect": "ldpfl.inspection.cli:inspect_command",
-    "mechanisms": "ldpfl.mechanisms_cli:mechanisms_command",
-    "demo": "ldpfl.demo:demo_command",
+    "export": "ldpfl.commands.export:export_command",
+    "plan": "ldpfl.commands.plan:plan_command",
+    "gather": "ldpfl.commands.gather:gather_command",
+    "federate": "ldpfl.commands.federate:federate_command",
+    "predict": "ldpfl.commands.predict:predict_command",
+    "inspect": "ldpfl.commands.inspect:inspect_command",
+    "mechanisms": "ldpfl.commands.mechanisms:mechanisms_command",
+    "demo": "ldpfl.commands.demo:demo_command",
 }
 SHORT_HELP = {
     "demo": "the whole pipeline on the embedded MNIST-5k data: export, federate, inspect",

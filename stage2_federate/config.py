@@ -61,10 +61,10 @@ def _checked_delta(value: float | str | None) -> float | str | None:
     return float(number)
 
 
-def _named(name: str, parse: Callable[[], tuple[float, ...]]) -> tuple[float, ...]:
-    """Return ``parse()``; its ValueError becomes a ParameterError naming ``name`` (the CLI shows the flag)."""
+def _named(name: str, parse: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Return ``parse(*args, **kwargs)``; its ValueError becomes a ParameterError naming ``name`` (the flag)."""
     try:
-        return parse()
+        return parse(*args, **kwargs)
     except ParameterError:
         raise
     except ValueError as error:
@@ -139,12 +139,12 @@ class FederationConfig:
                 object.__setattr__(self, name, tuple(float(v) for v in value))
             elif isinstance(value, str):  # 1,1,10, @file.json, @file.csv or a preset name of the right kind
                 kind = budgets.EPSILON if name == "client_epsilons" else budgets.RANGE
-                object.__setattr__(self, name, _named(name, lambda text=value, kind=kind, name=name:
-                                                      budgets.parse_value_list(text, what=f"`{name}`", kind=kind)))
+                object.__setattr__(self, name, _named(name, budgets.parse_value_list, value, what=f"`{name}`",
+                                                      kind=kind))
         if isinstance(self.client_centres, str):
-            text = self.client_centres
-            object.__setattr__(self, "client_centres", _named("client_centres", lambda: budgets.parse_numbers(
-                text, what="`client_centres`", positive=False)))
+            object.__setattr__(self, "client_centres", _named("client_centres", budgets.parse_numbers,
+                                                              self.client_centres, what="`client_centres`",
+                                                              positive=False))
         object.__setattr__(self, "delta", _checked_delta(self.delta))
         require_int_in_range("rounds", self.rounds, 1)
         if self.clients_per_round is not None:

@@ -178,7 +178,7 @@ def require_plan(plan: SharedPlan, source: str | os.PathLike[str], **resolved: A
 
     ``resolved`` as for :func:`plan_settings`. Raises ``ValueError`` naming the data and every
     contradiction in plain words: the command-line options were already checked against the plan
-    (``ldpfl.export_options.silo_config``), so what is left comes from the data (input shape, r, classes).
+    (``ldpfl.commands.export_options.silo_config``), so what is left comes from the data (input shape, r, classes).
     """
     found = plan.contradictions(plan_settings(**resolved))
     if found:

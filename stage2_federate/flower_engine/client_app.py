@@ -23,9 +23,10 @@ import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Context, Error, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
-from ..config import FederationConfig
-from ..data import ClientDataset
-from ..plan import resolve_device
+from ldpfl.stage2_federate.config import FederationConfig
+from ldpfl.stage2_federate.data import ClientDataset
+from ldpfl.stage2_federate.plan import resolve_device
+
 from . import client_side as cs
 from .file_watch import check_unchanged
 from .processes import process_started

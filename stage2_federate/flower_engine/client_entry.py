@@ -14,7 +14,7 @@ import time
 
 IMPORTS_STARTED = time.time()
 
-from ..runtime import apply_runtime_defaults  # noqa: E402 - after the time stamp, on purpose
+from ldpfl.stage2_federate.runtime import apply_runtime_defaults  # noqa: E402 - after the time stamp, on purpose
 
 apply_runtime_defaults()
 

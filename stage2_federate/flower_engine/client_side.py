@@ -31,17 +31,17 @@ from ldpfl.contract.digest import sha256_file
 from ldpfl.contract.layout import client_stem, local_file_name
 from ldpfl.contract.release_guarantee import stored_or_computed
 from ldpfl.mechanisms.randomness import portable_state, restore_state
+from ldpfl.stage2_federate.config import FederationConfig
+from ldpfl.stage2_federate.data import ClientDataset, ClientSplit, load_clean_test, load_client
+from ldpfl.stage2_federate.dp_sgd_budget import DpSgdClient
+from ldpfl.stage2_federate.label_noise import LabelNoise
+from ldpfl.stage2_federate.model import FederatedMLP, build_model, evaluate, set_vector
+from ldpfl.stage2_federate.perturbation import ClientPerturbation
+from ldpfl.stage2_federate.plan import configured_perturbations, resolve_device
+from ldpfl.stage2_federate.rounds import Broadcast, ClientResult, LocalTraining, client_step
+from ldpfl.stage2_federate.streaming import ResidencyBudget, StreamedSplit
+from ldpfl.stage2_federate.streams import Streams
 
-from ..config import FederationConfig
-from ..data import ClientDataset, ClientSplit, load_clean_test, load_client
-from ..dp_sgd_budget import DpSgdClient
-from ..label_noise import LabelNoise
-from ..model import FederatedMLP, build_model, evaluate, set_vector
-from ..perturbation import ClientPerturbation
-from ..plan import configured_perturbations, resolve_device
-from ..rounds import Broadcast, ClientResult, LocalTraining, client_step
-from ..streaming import ResidencyBudget, StreamedSplit
-from ..streams import Streams
 from .protocol import ClientSetup, ClientSummary
 
 _CACHE_SIZE = 8  # client files kept open per process (a simulation actor serves many clients)

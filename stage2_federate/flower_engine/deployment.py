@@ -43,9 +43,9 @@ from ldpfl.contract.manifest import read_manifest
 from ldpfl.contract.plan import PLAN_FILE, read_plan
 from ldpfl.contract.schema import FormatError
 from ldpfl.contract.version import package_version
+from ldpfl.stage2_federate.config import FederationConfig
+from ldpfl.stage2_federate.outdir import clear_outputs, locked, remove_temporaries
 
-from ..config import FederationConfig
-from ..outdir import clear_outputs, locked, remove_temporaries
 from . import require_flower
 from .control import ControlClient, RunState, SuperLinkError, parse_superlink
 from .launch import (

@@ -35,11 +35,11 @@ from ldpfl.common.errors import LdpflError, ParameterError
 from ldpfl.contract.layout import FEDERATION_DIR
 from ldpfl.contract.run_dir import validate_run
 from ldpfl.contract.version import package_version
+from ldpfl.stage2_federate import outputs as out
+from ldpfl.stage2_federate.config import FederationConfig
+from ldpfl.stage2_federate.outdir import clear_outputs, locked, remove_temporaries
+from ldpfl.stage2_federate.result import FederationResult
 
-from .. import outputs as out
-from ..config import FederationConfig
-from ..outdir import clear_outputs, locked, remove_temporaries
-from ..result import FederationResult
 from . import require_flower
 from .processes import Daemon, stop_all
 from .protocol import ManifestEntry, app_pyproject, run_config
@@ -331,7 +331,7 @@ def _check_out_dir(out_dir: Path, *, resume: bool, overwrite: bool) -> None:
 
 
 def _result(out_dir: Path, status: Mapping[str, Any], keep_checkpoint: bool) -> FederationResult:
-    from ..run_outputs import output_paths
+    from ldpfl.stage2_federate.run_outputs import output_paths
 
     paths = output_paths(out_dir)
     if not keep_checkpoint:

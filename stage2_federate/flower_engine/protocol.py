@@ -40,8 +40,7 @@ import tomli_w
 from pydantic import ConfigDict, Field, TypeAdapter, ValidationError
 
 from ldpfl.common.errors import LdpflError
-
-from ..config import FederationConfig
+from ldpfl.stage2_federate.config import FederationConfig
 
 APP_NAME = "ldpfl-flower"
 PUBLISHER = "ldpfl"

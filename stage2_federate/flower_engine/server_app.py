@@ -17,12 +17,13 @@ from typing import Any
 from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 
-from ..checkpoint import load_checkpoint
-from ..driver import RunDriver
-from ..loop import finite
-from ..model_file import summary_record
-from ..round_record import RoundRecord
-from ..run_outputs import RunWriter
+from ldpfl.stage2_federate.checkpoint import load_checkpoint
+from ldpfl.stage2_federate.driver import RunDriver
+from ldpfl.stage2_federate.loop import finite
+from ldpfl.stage2_federate.model_file import summary_record
+from ldpfl.stage2_federate.round_record import RoundRecord
+from ldpfl.stage2_federate.run_outputs import RunWriter
+
 from . import server_side as ss
 from .protocol import AppRunConfig
 from .transport import SUBMISSION, TIMELINE, FlowerTransport, describe, finish, wait_for_nodes

@@ -21,13 +21,13 @@ from filelock import FileLock, Timeout
 
 from ldpfl.common.errors import LdpflError
 from ldpfl.contract.atomic import atomic_write_text
+from ldpfl.stage2_federate.config import FederationConfig
+from ldpfl.stage2_federate.model import parameter_count
+from ldpfl.stage2_federate.perturbation import perturbation_wiring
+from ldpfl.stage2_federate.plan import FederationPlan, build_plan, resolve_device
+from ldpfl.stage2_federate.round_record import SplitSums
+from ldpfl.stage2_federate.round_record import union_evaluation as union_of
 
-from ..config import FederationConfig
-from ..model import parameter_count
-from ..perturbation import perturbation_wiring
-from ..plan import FederationPlan, build_plan, resolve_device
-from ..round_record import SplitSums
-from ..round_record import union_evaluation as union_of
 from .protocol import SERVERAPP_LOCK, SUBMISSION_FILE, ClientSetup, ClientSummary, ManifestEntry
 
 ENGINE = "flower"

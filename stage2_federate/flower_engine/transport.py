@@ -40,10 +40,10 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, RecordDict
 from flwr.serverapp import Grid
 
 from ldpfl.common.errors import LdpflError
+from ldpfl.stage2_federate.loop import EvaluationReplies, Training
+from ldpfl.stage2_federate.round_record import ClientEvaluation, RoundRecord, SplitSums
+from ldpfl.stage2_federate.rounds import Broadcast, ClientResult
 
-from ..loop import EvaluationReplies, Training
-from ..round_record import ClientEvaluation, RoundRecord, SplitSums
-from ..rounds import Broadcast, ClientResult
 from . import server_side as ss
 from .protocol import (
     CLIENT_FAILED,

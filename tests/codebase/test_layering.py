@@ -118,7 +118,7 @@ def test_scripts_and_tests_use_the_installed_name() -> None:
     ("ldpfl.stage1_features.cli", "from ldpfl import __version__"),
     ("ldpfl.inspection.file", "from ldpfl.stage2_federate.data import load_run"),
     ("ldpfl.inspection.report", "from ldpfl.stage1_features.export.run import run_export"),
-    ("ldpfl.demo", "from stage1_features.export import run_export"),  # the old top-level name
+    ("ldpfl.commands.demo", "from stage1_features.export import run_export"),  # the old top-level name
     ("ldpfl.mechanisms.uer", "import mechanisms.base"),
     ("ldpfl.common.errors", "from ldpfl.mechanisms.base import FLOAT32"),  # the floor imports nothing above it
     ("ldpfl.common.registry", "from ldpfl import cli"),
@@ -132,8 +132,8 @@ def test_relative_imports_are_resolved() -> None:
     assert imported_modules(source, "ldpfl.stage2_federate.cli") == [
         (1, "ldpfl.stage2_federate.perturbation"), (2, "ldpfl.stage2_federate"),
         (2, "ldpfl.stage2_federate.budgets"), (3, "ldpfl.contract")]
-    assert violations("ldpfl.inspection.cli", "from .demo import run_demo") == []  # the app itself
-    assert violations("ldpfl.demo", "from ldpfl.stage1_features.export.run import run_export") == []
+    assert violations("ldpfl.commands.inspect", "from .demo import run_demo") == []  # the app itself
+    assert violations("ldpfl.commands.demo", "from ldpfl.stage1_features.export.run import run_export") == []
     assert violations("ldpfl.stage1_features.cli", "from ldpfl import mechanisms") == []
     assert violations("ldpfl.mechanisms.base", "from ldpfl.common.errors import ParameterError") == []
     assert violations("ldpfl.stage1_features.export", "from ..stage2_federate import data") == [

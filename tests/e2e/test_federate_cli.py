@@ -105,7 +105,7 @@ def test_bad_options_are_one_line_errors(run_dir, tmp_path, args, fragments) -> 
 
 
 def test_cli_module_does_not_import_torch() -> None:
-    code = "import sys, ldpfl.federate_cli, ldpfl.stage2_federate.strategies; print('torch' in sys.modules)"
+    code = "import sys, ldpfl.commands.federate, ldpfl.stage2_federate.strategies; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 

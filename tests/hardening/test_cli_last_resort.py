@@ -27,7 +27,7 @@ REPO = ROOT
     (KeyError("k"), "Error: KeyError: 'k' (an unexpected error"),
 ])
 def test_any_exception_becomes_one_line_with_exit_1(monkeypatch, exception, expected) -> None:
-    import ldpfl.mechanisms_cli as mechanisms_cli
+    import ldpfl.commands.mechanisms as mechanisms_cli
 
     def explode(*args, **kwargs):
         raise exception
@@ -39,7 +39,7 @@ def test_any_exception_becomes_one_line_with_exit_1(monkeypatch, exception, expe
 
 
 def test_traceback_only_with_ldpfl_debug() -> None:
-    code = ("import sys, ldpfl.mechanisms_cli as m\n"
+    code = ("import sys, ldpfl.commands.mechanisms as m\n"
             "def explode(*a, **k):\n    raise RuntimeError('boom')\n"
             "m._listing = explode\n"
             "from ldpfl.cli import main\nsys.argv = ['ldpfl', 'mechanisms']\nmain()\n")

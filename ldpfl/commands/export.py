@@ -12,9 +12,7 @@ from typing import Any
 import click
 
 from ldpfl.api.export_job import export
-from ldpfl.contract.datasets import dataset_names
-from ldpfl.contract.jsonout import echo_json
-from ldpfl.export_options import (
+from ldpfl.commands.export_options import (
     alpha_help,
     explicit_parameters,
     extractor_help,
@@ -24,7 +22,9 @@ from ldpfl.export_options import (
     scatter_options,
     silo_config,
 )
-from ldpfl.release_cli import check_from_models, release_options
+from ldpfl.commands.release import check_from_models, release_options
+from ldpfl.contract.datasets import dataset_names
+from ldpfl.contract.jsonout import echo_json
 from ldpfl.stage1_features.export.config import ExportConfig, exportable_mechanisms
 from ldpfl.stage1_features.export.partition import PARTITION_KINDS
 from ldpfl.stage1_features.export.plan import describe_privacy

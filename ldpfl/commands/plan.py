@@ -11,15 +11,15 @@ from pathlib import Path
 import click
 
 from ldpfl.api.plan_job import plan as make_shared_plan
-from ldpfl.contract.jsonout import echo_json
-from ldpfl.contract.names import check_name
-from ldpfl.export_options import (
+from ldpfl.commands.export_options import (
     alpha_help,
     data_options,
     data_source_options,
     mechanism_parameters,
     scatter_options,
 )
+from ldpfl.contract.jsonout import echo_json
+from ldpfl.contract.names import check_name
 from ldpfl.stage1_features.export.config import exportable_mechanisms
 from ldpfl.stage1_features.export.plan import describe_privacy
 from ldpfl.stage1_features.models import cnn
