@@ -26,6 +26,7 @@ import pytest
 from click.testing import CliRunner
 from ray_head import RayHead, head_processes, start_head, stop_head
 from repository import ROOT
+from slow_release import SLOW_SITE
 
 from ldpfl.api.export_job import export
 from ldpfl.cli import cli
@@ -45,18 +46,6 @@ SEED = 7
 EXPORT = ["export", "--extractor", "none", "--clients", "4", "--seed", str(SEED), "--quiet"]
 CREATION = ("created_utc",)  # differs between any two runs, local or not
 
-SLOW_SITE = textwrap.dedent("""
-    import os, time
-    if os.environ.get("LDPFL_TEST_SLOW_RELEASE"):
-        import ldpfl.stage1_features.export.worker as worker
-        _write_split = worker.write_split
-
-        def slow_write_split(*args, **kwargs):
-            time.sleep(float(os.environ["LDPFL_TEST_SLOW_RELEASE"]))
-            return _write_split(*args, **kwargs)
-
-        worker.write_split = slow_write_split
-""")
 
 
 def h5_contents(path: Path) -> dict[str, object]:

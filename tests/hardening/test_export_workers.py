@@ -11,7 +11,6 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 
@@ -20,6 +19,7 @@ import psutil
 import pytest
 from click.testing import CliRunner
 from repository import ROOT
+from slow_release import SLOW_SITE
 
 from ldpfl.cli import cli
 from ldpfl.contract.client_writer import ClientFileExists, ClientFileWriter
@@ -36,18 +36,6 @@ from ldpfl.stage1_features.export.run import run_export
 REPO = ROOT
 ARGS = ["export", "--extractor", "none", "--clients", "4", "--limit", "400", "--seed", "5", "--quiet"]
 
-SLOW_SITE = textwrap.dedent("""
-    import os, time
-    if os.environ.get("LDPFL_TEST_SLOW_RELEASE"):
-        import ldpfl.stage1_features.export.worker as worker
-        _write_split = worker.write_split
-
-        def slow_write_split(*args, **kwargs):
-            time.sleep(float(os.environ["LDPFL_TEST_SLOW_RELEASE"]))
-            return _write_split(*args, **kwargs)
-
-        worker.write_split = slow_write_split
-""")
 
 
 def children(pid: int) -> list[int]:
