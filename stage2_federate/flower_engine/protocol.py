@@ -141,9 +141,14 @@ def read_config(run_config: Mapping[str, Any]) -> FederationConfig:
 
 @dataclass(frozen=True)
 class AppRunConfig:
-    """A run configuration as both apps read it: once, into typed fields (keys of :data:`RUN_CONFIG_DEFAULTS`)."""
+    """A run configuration as both apps read it: once, into typed fields (keys of :data:`RUN_CONFIG_DEFAULTS`).
 
-    federation: FederationConfig
+    ``federation`` (the :class:`FederationConfig` with its seed) is parsed when first asked for: a node's file
+    checks need only the file fields.
+    """
+
+    config_json: str
+    seed_text: str
     client_files: tuple[str, ...]
     client_sha256: tuple[str, ...]
     out_dir: str
@@ -167,7 +172,7 @@ class AppRunConfig:
         values = {**RUN_CONFIG_DEFAULTS, **run_config}
         files = tuple(str(f) for f in json.loads(str(values["client-files"]) or "[]"))
         return cls(
-            federation=read_config(values), client_files=files,
+            config_json=str(values["ldpfl-config"]), seed_text=str(values["ldpfl-seed"]), client_files=files,
             client_sha256=tuple(str(d) for d in json.loads(str(values["client-sha256"]) or "[]")),
             out_dir=str(values["out-dir"]), status_file=str(values["status-file"]),
             num_clients=int(values["num-clients"]), startup_timeout=float(values["startup-timeout"]),
@@ -178,6 +183,11 @@ class AppRunConfig:
             plan_fingerprint=str(values["plan-fingerprint"]) or None, submission=str(values["submission"]),
             timings_file=str(values["timings-file"]), min_clients=int(values["min-clients"]),
         )
+
+    @functools.cached_property
+    def federation(self) -> FederationConfig:
+        """The run's :class:`FederationConfig`, with its seed (:func:`read_config`)."""
+        return read_config({"ldpfl-config": self.config_json, "ldpfl-seed": self.seed_text})
 
 
 def read_app_config(run_config: Mapping[str, Any]) -> AppRunConfig:

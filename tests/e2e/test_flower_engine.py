@@ -77,8 +77,10 @@ def test_the_apps_read_the_run_config_once_into_typed_fields() -> None:
     assert settings.keep_checkpoint is True and settings.resume is False and settings.manifest == ()
     assert settings.run_dir == "/runs/r" and settings.plan_fingerprint is None  # the files' folder by default
     assert read_app_config(dict(values)) is read_app_config(dict(values))  # parsed once per configuration
+    bare = AppRunConfig.read({"client-sha256": '["ab"]'})  # a node's file checks need only the file fields
+    assert bare.client_sha256 == ("ab",)
     with pytest.raises(ValueError, match="no 'ldpfl-config'"):
-        AppRunConfig.read({})
+        _ = bare.federation
 
 
 def test_the_app_declares_every_run_config_key_and_ldpfl_components() -> None:
