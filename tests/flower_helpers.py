@@ -16,6 +16,7 @@ import contextlib
 import datetime
 import ipaddress
 import os
+import shutil
 import threading
 import time
 import warnings
@@ -24,6 +25,8 @@ from pathlib import Path
 
 import psutil
 import pytest
+
+from ldpfl.contract.plan import PLAN_FILE
 
 TOKEN_VARIABLE = "LDPFL_FLOWER_TEST_TOKEN"
 
@@ -180,3 +183,27 @@ def flower_fixture() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
         import flwr.supercore.control  # noqa: F401
+
+
+# A short seeded federation of two silos (write_run's) through a SuperLink.
+DEPLOYMENT_FLAGS = ["--rounds", "3", "--hidden", "16", "--device", "cpu", "--seed", "1", "--perturbation", "gaussian",
+                    "--client-epsilons", "4,8", "--aggregation", "weighted", "--drop-per-round", "0"]
+
+
+def one_line(result, code: int) -> str:
+    """Assert exit ``code`` and a whole output of one ``Error:`` line; return it."""
+    output = result.output if hasattr(result, "output") else result.stdout + result.stderr
+    returncode = result.exit_code if hasattr(result, "exit_code") else result.returncode
+    assert returncode == code, output
+    lines = [line for line in output.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("Error: ") and "Traceback" not in output, output
+    return lines[0]
+
+
+def coordinator_copy(run_dir: Path, to: Path) -> Path:
+    """A coordinator's run directory: the manifest (and plan) of ``run_dir``, no client file."""
+    to.mkdir(parents=True)
+    for name in ("manifest.json", PLAN_FILE):
+        if (run_dir / name).is_file():
+            shutil.copy(run_dir / name, to / name)
+    return to

@@ -15,8 +15,6 @@ import contextlib
 import hashlib
 import http.server
 import json
-import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -30,10 +28,13 @@ import torch
 from cli_checks import run
 from federate_files import write_run
 from flower_helpers import (  # noqa: F401 - fixtures
+    DEPLOYMENT_FLAGS,
     Descendants,
+    coordinator_copy,
     flower_fixture,
     leftovers,
     marked_fixture,
+    one_line,
     superlink_with_silos,
     tls_files,
 )
@@ -53,29 +54,6 @@ from ldpfl.stage2_federate.flower_engine.server_side import (
     claim_out_dir,
     stop_requested,
 )
-
-FLAGS = ["--rounds", "3", "--hidden", "16", "--device", "cpu", "--seed", "1", "--perturbation", "gaussian",
-         "--client-epsilons", "4,8", "--aggregation", "weighted", "--drop-per-round", "0"]
-
-
-def one_line(result, code: int) -> str:
-    """Assert exit ``code`` and a whole output of one ``Error:`` line; return it."""
-    output = result.output if hasattr(result, "output") else result.stdout + result.stderr
-    returncode = result.exit_code if hasattr(result, "exit_code") else result.returncode
-    assert returncode == code, output
-    lines = [line for line in output.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("Error: ") and "Traceback" not in output, output
-    return lines[0]
-
-
-def coordinator_copy(run_dir: Path, to: Path) -> Path:
-    """A coordinator's run directory: the manifest (and plan) of ``run_dir``, no client file."""
-    to.mkdir(parents=True)
-    for name in ("manifest.json", PLAN_FILE):
-        if (run_dir / name).is_file():
-            shutil.copy(run_dir / name, to / name)
-    return to
-
 
 # --------------------------------------------------------------------------------------------------
 # Without Flower's daemons.
@@ -264,7 +242,7 @@ def test_a_supernode_serving_another_runs_file_ends_the_run_before_round_one(flo
     watch = Descendants()
     with superlink_with_silos(tmp_path / "work", [run_dir / "client_000.h5", other / "client_001.h5"]) as (port, _):
         result = run("federate", coordinator, "--engine", "flower", "--superlink", f"127.0.0.1:{port}",
-                     "--insecure", "--quiet", *FLAGS)
+                     "--insecure", "--quiet", *DEPLOYMENT_FLAGS)
     watch.stop()
     line = one_line(result, 1)
     assert line.startswith("Error: the Flower run failed: client 1: its SuperNode serves client_001.h5 (sha256 ")
@@ -292,7 +270,7 @@ def test_the_cli_on_two_supernodes_equals_the_local_engine_and_resumes_a_killed_
     """
     run_dir = write_run(tmp_path / "silos", clients=2, rows=64)
     coordinator = coordinator_copy(run_dir, tmp_path / "coordinator")
-    local = run("federate", run_dir, "--out", tmp_path / "local", "--quiet", *FLAGS, "--rounds", "4")
+    local = run("federate", run_dir, "--out", tmp_path / "local", "--quiet", *DEPLOYMENT_FLAGS, "--rounds", "4")
     assert local.exit_code == 0, local.output
     out = tmp_path / "out"
     watch = Descendants()
@@ -300,7 +278,7 @@ def test_the_cli_on_two_supernodes_equals_the_local_engine_and_resumes_a_killed_
     with superlink_with_silos(tmp_path / "work", [run_dir / "client_000.h5", run_dir / "client_001.h5"],
                               state_dirs=states) as (port, _):
         argv = ldpfl("federate", coordinator, "--engine", "flower", "--superlink", f"127.0.0.1:{port}", "--insecure",
-                     "--round-timeout", "300", "--out", out, *FLAGS, "--rounds", "4")
+                     "--round-timeout", "300", "--out", out, *DEPLOYMENT_FLAGS, "--rounds", "4")
         first = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         try:
             deadline = time.monotonic() + 600
@@ -355,61 +333,3 @@ def test_the_failure_policy_counts_the_clients_that_trained(flower) -> None:
         check_policy(2, [0, 1, 2], 1, ["client 1: x", "client 2: y"], 2)
     with pytest.raises(TooFewClientsError, match="0 of the 1 selected"):
         check_policy(4, [1], 0, ["client 1: x"], 3)
-
-
-def replace_after_round_one(metrics: Path, target: Path, replacement: Path) -> threading.Thread:
-    """Replace ``target`` by ``replacement`` (another export of the same name) once round 1 is in ``metrics``."""
-    def watch() -> None:
-        deadline = time.monotonic() + 600
-        while time.monotonic() < deadline:
-            with contextlib.suppress(OSError, ValueError, KeyError):
-                if json.loads(metrics.read_text())["rounds"]:
-                    shutil.copy(replacement, target)
-                    return
-            time.sleep(0.1)
-
-    thread = threading.Thread(target=watch, daemon=True)
-    thread.start()
-    return thread
-
-
-@pytest.mark.slow
-def test_a_client_file_replaced_during_the_run_follows_the_failure_policy(flower, tmp_path, marked) -> None:
-    """One SuperLink, two SuperNodes, three runs; each time silo 1's file is replaced once round 1 is written.
-
-    With ``--min-clients-per-round 1`` the run goes on without client 1, whose failure is logged with its
-    index and reason; with 2 the run stops at that round, naming the client and the reason; without a
-    policy the client's failure ends the run.
-    """
-    run_dir = write_run(tmp_path / "silos", clients=2, rows=32)
-    other = write_run(tmp_path / "other", clients=2, rows=32, seed=99)
-    original = tmp_path / "client_001.original.h5"
-    shutil.copy(run_dir / "client_001.h5", original)
-    coordinator = coordinator_copy(run_dir, tmp_path / "coordinator")
-    watch = Descendants()
-    results = {}
-    with superlink_with_silos(tmp_path / "work", [run_dir / "client_000.h5", run_dir / "client_001.h5"]) as (port, _):
-        for name, policy in (("one", ["--min-clients-per-round", "1"]), ("two", ["--min-clients-per-round", "2"]),
-                             ("none", [])):
-            shutil.copy(original, run_dir / "client_001.h5")  # the silo restored its file
-            out = tmp_path / name
-            thread = replace_after_round_one(out / "metrics.json", run_dir / "client_001.h5", other / "client_001.h5")
-            results[name] = run("federate", coordinator, "--engine", "flower", "--superlink", f"127.0.0.1:{port}",
-                                "--insecure", "--quiet", "--out", out, *FLAGS, "--rounds", "4", *policy)
-            thread.join(5)
-    watch.stop()
-    assert results["one"].exit_code == 0, results["one"].output
-    rounds = json.loads((tmp_path / "one" / "metrics.json").read_text())["rounds"]
-    failed = [r for r in rounds if r["lost"]]
-    assert failed and all(r["lost"] == [1] and r["aggregated"] == [0] for r in failed)
-    assert any(re.match(r"client 1: failed training in round \d: FileChanged: client_001\.h5 changed since the run "
-                        r"started", note) for note in failed[0]["notes"]), failed[0]["notes"]
-    assert rounds[-1]["round"] == 4 and (tmp_path / "one" / "model.pt").is_file()
-    line = one_line(results["two"], 1)
-    assert re.match(r"Error: the Flower run failed: round \d: 1 of the 2 selected clients trained, fewer than the "
-                    r"failure policy's 2 \(min-clients-per-round\): client 1: failed training in round \d: "
-                    r"FileChanged: client_001\.h5 changed since the run started", line), line
-    line = one_line(results["none"], 1)
-    assert re.match(r"Error: the Flower run failed: client 1 failed training in round \d: FileChanged: "
-                    r"client_001\.h5 changed since the run started", line), line
-    assert watch.running() == [] and leftovers(marked) == []
