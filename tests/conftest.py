@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from federate_files import write_run
+from flower_helpers import flower_fixture, marked_fixture  # noqa: F401 - the fixtures `flower`, `marked`, for every test
 
 from ldpfl import mechanisms as mech
 

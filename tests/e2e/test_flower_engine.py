@@ -21,7 +21,7 @@ import pytest
 import tomli_w
 import torch
 from federate_files import write_run
-from flower_helpers import leftovers, marked_fixture  # noqa: F401 - the fixture `marked`
+from flower_helpers import leftovers
 
 from ldpfl.stage2_federate.config import FederationConfig
 from ldpfl.stage2_federate.data import load_run

@@ -27,13 +27,11 @@ import pytest
 import torch
 from cli_checks import run
 from federate_files import write_run
-from flower_helpers import (  # noqa: F401 - fixtures
+from flower_helpers import (
     DEPLOYMENT_FLAGS,
     Descendants,
     coordinator_copy,
-    flower_fixture,
     leftovers,
-    marked_fixture,
     one_line,
     superlink_with_silos,
     tls_files,

@@ -16,16 +16,7 @@ from pathlib import Path
 import pytest
 from cli_checks import run
 from federate_files import write_run
-from flower_helpers import (  # noqa: F401 - fixtures
-    DEPLOYMENT_FLAGS,
-    Descendants,
-    coordinator_copy,
-    flower_fixture,
-    leftovers,
-    marked_fixture,
-    one_line,
-    superlink_with_silos,
-)
+from flower_helpers import DEPLOYMENT_FLAGS, Descendants, coordinator_copy, leftovers, one_line, superlink_with_silos
 
 
 def replace_after_round_one(metrics: Path, target: Path, replacement: Path) -> threading.Thread:

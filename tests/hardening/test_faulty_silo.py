@@ -23,7 +23,6 @@ import pytest
 import torch
 from cli_checks import one_error_line, run, stderr_error_line
 from federate_files import write_run
-from flower_helpers import flower_fixture, marked_fixture  # noqa: F401 - the fixtures `flower`, `marked`
 from repository import ROOT
 
 from ldpfl import mechanisms as mech
