@@ -3,14 +3,16 @@
 :class:`ExportFields` holds the fields of ``ExportConfig`` (``ldpfl.stage1_features.export.config``) but
 ``plan``, which the job takes as a path or a ``SharedPlan`` of its own; :class:`FederationFields` the fields of
 ``FederationConfig`` (``ldpfl.stage2_federate.config``). A test checks that both list exactly those fields.
-Each is ``total=False``: a field left out keeps the config's default.
+Each is ``total=False``: a field left out keeps the config's default, which :func:`config_defaults` reads (the
+command line shows them in ``--help``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Mapping
-from typing import TypedDict
+from typing import Any, TypedDict
 
 from ldpfl.common.errors import ParameterError
 
@@ -28,6 +30,13 @@ def require_directory_name(out: StrPath | None) -> None:
     """
     if isinstance(out, str) and not out.strip():
         raise ParameterError("`out` is empty; give a directory (use '.' for the current one)")
+
+
+def config_defaults(config: type) -> dict[str, Any]:
+    """Return the default of each field of the dataclass ``config`` (``ExportConfig``, ``FederationConfig``)."""
+    missing = dataclasses.MISSING
+    return {f.name: f.default if f.default is not missing else f.default_factory()  # type: ignore[misc]
+            for f in dataclasses.fields(config) if (f.default, f.default_factory) != (missing, missing)}
 
 
 class ExportFields(TypedDict, total=False):
@@ -120,4 +129,4 @@ class FederationFields(TypedDict, total=False):
     seed: int | None
 
 
-__all__ = ["ExportFields", "FederationFields", "StrPath"]
+__all__ = ["ExportFields", "FederationFields", "StrPath", "config_defaults"]

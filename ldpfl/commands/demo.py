@@ -1,242 +1,15 @@
-"""``ldpfl demo``: the whole pipeline on the embedded MNIST-5k data, with a short summary.
-
-Export (stage 1: CNN per client → flatten features → fixed-point → UER → HDF5), then federate
-(stage 2: FedAvg over the randomized bits), then inspect the files. A rerun reuses the verified client
-files: it never randomizes the same samples twice.
-
-``--private`` runs a second configuration with real privacy next to it, in ``OUT-private``: the best measured
-private path (issue 34, docs/RESULTS.md section 7). Every silo maps its records with the weight-free ScatterNet
-(the same feature space for all, learned from no record) into files that never leave it (``--local-only``), and
-the federation trains a linear head with record-level DP-SGD: only each silo's noisy updates leave it, and its
-accountant composes every step. Its release guarantee is finite (the DP-SGD figure, replace-one and add-remove),
-against ∞ for LDPFL as published (clear labels, a non-private CNN; UER alone is 39,245).
-"""
+"""``ldpfl demo``: the whole pipeline on the embedded MNIST-5k data (the API's ``ldpfl.demo``), with a summary."""
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
-
 import click
 
+from ldpfl.api.demo_job import DEFAULT_OUT, demo
 from ldpfl.contract.jsonout import echo_json
-from ldpfl.contract.manifest import read_manifest
-from ldpfl.contract.release_guarantee import ReleaseGuarantee
-from ldpfl.inspection.plot import write_plot
-from ldpfl.inspection.report import inspect_path
-from ldpfl.inspection.text import inspection_text
-from ldpfl.mechanisms.randomness import UNRECORDED, randomness_label
-from ldpfl.stage1_features.export.config import ExportConfig
-from ldpfl.stage1_features.export.run import run_export
-
-PRIVATE_EXTRACTOR = "scatter"
-PRIVATE_TARGET_EPSILON = 3.0
-PRIVATE_DELTA = 1e-5
-PRIVATE_LOCAL_STEPS = 20
-PRIVATE_SERVER_MOMENTUM = 0.9
-"""``--private``: ScatterNet features kept local, DP-SGD of a linear head at ε = 3 per silo (replace-one, δ = 1e-5)
-over the whole run, ``PRIVATE_LOCAL_STEPS`` steps a round, server momentum 0.9: the front's best private path
-(docs/RESULTS.md section 7), scaled to the demo's rounds."""
-
-
-@dataclass(frozen=True)
-class PrivateRun:
-    """The private configuration of ``--private``: its run, privacy and accuracies."""
-
-    run_dir: Path
-    release: str
-    mechanism: str
-    nominal_epsilon: float | None
-    exact_epsilon_per_record: float | str | None
-    local_accuracies: list[float | None]
-    round_accuracies: list[float]
-    clean_accuracies: list[float | None]
-    inspection_ok: bool
-    release_guarantee: dict[str, Any] | None = None  # the weakest client's, everything released composed
-
-    def to_dict(self) -> dict[str, Any]:
-        """Return a JSON-ready summary."""
-        return {"run_dir": str(self.run_dir), "release": self.release, "mechanism": self.mechanism,
-                "release_guarantee": self.release_guarantee,
-                "nominal_epsilon": self.nominal_epsilon, "exact_epsilon_per_record": self.exact_epsilon_per_record,
-                "local_cnn_accuracy": self.local_accuracies,
-                "global_test_accuracy_per_round": self.round_accuracies,
-                "clean_test_accuracy_per_round": self.clean_accuracies, "inspection_ok": self.inspection_ok}
-
-
-@dataclass(frozen=True)
-class DemoResult:
-    """Paths and figures of one demo run."""
-
-    run_dir: Path
-    local_accuracies: list[float | None]
-    round_accuracies: list[float]
-    nominal_epsilon: float | None
-    exact_epsilon_per_record: float | str | None
-    randomness: str
-    plots: list[Path]
-    inspection_ok: bool
-    private: PrivateRun | None = None
-    release_guarantee: dict[str, Any] | None = None  # the weakest client's, over everything its file releases
-    generator: str = UNRECORDED  # the noise's bit generator (``AES-CTR``, ``ChaCha20``, ``PCG64``)
-
-    def to_dict(self) -> dict[str, Any]:
-        """Return a JSON-ready summary (the ``--json`` output)."""
-        return {
-            **({"private": self.private.to_dict()} if self.private is not None else {}),
-            "run_dir": str(self.run_dir),
-            "local_cnn_accuracy": self.local_accuracies,
-            "global_test_accuracy_per_round": self.round_accuracies,
-            "nominal_epsilon": self.nominal_epsilon,
-            "exact_epsilon_per_record": self.exact_epsilon_per_record,
-            "randomness": self.randomness,
-            "generator": self.generator,
-            "plots": [str(p) for p in self.plots],
-            "inspection_ok": self.inspection_ok,
-            "release_guarantee": self.release_guarantee,
-        }
-
-    def format_text(self) -> str:
-        """Return the closing summary as text."""
-        def pct(x: float | None) -> str:
-            return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{100 * x:.1f}%"
-
-        exact = self.exact_epsilon_per_record
-        exact_text = f"{exact:,.1f}" if isinstance(exact, float) and math.isfinite(exact) else str(exact)
-        guarantee = self.release_guarantee or {}
-        lines = [
-            "",
-            "== ldpfl demo: summary ==",
-            "local CNN test accuracy   "
-            + ", ".join(f"client {i}: {pct(a)}" for i, a in enumerate(self.local_accuracies)),
-            "global test accuracy      "
-            + ", ".join(f"r{i + 1}: {pct(a)}" for i, a in enumerate(self.round_accuracies)),
-            f"release guarantee         epsilon {guarantee.get('epsilon', 'n/a')} per record over everything the "
-            "files release (clear labels and a non-DP CNN: inf; see docs/privacy.md)",
-            f"features alone (UER)      nominal epsilon {self.nominal_epsilon}  |  exact epsilon per record "
-            f"{exact_text}  (one part of the guarantee)",
-            f"randomness                {randomness_label(self.randomness, self.generator)}",
-            f"files                     {self.run_dir}/client_*.h5, {self.run_dir}/manifest.json",
-            f"federation outputs        {self.run_dir}/federation/ (metrics.csv, metrics.json, model.pt)",
-            "plots                     " + ", ".join(str(p) for p in self.plots),
-            f"inspection                {'all checks passed' if self.inspection_ok else 'PROBLEMS FOUND (see above)'}",
-        ]
-        if self.private is not None:
-            lines += self._comparison(pct)
-        return "\n".join(lines)
-
-    def _comparison(self, pct: Any) -> list[str]:
-        """Return the side-by-side lines of the LDPFL and the private configuration."""
-        p = self.private
-        assert p is not None
-
-        def eps(value: Any) -> str:
-            return f"{value:,.4g}" if isinstance(value, float) and math.isfinite(value) else str(value)
-
-        def last(values: list[Any]) -> float | None:
-            return values[-1] if values else None
-
-        mean_local = [a for a in self.local_accuracies if a is not None]
-        total = p.release_guarantee or {}
-        total_text = f"{eps(total.get('epsilon'))} (delta {total.get('delta', 0):g})" if total else "n/a"
-        rows = [("LDPFL: flatten, uer eps 0.5", eps(self.exact_epsilon_per_record), "inf",
-                 pct(last(self.round_accuracies)), "n/a",
-                 pct(sum(mean_local) / len(mean_local) if mean_local else None)),
-                (f"private: {p.release}, {p.mechanism} eps {p.nominal_epsilon:g} per silo",
-                 eps(p.exact_epsilon_per_record), total_text, pct(last(p.round_accuracies)),
-                 pct(last(p.clean_accuracies)),
-                 pct(sum(a for a in p.local_accuracies if a is not None) / len(p.local_accuracies)
-                     if p.local_accuracies else None))]
-        header = ("configuration", "values eps/record", "TOTAL eps/record", "global acc (released test)",
-                  "global acc (clean test)", "mean local model acc")
-        widths = [max(len(r[i]) for r in (header, *rows)) for i in range(len(header))]
-        table = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in (header, *rows)]
-        return ["", "== two configurations side by side ==", *table,
-                f"private files             {p.run_dir}/client_*.h5 (local-only: clean ScatterNet features, never "
-                "shared; only the DP-SGD updates leave a silo)",
-                "the clean test accuracy is what a client gets applying the global model to its own records "
-                "(nothing is released for that); see README 'Which configuration to choose'"]
-
-
-def run_demo(out: str | Path = "runs/demo", *, clients: int = 2, epochs: int = 3, rounds: int = 5,
-             local_epochs: int = 1, seed: int | None = None, progress: bool = True,
-             echo=print, private: bool = False) -> DemoResult:
-    """Run export → federate → inspect on MNIST-5k and return the summary (and, with ``private``, the private run)."""
-    from ldpfl.stage2_federate.federation import FederationConfig, run_federation
-
-    run_dir = Path(out)
-    echo(f"== 1/3 export: MNIST-5k, {clients} clients, MNIST CNN for {epochs} epochs, "
-         "UER (eps 0.5, alpha 10, m 4, n 5)")
-    export = run_export(ExportConfig(dataset="mnist5k", clients=clients, epochs=epochs, seed=seed), run_dir,
-                        progress=progress)
-    reused = sum(c.status != "new" for c in export.clients)
-    if reused:
-        echo(f"   {reused} client file(s) already existed and verified: reused, not randomized again")
-
-    echo(f"== 2/3 federate: {rounds} rounds of FedAvg, {local_epochs} local epoch(s) per round")
-    federation = run_federation(run_dir, FederationConfig(rounds=rounds, local_epochs=local_epochs, seed=seed),
-                                progress=progress, overwrite=True)
-
-    echo("== 3/3 inspect")
-    inspection = inspect_path(run_dir)
-    echo(inspection_text(inspection))
-    plot = write_plot(inspection, run_dir / "inspect.png")
-    plots = [plot, *[p for p in [federation.paths.get("accuracy_png")] if p is not None and p.exists()]]
-
-    report = export.privacy.to_dict()
-    private_run = None
-    if private:
-        private_run = run_private(Path(f"{run_dir}-private"), clients=clients, epochs=epochs, rounds=rounds,
-                                  local_epochs=local_epochs, seed=seed, progress=progress, echo=echo)
-    return DemoResult(
-        run_dir=run_dir,
-        local_accuracies=[c.local_accuracy for c in export.clients],
-        round_accuracies=[float(r["test_accuracy"]) for r in federation.history],
-        nominal_epsilon=report.get("nominal_epsilon"),
-        exact_epsilon_per_record=report.get("exact_epsilon_per_record"),
-        randomness=export.randomness,
-        generator=export.privacy.generator,
-        plots=plots,
-        inspection_ok=inspection.ok,
-        private=private_run,
-        release_guarantee=weakest_guarantee(run_dir),
-    )
-
-
-def run_private(run_dir: Path, *, clients: int, epochs: int, rounds: int, local_epochs: int, seed: int | None,
-                progress: bool, echo: Any) -> PrivateRun:
-    """Run the private configuration: shared ScatterNet features kept local, a DP-SGD federation of a linear head."""
-    import json
-
-    from ldpfl.stage2_federate.federation import FederationConfig, run_federation
-
-    echo(f"== private configuration: ScatterNet features kept on each silo (local-only files), a linear head "
-         f"trained with record-level DP-SGD, eps {PRIVATE_TARGET_EPSILON:g} per silo over the whole run (delta "
-         f"{PRIVATE_DELTA:g}, replace-one); only the noisy updates leave a silo")
-    run_export(ExportConfig(dataset="mnist5k", clients=clients, seed=seed, extractor=PRIVATE_EXTRACTOR,
-                            mechanism="none", local_only=True), run_dir, progress=progress)
-    federation = run_federation(run_dir, FederationConfig(
-        rounds=rounds, seed=seed, hidden=(), dp_sgd=True, target_epsilon=PRIVATE_TARGET_EPSILON,
-        delta=PRIVATE_DELTA, local_steps=PRIVATE_LOCAL_STEPS, server_momentum=PRIVATE_SERVER_MOMENTUM),
-        progress=progress, overwrite=True)
-    inspection = inspect_path(run_dir)
-    echo(inspection_text(inspection))
-    guarantee = json.loads(federation.paths["metrics_json"].read_text())["release_guarantee"]
-    accuracies = [float(r["test_accuracy"]) for r in federation.history]  # the silos' own clean test records
-    return PrivateRun(run_dir, "ScatterNet features kept local", "dp-sgd", PRIVATE_TARGET_EPSILON,
-                      guarantee["epsilon"], [], accuracies, list(accuracies), inspection.ok, guarantee)
-
-
-def weakest_guarantee(run_dir: Path) -> dict[str, Any]:
-    """Return the manifest's weakest client ``release_guarantee`` (everything the files release, composed)."""
-    guarantees = [ReleaseGuarantee.from_dict(g) for g in read_manifest(run_dir).info["release_guarantee"].values()]
-    return max(guarantees, key=lambda g: (g.epsilon, g.delta)).to_dict()
 
 
 @click.command("demo")
-@click.option("--out", type=click.Path(file_okay=False), default="runs/demo", show_default=True,
+@click.option("--out", type=click.Path(file_okay=False), default=DEFAULT_OUT, show_default=True,
               help="Run directory for the client files, federation outputs and plots.")
 @click.option("--clients", type=click.IntRange(1, 10), default=2, show_default=True, help="Number of clients.")
 @click.option("--epochs", type=click.IntRange(1), default=3, show_default=True, help="CNN epochs per client.")
@@ -260,12 +33,10 @@ def demo_command(out: str, clients: int, epochs: int, rounds: int, local_epochs:
     Takes a few minutes on 2 CPU cores (twice that with --private). A rerun reuses the client files
     that verify.
     """
-    echo = (lambda *_: None) if as_json else click.echo
-    result = run_demo(out, clients=clients, epochs=epochs, rounds=rounds, local_epochs=local_epochs, seed=seed,
-                      progress=not quiet, echo=echo, private=private)
+    result = demo(out, clients=clients, epochs=epochs, rounds=rounds, local_epochs=local_epochs, seed=seed,
+                  private=private, progress_bars=not quiet, on_message=None if as_json else click.echo)
     if as_json:
         echo_json(result.to_dict())
     else:
         click.echo(result.format_text())
-    ok = result.inspection_ok and (result.private is None or result.private.inspection_ok)
-    return 0 if ok else 1
+    return 0 if result.ok else 1

@@ -15,15 +15,14 @@ from typing import Any, Literal
 import click
 
 from ldpfl.api.federate_job import federate
+from ldpfl.api.text import federate_text
 from ldpfl.common.errors import LdpflError
 from ldpfl.contract.jsonout import echo_json
 from ldpfl.stage2_federate import budgets
 from ldpfl.stage2_federate.flower_engine import FlowerMissingError
 from ldpfl.stage2_federate.flower_engine.control import SuperLinkError
 from ldpfl.stage2_federate.flower_engine.launch import FlowerRunError
-from ldpfl.stage2_federate.ledger import ledger_lines
 from ldpfl.stage2_federate.options import FEDERATION_OPTIONS
-from ldpfl.stage2_federate.outputs import summary_table
 from ldpfl.stage2_federate.perturbation import (
     SIGN_MODES,
     TARGETS,
@@ -245,16 +244,8 @@ def federate_command(run_dir: Path, budget_presets: tuple[str, ...], out_dir: st
         raise click.ClickException(str(error)) from None
     if as_json:
         echo_json(result.to_dict())
-        return
-    if quiet:
-        return
-
-    click.echo(summary_table(result.rounds))
-    if result.privacy_ledger is not None:
-        click.echo("\n".join(ledger_lines(result.privacy_ledger)))
-    final = result.final_accuracy
-    click.echo(f"final test accuracy {'n/a' if final is None else f'{final:.4f}'} after {len(result.rounds)} "
-               f"rounds; outputs in {result.outputs.directory}")
+    elif not quiet:
+        click.echo(federate_text(result))
 
 
 def print_warning(message: str) -> None:

@@ -12,6 +12,7 @@ from pathlib import Path
 import click
 
 from ldpfl.api.gather_job import gather
+from ldpfl.api.text import gather_text
 from ldpfl.contract.jsonout import echo_json
 
 
@@ -38,8 +39,5 @@ def gather_command(sources: tuple[Path, ...], out: Path, plan_path: Path | None,
     result = gather(sources, out=out, plan=plan_path)
     if as_json:
         echo_json(result.to_dict())
-        return
-    click.echo(f"run directory  {result.run_dir}  ({len(result.files)} client files"
-               + (f", plan {result.plan_fingerprint}" if result.plan_fingerprint else "") + ")")
-    for index, path in result.files:
-        click.echo(f"  client {index:>3}  {path}")
+    else:
+        click.echo(gather_text(result))

@@ -7,26 +7,23 @@ It resolves an export's settings over a sample silo's data, exactly as the silos
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
 from ldpfl.api.plan_job import plan as make_shared_plan
+from ldpfl.api.text import plan_text
 from ldpfl.commands.export_options import (
-    alpha_help,
-    data_options,
     data_source_options,
-    mechanism_parameters,
+    mechanism_fields,
+    mechanism_options,
+    reader_fields,
     scatter_options,
 )
 from ldpfl.contract.jsonout import echo_json
 from ldpfl.contract.names import check_name
 from ldpfl.stage1_features.export.config import exportable_mechanisms
-from ldpfl.stage1_features.export.plan import describe_privacy
 from ldpfl.stage1_features.models import cnn
-
-
-def _mechanism_choices() -> list[str]:
-    return exportable_mechanisms()
 
 
 @click.command("plan", context_settings={"max_content_width": 100})
@@ -40,12 +37,9 @@ def _mechanism_choices() -> list[str]:
 @scatter_options
 @click.option("--release", default="flatten", show_default=True,
               help="Where the released features are taken (see ldpfl export --help).")
-@click.option("--mechanism", type=click.Choice(_mechanism_choices()), default="uer", show_default=True,
+@click.option("--mechanism", type=click.Choice(exportable_mechanisms()), default="uer", show_default=True,
               help="Randomization every silo applies.")
-@click.option("--epsilon", type=float, default=None, help="Nominal privacy budget ε  [default: 0.5, IV-D]")
-@click.option("--alpha", type=float, default=None, help=alpha_help())
-@click.option("-m", "--integer-bits", type=int, default=None, help="m, integer bits  [default: 4, IV-D]")
-@click.option("-n", "--fraction-bits", type=int, default=None, help="n, fraction bits  [default: 5, IV-D]")
+@mechanism_options
 @click.option("--param", "params", multiple=True, metavar="KEY=VALUE", help="Another mechanism parameter.")
 @click.option("--label-epsilon", type=float, default=None,
               help="Every silo releases its labels by k-ary randomized response at this ε  [default: clear labels]")
@@ -53,12 +47,8 @@ def _mechanism_choices() -> list[str]:
               show_default=True, help="Where to write the plan.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing plan file.")
 @click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
-def plan_command(data: str | None, name: str | None, label_column: str | None, image_size: tuple[int, int] | None,
-                 color_mode: str | None, x_key: str | None, y_key: str | None, scale: str, classes: str | None,
-                 extractor: str, scatter_j: int, scatter_l: int, release: str, mechanism: str, epsilon: float | None,
-                 alpha: float | None, integer_bits: int | None, fraction_bits: int | None, params: tuple[str, ...],
-                 label_epsilon: float | None, out: Path,
-                 overwrite: bool, as_json: bool) -> None:
+def plan_command(data: str | None, name: str | None, classes: str | None, out: Path, overwrite: bool,
+                 as_json: bool, **options: Any) -> None:
     """Write the shared plan that every silo of a cross-silo federation exports with.
 
     The plan fixes what the silos' files must share: the dataset name, the class list, the extractor
@@ -74,25 +64,10 @@ def plan_command(data: str | None, name: str | None, label_column: str | None, i
     """
     if name is not None:  # --name is the API's `dataset`: named as the flag here
         check_name(name, "name")
-    class_list = None
-    if classes is not None:
-        class_list = [c.strip() for c in classes.split(",")]
-    options = data_options({"label_column": label_column, "image_size": image_size, "color_mode": color_mode,
-                            "x_key": x_key, "y_key": y_key, "scale": scale})
-    made = make_shared_plan(data, out=out, overwrite=overwrite, dataset=name, classes=class_list, extractor=extractor,
-                            release=release, mechanism=mechanism, label_epsilon=label_epsilon, data_options=options,
-                            scatter_j=scatter_j, scatter_l=scatter_l,
-                            mechanism_params=mechanism_parameters(epsilon, alpha, integer_bits, fraction_bits, params))
-    plan = made.plan
+    class_list = None if classes is None else [c.strip() for c in classes.split(",")]
+    made = make_shared_plan(data, out=out, overwrite=overwrite, dataset=name, classes=class_list,
+                            mechanism_params=mechanism_fields(options), data_options=reader_fields(options), **options)
     if as_json:
         echo_json(made.to_dict())
-        return
-    click.echo(f"plan {out}  {plan.fingerprint}")
-    click.echo(f"dataset {plan.dataset}: {plan.num_classes} classes ({', '.join(plan.classes)}), input shape "
-               f"{plan.input_shape}")
-    width = (f"r·l = {plan.feature_width} bits" if plan.mechanism.encoding is not None
-             else f"{plan.features} float32 values")
-    fixed = "".join(f", {k} {v}" for k, v in plan.extractor_options.items())
-    click.echo(f"extractor {plan.extractor}{fixed} (r = {plan.features}), release {plan.release}, mechanism "
-               f"{plan.mechanism.name}, {width} per record")
-    click.echo(f"privacy: {describe_privacy(made.privacy)}")
+    else:
+        click.echo(plan_text(made))

@@ -12,6 +12,7 @@ from typing import Any, Literal
 import click
 
 from ldpfl.api.predict_job import predict
+from ldpfl.api.text import predict_lines
 from ldpfl.contract.jsonout import echo_json
 from ldpfl.stage1_features.own_data.formats import COLOR_MODES, SCALES
 
@@ -120,26 +121,9 @@ def predict_command(run_dir: Path | None, client_index: int | None, model_path: 
     if out_path is None:
         click.echo(result.csv_text(), nl=False)
     if not quiet:
-        for line in summary_lines(dict(result.summary)):
+        for line in predict_lines(result.summary):
             click.echo(line, err=out_path is None)
 
 
 def _warn(message: str) -> None:
     click.echo(f"Warning: {' '.join(message.split())}", err=True)
-
-
-def summary_lines(summary: dict[str, Any]) -> list[str]:
-    """Return the closing lines: what was predicted, on which input, the accuracy, the run's accuracies."""
-    inputs = {"clean": "clean release (not randomized; nothing leaves the silo, no privacy spent)",
-              "randomized": "randomized release (the silo's mechanism, fresh randomness)",
-              "released": "rows as stored in the file"}[summary["inputs"]]
-    lines = [f"predicted {summary['records']} records: {summary['source']}", f"input: {inputs}"]
-    if summary.get("accuracy") is not None:
-        lines.append(f"accuracy {summary['accuracy']:.4f} ({summary['correct']}/{summary['records']})")
-    last = summary.get("model_last_round")
-    if last:
-        measured = ", ".join(f"{k} {v:.4f}" for k, v in last.items() if k != "round" and isinstance(v, float))
-        lines.append(f"the federation's last round ({last.get('round')}), on all clients: {measured}")
-    if summary.get("out"):
-        lines.append(f"predictions written to {summary['out']}")
-    return lines

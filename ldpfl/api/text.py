@@ -1,0 +1,102 @@
+"""The text summaries of the jobs' results, as ``ldpfl`` prints them, for any front end (a notebook too).
+
+One function per result: :func:`export_text`, :func:`plan_text`, :func:`gather_text`, :func:`federate_text` and
+:func:`predict_lines`; the demo's and inspect's results have their own ``format_text``. They import nothing heavy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from ldpfl.stage1_features.export.plan import describe_privacy
+
+if TYPE_CHECKING:
+    from ldpfl.contract.gather import GatherResult
+    from ldpfl.stage1_features.export.results import ExportResult
+
+    from .federate_job import FederateResult
+    from .plan_job import PlanResult
+
+
+def _accuracy(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4f}"
+
+
+def export_text(result: ExportResult) -> str:
+    """Return ``ldpfl export``'s table: the run, its settings, one row per client, privacy, labels, randomness."""
+    width = (f"r·l = {result.feature_width} bits" if result.feature_format == "packed-bits"
+             else f"{result.features} float32 values")
+    lines = [f"run directory  {result.run_dir}",
+             f"dataset {result.dataset}, extractor {result.extractor}, release {result.release} "
+             f"({result.features} values per record), mechanism {result.mechanism}, {width} per record",
+             f"{'client':>6}  {'train':>7}  {'test':>6}  {'local acc':>9}  {'file':<16} status"]
+    lines += [f"{c.index:>6}  {c.rows.get('train', 0):>7}  {c.rows.get('test', 0):>6}  "
+              f"{_accuracy(c.local_accuracy):>9}  {c.file:<16} {c.status}" for c in result.clients]
+    lines.append(f"privacy: {describe_privacy(result.privacy)}")
+    labels = result.label_release or {"mechanism": "clear"}  # a LabelRelease, or its JSON form (older results)
+    label = labels.get if isinstance(labels, Mapping) else lambda key: getattr(labels, key)
+    if label("mechanism") == "krr":
+        lines.append(f"labels: k-RR, exact ε = {label('epsilon'):.6g} per record (p_keep {label('p_keep'):.4g}); "
+                     "it adds to the features' ε")
+    else:
+        lines.append("labels: in clear (label ε = inf; --label-epsilon randomizes them)")
+    lines.append(f"randomness: {result.privacy.randomness_label}; {len(result.clients)} clients ({result.new} new) "
+                 f"in {result.seconds:.1f} s; manifest {result.manifest.name}")
+    return "\n".join(lines)
+
+
+def plan_text(made: PlanResult) -> str:
+    """Return ``ldpfl plan``'s summary: the file and fingerprint, the data, the extractor and mechanism, privacy."""
+    plan = made.plan
+    width = (f"r·l = {plan.feature_width} bits" if plan.mechanism.encoding is not None
+             else f"{plan.features} float32 values")
+    fixed = "".join(f", {k} {v}" for k, v in plan.extractor_options.items())
+    return "\n".join([
+        f"plan {made.path}  {plan.fingerprint}",
+        f"dataset {plan.dataset}: {plan.num_classes} classes ({', '.join(plan.classes)}), input shape "
+        f"{plan.input_shape}",
+        f"extractor {plan.extractor}{fixed} (r = {plan.features}), release {plan.release}, mechanism "
+        f"{plan.mechanism.name}, {width} per record",
+        f"privacy: {describe_privacy(made.privacy)}"])
+
+
+def gather_text(result: GatherResult) -> str:
+    """Return ``ldpfl gather``'s summary: the run directory and each client file's source."""
+    head = (f"run directory  {result.run_dir}  ({len(result.files)} client files"
+            + (f", plan {result.plan_fingerprint}" if result.plan_fingerprint else "") + ")")
+    return "\n".join([head, *(f"  client {index:>3}  {path}" for index, path in result.files)])
+
+
+def federate_text(result: FederateResult) -> str:
+    """Return ``ldpfl federate``'s summary: the rounds' table, the privacy ledger, the final accuracy, the outputs."""
+    from ldpfl.stage2_federate.ledger import ledger_lines
+    from ldpfl.stage2_federate.outputs import summary_table
+
+    lines = [summary_table(result.rounds)]
+    if result.privacy_ledger is not None:
+        lines.append("\n".join(ledger_lines(result.privacy_ledger)))
+    final = result.final_accuracy
+    lines.append(f"final test accuracy {'n/a' if final is None else f'{final:.4f}'} after {len(result.rounds)} "
+                 f"rounds; outputs in {result.outputs.directory}")
+    return "\n".join(lines)
+
+
+def predict_lines(summary: Mapping[str, Any]) -> list[str]:
+    """Return ``ldpfl predict``'s closing lines: what was predicted, on which input, the accuracy, the run's."""
+    inputs = {"clean": "clean release (not randomized; nothing leaves the silo, no privacy spent)",
+              "randomized": "randomized release (the silo's mechanism, fresh randomness)",
+              "released": "rows as stored in the file"}[summary["inputs"]]
+    lines = [f"predicted {summary['records']} records: {summary['source']}", f"input: {inputs}"]
+    if summary.get("accuracy") is not None:
+        lines.append(f"accuracy {summary['accuracy']:.4f} ({summary['correct']}/{summary['records']})")
+    last = summary.get("model_last_round")
+    if last:
+        measured = ", ".join(f"{k} {v:.4f}" for k, v in last.items() if k != "round" and isinstance(v, float))
+        lines.append(f"the federation's last round ({last.get('round')}), on all clients: {measured}")
+    if summary.get("out"):
+        lines.append(f"predictions written to {summary['out']}")
+    return lines
+
+
+__all__ = ["export_text", "federate_text", "gather_text", "plan_text", "predict_lines"]
