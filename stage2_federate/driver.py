@@ -9,9 +9,12 @@ the checkpoint's history restored (``loop.restore``), ``config.json`` written, t
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+from ldpfl.contract.federation_privacy import LedgerSection
 
 from .loop import Transport, restore, run_rounds
 from .plan import FederationPlan
@@ -36,11 +39,12 @@ class RunDriver:
         if payload is None:
             return cls(plan, writer)
         history, start = restore(plan, payload, writer.checkpoint, inputs)
+        writer = dataclasses.replace(writer, record=plan.record, privacy=plan.privacy)  # relabelled by the restore
         return cls(plan, writer, history, start, [w for w in (r.warning() for r in history) if w is not None])
 
     def run(self, transport: Transport, *, min_clients: int, trained_on: TrainedOn, title: str,
             keep_checkpoint: bool, on_kept: Callable[[RoundRecord, str | None], None] | None = None
-            ) -> dict[str, Any] | None:
+            ) -> LedgerSection:
         """Write ``config.json``, play rounds ``start`` to the last, write the final outputs; return the ledger.
 
         ``on_kept`` is called after each round is written, with its record and its warning (or None).

@@ -31,12 +31,14 @@ from dataclasses import dataclass, field
 from numbers import Integral, Real
 from typing import Any
 
+from ldpfl.contract.federation_privacy import DpSgdLedgerRow, LedgerRow, LedgerSection
 from ldpfl.mechanisms import accounting
 from ldpfl.mechanisms.report import PrivacyReport, format_epsilon, json_number
 from ldpfl.mechanisms.validation import require_finite_positive
 
+from .client_privacy import ClientPrivacy
 from .dp_sgd_budget import LIBRARY as DP_SGD_LIBRARY
-from .dp_sgd_budget import DpSgdClient, rounds_trained
+from .dp_sgd_budget import rounds_trained
 
 RDP = "rdp"
 PLD = "pld"
@@ -215,7 +217,7 @@ def participation_counts(selected_per_round: list[list[Hashable]] | tuple, clien
     return counts
 
 
-def release_from_report(report: Any) -> Release:
+def release_from_report(report: PrivacyReport) -> Release:
     """Return the per-round release described by a mechanism's ``PrivacyReport`` (per record, i.e. per upload).
 
     * a mechanism that does not randomize (``none``) → ``NoRelease``;
@@ -258,45 +260,44 @@ def uploads_per_round(rounds: Sequence[Mapping[str, Any]]) -> list[list[Hashable
     return out
 
 
-def ledger_section(rounds: Sequence[Mapping[str, Any]], privacy: Sequence[Mapping[str, Any]], *,
-                   accountant: str = RDP, final: bool = True) -> dict[str, Any]:
+def ledger_section(rounds: Sequence[Mapping[str, Any]], privacy: Sequence[ClientPrivacy], *,
+                   accountant: str = RDP, final: bool = True) -> LedgerSection:
     """Build the ``privacy_ledger`` section of ``metrics.json``: each client's total over the run so far.
 
     Parameters
     ----------
     rounds : the per-round records (``selected``, ``dropped``, ``excluded``).
-    privacy : one ``PrivacyReport.to_dict()`` per client with its ``client`` index added (the ``privacy``
-        section of ``metrics.json``); each gives the release of one upload (``release_from_report``).
+    privacy : each client's :class:`~ldpfl.stage2_federate.client_privacy.ClientPrivacy`; its upload's report
+        gives the release of one upload (``release_from_report``).
     accountant : ``"rdp"`` (default) or ``"pld"``.
     final : bool
         False while the run goes on (a DP-SGD ledger is then recomputed every :data:`ACCOUNT_EVERY` rounds).
 
     Returns
     -------
-    A JSON-ready dict: ``rounds``, ``counted`` (which rounds count), ``accountant``, ``adds_privacy_loss``
-    (False for ``none``), ``clients`` (``LedgerEntry.to_dict()`` each, plus ``mechanism``) and ``notes``.
-    A client whose report cannot be accounted (no per-record figure) gets ε = None and a note.
+    The section: ``rounds``, ``counted`` (which rounds count), ``accountant``, ``adds_privacy_loss`` (False for
+    ``none``), one ``LedgerRow`` per client (with its upload's ``mechanism``) and ``notes``. A client whose
+    report cannot be accounted (no per-record figure) gets ε = None and a note.
     """
-    if any("dp_sgd" in p for p in privacy):
+    if any(p.dp_sgd is not None for p in privacy):
         return dp_sgd_ledger(rounds, privacy, final=final)
-    clients = [p["client"] for p in privacy]
+    clients = [p.client for p in privacy]
     releases: dict[Hashable, Release | None] = {}
     problems: dict[Hashable, str] = {}
     mechanism_of: dict[Hashable, str] = {}
     for p in privacy:
-        report = PrivacyReport.from_dict(p, ignore_unknown=True)
-        mechanism_of[p["client"]] = report.mechanism
+        mechanism_of[p.client] = p.upload.mechanism
         try:
-            releases[p["client"]] = release_from_report(report)
+            releases[p.client] = release_from_report(p.upload)
         except ValueError as error:
-            releases[p["client"]], problems[p["client"]] = None, str(error)
+            releases[p.client], problems[p.client] = None, str(error)
     counts = participation_counts(uploads_per_round(rounds), clients)
     accounted = {c: r for c, r in releases.items() if r is not None}
     entries = privacy_ledger({c: counts[c] for c in accounted}, accounted, accountant=accountant)
     rows = []
     for c in clients:
         entry = entries.get(c) or LedgerEntry(c, counts[c], None, None, "not accounted", (problems.get(c, ""),))
-        rows.append({**entry.to_dict(), "mechanism": mechanism_of[c]})
+        rows.append(LedgerRow(c, entry.rounds, entry.epsilon, entry.delta, entry.method, entry.notes, mechanism_of[c]))
     adds = any(not isinstance(r, NoRelease) for r in releases.values())
     notes = [f"stage 2 only: what the uploads of {len(rounds)} rounds add; the stage-1 release of each client's "
              "features is in its client file (privacy_report)"]
@@ -307,8 +308,7 @@ def ledger_section(rounds: Sequence[Mapping[str, Any]], privacy: Sequence[Mappin
                      "by dp-accounting, epsilon at the client's delta; no amplification by sampling")
     if any(isinstance(r, PureRelease) for r in releases.values()):
         notes.append("pure-epsilon mechanisms: basic composition, rounds x per-upload epsilon")
-    return {"rounds": len(rounds), "counted": COUNTED, "accountant": accountant, "adds_privacy_loss": adds,
-            "clients": rows, "notes": notes}
+    return LedgerSection(len(rounds), COUNTED, accountant, adds, tuple(rows), tuple(notes))
 
 
 DP_SGD_COUNTED = ("rounds in which the client trained (selected and not lost; a client dropped after training counts "
@@ -320,77 +320,75 @@ ACCOUNT_EVERY = 10
 0.2 s per silo and relation); the final ledger covers every round."""
 
 
-def dp_sgd_ledger(rounds: Sequence[Mapping[str, Any]], privacy: Sequence[Mapping[str, Any]], *,
-                  final: bool = True) -> dict[str, Any]:
+def dp_sgd_ledger(rounds: Sequence[Mapping[str, Any]], privacy: Sequence[ClientPrivacy], *,
+                  final: bool = True) -> LedgerSection:
     """Build the ``privacy_ledger`` of a DP-SGD run: each silo's accountant over every step it took so far.
 
-    Each client's entry gives ε at its δ under both neighbouring relations (``epsilon`` is the run's relation,
+    Each client's row gives ε at its δ under both neighbouring relations (``epsilon`` is the run's relation,
     ``neighbours``), its rounds and steps, and how far it is from its target (``target_epsilon``). Unless
     ``final``, the figures cover the rounds up to the last multiple of :data:`ACCOUNT_EVERY` (``as_of_round``).
     """
     as_of = len(rounds) if final else len(rounds) - len(rounds) % ACCOUNT_EVERY
     rounds = rounds[:as_of]
-    rows: list[dict[str, Any]] = []
+    rows = []
     for p in privacy:
-        dp = DpSgdClient.from_dict(p["dp_sgd"])
+        dp = p.dp_sgd
+        if dp is None:
+            raise ValueError(f"client {p.client} has no DP-SGD budget in a DP-SGD run")
         trained = rounds_trained(rounds, dp.client)
         both = dp.epsilons(trained)
-        rows.append({"client": dp.client, "rounds": trained, "steps": trained * dp.local_steps,
-                     "epsilon": json_number(both[dp.neighbours]), "delta": dp.delta,
-                     "epsilon_replace_one": json_number(both[accounting.REPLACE_ONE]),
-                     "epsilon_add_remove": json_number(both[accounting.ADD_REMOVE]),
-                     "neighbours": dp.neighbours, "target_epsilon": dp.target_epsilon,
-                     "noise_multiplier": dp.noise_multiplier, "sampling_probability": dp.sampling_probability,
-                     "clip": dp.clip, "method": f"{accounting.METHOD} (DP-SGD: Poisson-sampled Gaussian)",
-                     "mechanism": "dp-sgd", "notes": []})
-    notes = [f"record-level DP-SGD ({DP_SGD_LIBRARY}) of every silo over the {len(rounds)} rounds so far: each "
+        rows.append(DpSgdLedgerRow(dp.client, trained, trained * dp.local_steps, both[dp.neighbours], dp.delta,
+                                   both[accounting.REPLACE_ONE], both[accounting.ADD_REMOVE], dp.neighbours,
+                                   dp.target_epsilon, dp.noise_multiplier, dp.sampling_probability, dp.clip,
+                                   f"{accounting.METHOD} (DP-SGD: Poisson-sampled Gaussian)"))
+    notes = (f"record-level DP-SGD ({DP_SGD_LIBRARY}) of every silo over the {len(rounds)} rounds so far: each "
              "silo's steps composed by one accountant (dp-accounting PLD), epsilon at its delta under replace-one "
-             "and add-remove"]
-    return {"rounds": len(rounds), "counted": DP_SGD_COUNTED, "accountant": "pld", "adds_privacy_loss": True,
-            "dp_sgd": True, "as_of_round": as_of, "clients": rows, "notes": notes}
+             "and add-remove",)
+    return LedgerSection(len(rounds), DP_SGD_COUNTED, "pld", True, tuple(rows), notes, dp_sgd=True, as_of_round=as_of)
 
 
-def ledger_lines(section: Mapping[str, Any], *, max_clients: int = 12) -> list[str]:
+def ledger_lines(section: LedgerSection, *, max_clients: int = 12) -> list[str]:
     """Return the CLI summary of a ledger section: one line per client (or a range beyond ``max_clients``)."""
-    rows = list(section.get("clients", ()))
-    if not section.get("adds_privacy_loss", True):
-        return [f"privacy ledger (stage 2): perturbation none adds nothing over {section.get('rounds')} rounds; "
+    rows = section.clients
+    if not section.adds_privacy_loss:
+        return [f"privacy ledger (stage 2): perturbation none adds nothing over {section.rounds} rounds; "
                 "the privacy is the stage-1 release's (client files)"]
-    lines = [f"privacy ledger (stage 2, each client over its uploads in {section.get('rounds')} rounds):"]
-    if section.get("dp_sgd") and len(rows) <= max_clients:
-        lines[0] = f"privacy ledger (DP-SGD, each silo over its steps in {section.get('rounds')} rounds):"
+    lines = [f"privacy ledger (stage 2, each client over its uploads in {section.rounds} rounds):"]
+    if section.dp_sgd and len(rows) <= max_clients:
+        lines[0] = f"privacy ledger (DP-SGD, each silo over its steps in {section.rounds} rounds):"
         for r in rows:
-            lines.append(f"  client {r['client']}: epsilon {format_epsilon(r.get('epsilon_replace_one'))} "
-                         f"replace-one, {format_epsilon(r.get('epsilon_add_remove'))} add-remove at delta "
-                         f"{r['delta']:g} ({r['steps']} steps, sigma {r['noise_multiplier']:.4g})")
+            assert isinstance(r, DpSgdLedgerRow)
+            lines.append(f"  client {r.client}: epsilon {format_epsilon(r.epsilon_replace_one)} "
+                         f"replace-one, {format_epsilon(r.epsilon_add_remove)} add-remove at delta "
+                         f"{r.delta:g} ({r.steps} steps, sigma {r.noise_multiplier:.4g})")
     elif len(rows) <= max_clients:
         for r in rows:
-            delta = "" if not r.get("delta") else f" at delta {r['delta']:g}"
-            lines.append(f"  client {r['client']}: epsilon {format_epsilon(r.get('epsilon'))}{delta} "
-                         f"({r['rounds']} uploads, {r['method']})")
+            delta = "" if not r.delta else f" at delta {r.delta:g}"
+            lines.append(f"  client {r.client}: epsilon {format_epsilon(r.epsilon)}{delta} "
+                         f"({r.rounds} uploads, {r.method})")
     else:
-        finite = [float(r["epsilon"]) for r in rows if isinstance(r.get("epsilon"), (int, float))]
+        finite = [float(r.epsilon) for r in rows if r.epsilon is not None and math.isfinite(r.epsilon)]
         if finite:
             lines.append(f"  {len(rows)} clients: epsilon from {min(finite):.4g} to {max(finite):.4g} "
-                         f"(uploads {min(r['rounds'] for r in rows)} to {max(r['rounds'] for r in rows)})")
-        infinite = sum(1 for r in rows if r.get("epsilon") == "inf")
+                         f"(uploads {min(r.rounds for r in rows)} to {max(r.rounds for r in rows)})")
+        infinite = sum(1 for r in rows if r.epsilon is not None and math.isinf(r.epsilon))
         if infinite:
             lines.append(f"  {infinite} clients: epsilon inf (not private)")
     return lines
 
 
-def ledger_caption(section: Mapping[str, Any]) -> str:
+def ledger_caption(section: LedgerSection) -> str:
     """Return one line for the accuracy plot: the range of the clients' totals."""
-    if not section.get("adds_privacy_loss", True):
+    if not section.adds_privacy_loss:
         return "stage 2 adds no privacy loss (perturbation none)"
-    rows = list(section.get("clients", ()))
-    if any(r.get("epsilon") == "inf" for r in rows):
+    rows = section.clients
+    if any(r.epsilon is not None and math.isinf(r.epsilon) for r in rows):
         return "stage-2 privacy ledger: some clients not private (epsilon inf)"
-    finite = [(float(r["epsilon"]), r.get("delta")) for r in rows if isinstance(r.get("epsilon"), (int, float))]
+    finite = [(float(r.epsilon), r.delta) for r in rows if r.epsilon is not None]
     if not finite:
         return ""
     low, high = min(e for e, _ in finite), max(e for e, _ in finite)
     deltas = {d for _, d in finite if d}
     delta = f" at delta {deltas.pop():g}" if len(deltas) == 1 else ""
     span = f"{low:.3g}" if low == high else f"{low:.3g} to {high:.3g}"
-    return f"stage-2 privacy ledger: epsilon per client {span}{delta} over {section.get('rounds')} rounds"
+    return f"stage-2 privacy ledger: epsilon per client {span}{delta} over {section.rounds} rounds"

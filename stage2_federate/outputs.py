@@ -18,11 +18,12 @@ from pathlib import Path
 from typing import Any
 
 from ldpfl.contract.atomic import atomic_write, atomic_write_text
+from ldpfl.contract.federation_privacy import LedgerSection
 from ldpfl.contract.jsonout import json_ready, refuse_seed_keys
 from ldpfl.contract.layout import METRICS_JSON
-from ldpfl.contract.release_guarantee import federation_guarantee
 
-from .ledger import ledger_section
+from .client_privacy import ClientPrivacy
+from .guarantee import federation_guarantee
 
 METRICS_CSV = "metrics.csv"
 CONFIG_JSON = "config.json"
@@ -66,20 +67,20 @@ def write_metrics_csv(path: str | os.PathLike, rounds: Sequence[Mapping[str, Any
     return atomic_write_text(path, buffer.getvalue())
 
 
-def write_metrics_json(path: str | os.PathLike, *, config: Mapping[str, Any], privacy: Sequence[Mapping[str, Any]],
-                       rounds: Sequence[Mapping[str, Any]], extra: Mapping[str, Any] | None = None,
-                       final: bool = True) -> Path:
+def write_metrics_json(path: str | os.PathLike, *, config: Mapping[str, Any], privacy: Sequence[ClientPrivacy],
+                       rounds: Sequence[Mapping[str, Any]], ledger: LedgerSection,
+                       extra: Mapping[str, Any] | None = None) -> Path:
     """``{"config": …, "privacy": [per-client reports], "rounds": [per-round records], "privacy_ledger": …, …extra}``.
 
-    ``privacy_ledger`` is each client's total over the rounds so far (``ledger.ledger_section``), computed
-    here so that every engine writes it; ``release_guarantee`` is the per-record figure over everything the
-    clients released (``ldpfl.contract.release_guarantee.federation_guarantee``).
+    ``ledger`` is each client's total over the rounds so far (``ledger.ledger_section``); ``release_guarantee`` is
+    the per-record figure over everything the clients released (``guarantee.federation_guarantee``). The privacy
+    records become JSON here, once.
     """
-    ledger = ledger_section(rounds, privacy, final=final)
-    payload = {"config": config, "privacy": list(privacy), "rounds": list(rounds), "privacy_ledger": ledger}
-    if all("release_guarantee" in p for p in privacy) and privacy:  # issue 22: everything released, one figure
+    payload = {"config": config, "privacy": [p.to_dict() for p in privacy], "rounds": list(rounds),
+               "privacy_ledger": ledger.to_dict()}
+    if privacy and all(p.release_guarantee is not None for p in privacy):  # issue 22: everything released, one figure
         clean = any(key.startswith("clean_test_") for r in rounds for key in r)
-        payload["release_guarantee"] = federation_guarantee(privacy, ledger, clean_metrics=clean)
+        payload["release_guarantee"] = federation_guarantee(privacy, ledger, clean_metrics=clean).to_dict()
     return write_json(path, payload | dict(extra or {}))
 
 

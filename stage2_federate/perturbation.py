@@ -28,6 +28,7 @@ from ldpfl import mechanisms as mech
 from ldpfl.common.errors import ParameterError
 from ldpfl.mechanisms.base import PARAMETERS, UPDATE, FederationWiring, require_generator
 from ldpfl.mechanisms.randomness import UNRECORDED
+from ldpfl.mechanisms.report import PrivacyReport
 
 from . import aggregation as agg
 from .options import FEDERATION_OPTIONS, check_wiring
@@ -152,12 +153,12 @@ class ClientPerturbation:
         vector = local - global_vector if self.target == UPDATE else local
         return self.mechanism.randomize(vector, rng=rng)
 
-    def report(self, randomness_mode: str, generator: str = UNRECORDED) -> dict[str, Any]:
-        """Return the mechanism's privacy report (``PrivacyReport.to_dict``), plus the client and the target."""
-        report = self.mechanism.report().with_randomness(randomness_mode, generator).to_dict()
-        report.update(client=self.client, target=self.target, noise_scale=self.noise_scale,
-                      release="one upload per round the client is selected; the composition over the rounds "
-                              "is metrics.json's privacy_ledger")
+    def report(self, randomness_mode: str, generator: str = UNRECORDED) -> PrivacyReport:
+        """Return the mechanism's privacy report, labelled with the run's randomness ``mode`` and ``generator``.
+
+        The run's ``ClientPrivacy`` adds the client, the target and σ_i (``metrics.json``'s ``privacy`` entry).
+        """
+        report: PrivacyReport = self.mechanism.report().with_randomness(randomness_mode, generator)
         return report
 
 

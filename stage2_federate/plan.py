@@ -20,11 +20,12 @@ import torch
 from ldpfl import mechanisms as mech
 from ldpfl.common.errors import ParameterError
 from ldpfl.contract.file_checks import float32_overflow
-from ldpfl.contract.release_guarantee import stored_or_computed
-from ldpfl.mechanisms.randomness import describe_randomness
+from ldpfl.contract.release_guarantee import ReleaseGuarantee, stored_or_computed
+from ldpfl.mechanisms.report import PrivacyReport
 
 from . import budgets
 from .aggregation import ServerMomentum
+from .client_privacy import ClientPrivacy
 from .config import DEFAULT_LR, DEVICES, DP_SGD_LR, FederationConfig
 from .data import ClientDataset, FederatedData, load_run
 from .dp_sgd_budget import DpSgdClient, plan_client
@@ -208,9 +209,9 @@ class ClientFacts(Protocol):
     @property
     def feature_mechanism(self) -> str: ...  # noqa: D102
     @property
-    def feature_privacy(self) -> dict[str, Any]: ...  # noqa: D102
+    def feature_privacy(self) -> PrivacyReport: ...  # noqa: D102
     @property
-    def release_guarantee(self) -> dict[str, Any] | None: ...  # noqa: D102
+    def release_guarantee(self) -> ReleaseGuarantee | None: ...  # noqa: D102
     @property
     def label_release(self) -> dict[str, Any] | None: ...  # noqa: D102
     @property
@@ -231,8 +232,8 @@ class ClientFile:
     feature_format: str
     feature_width: int
     feature_mechanism: str
-    feature_privacy: dict[str, Any]
-    release_guarantee: dict[str, Any] | None
+    feature_privacy: PrivacyReport
+    release_guarantee: ReleaseGuarantee | None
     label_release: dict[str, Any] | None
     local_only: bool = False
 
@@ -243,7 +244,7 @@ class ClientFile:
         rows = len(client.train) + len(client.test)
         return cls(client.index, client.path.name, len(client.train), len(client.test), client.label_histogram,
                    meta.dataset, meta.num_classes, meta.feature_format, meta.feature_width, meta.mechanism,
-                   dict(meta.privacy_report), stored_or_computed(meta, records=rows).to_dict(),
+                   meta.privacy(), stored_or_computed(meta, records=rows),
                    None if meta.label_release is None else dict(meta.label_release), bool(meta.local_only))
 
 
@@ -262,13 +263,13 @@ class FederationPlan:
     rule: ServerRule
     training: LocalTraining
     client_plan: ClientPlan
-    privacy: list[dict[str, Any]]
+    privacy: tuple[ClientPrivacy, ...]  # in client-index order: metrics.json's privacy entries
     record: dict[str, Any]
     momentum: ServerMomentum  # the server momentum (FedAvgM) and its velocity
 
     def relabel_randomness(self, mode: str) -> None:
         """Label the records with ``mode`` and the streams' generator (a resumed run keeps those it started with)."""
-        relabel(self.record, self.privacy, mode, self.streams.generator_name)
+        self.record, self.privacy = relabel(self.record, self.privacy, mode, self.streams.generator_name)
 
     @property
     def vector(self) -> np.ndarray:
@@ -291,11 +292,11 @@ class LocalPlan(FederationPlan):
     data: FederatedData
 
 
-def relabel(record: dict[str, Any], privacy: list[dict[str, Any]], mode: str, generator: str) -> None:
-    """Label a run's record and its privacy reports with the randomness ``mode`` and ``generator``."""
-    record.update(randomness=mode, generator=generator)
-    for report in privacy:
-        report.update(randomness=mode, generator=generator, randomness_description=describe_randomness(mode, generator))
+def relabel(record: Mapping[str, Any], privacy: Sequence[ClientPrivacy], mode: str, generator: str
+            ) -> tuple[dict[str, Any], tuple[ClientPrivacy, ...]]:
+    """Return a run's record and its clients' privacy, labelled with the randomness ``mode`` and ``generator``."""
+    return ({**record, "randomness": mode, "generator": generator},
+            tuple(p.with_randomness(mode, generator) for p in privacy))
 
 
 def resolve_lr(config: FederationConfig) -> float:
@@ -372,15 +373,12 @@ def build_plan(config: FederationConfig, clients: Sequence[ClientFacts], *, devi
     dp_clients = plan_dp_sgd(config, sizes)
     training = LocalTraining(resolve_optimizer(config.optimizer, first.dataset), resolve_lr(config),
                              config.local_epochs, config.batch_size, label_noise, dp_clients)
-    privacy = []
-    for c in ordered:
-        report = perturbations[c.index].report(randomness.mode, randomness.generator_name)
-        report.update(file=c.file, feature_privacy=dict(c.feature_privacy), feature_mechanism=c.feature_mechanism)
-        if c.release_guarantee is not None:
-            report.update(release_guarantee=dict(c.release_guarantee))
-        if dp_clients is not None:
-            report.update(dp_sgd=dp_clients[c.index].to_dict(), local_only=bool(c.local_only))
-        privacy.append(report)
+    privacy = tuple(
+        ClientPrivacy(c.index, perturbations[c.index].report(randomness.mode, randomness.generator_name),
+                      perturbations[c.index].target, perturbations[c.index].noise_scale, c.file, c.feature_mechanism,
+                      c.feature_privacy, c.release_guarantee,
+                      None if dp_clients is None else dp_clients[c.index], bool(c.local_only))
+        for c in ordered)
     budgeted = perturbation_wiring(config.perturbation).budget
     extra = dict(engine or {})
     resolved_extra = extra.pop("resolved", {})

@@ -6,7 +6,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ldpfl.contract.federation_privacy import LedgerSection
 from ldpfl.contract.jsonout import json_ready
+
+from .client_privacy import ClientPrivacy
 
 
 @dataclass(frozen=True)
@@ -17,10 +20,10 @@ class FederationResult:
     final_accuracy: float | None
     paths: dict[str, Path]
     config: dict[str, Any]
-    privacy: list[dict[str, Any]]
+    privacy: tuple[ClientPrivacy, ...]  # each client's, in client-index order (metrics.json's privacy)
     resumed_from_round: int | None = None
     warnings: tuple[str, ...] = ()
-    privacy_ledger: dict[str, Any] | None = None  # ledger.ledger_section: each client's total over the run
+    privacy_ledger: LedgerSection | None = None  # ledger.ledger_section: each client's total over the run
 
     def to_dict(self) -> dict[str, Any]:
         """Return the result as JSON-ready values (``ldpfl federate --json``)."""
@@ -33,5 +36,6 @@ class FederationResult:
             "per_client": [r.get("per_client", []) for r in self.history],  # each silo's test loss and accuracy
             "rejected": [r.get("rejected", []) for r in self.history],  # silos the server refused, and why
             "outputs": {k: str(v) for k, v in self.paths.items()}, "config": self.config,
-            "warnings": list(self.warnings), "privacy_ledger": self.privacy_ledger,
+            "warnings": list(self.warnings),
+            "privacy_ledger": None if self.privacy_ledger is None else self.privacy_ledger.to_dict(),
         })

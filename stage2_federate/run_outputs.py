@@ -14,8 +14,11 @@ from typing import Any
 
 import torch
 
+from ldpfl.contract.federation_privacy import LedgerSection
+
 from . import outputs as out
 from .checkpoint import LOCAL_ENGINE, Snapshot, save_checkpoint
+from .client_privacy import ClientPrivacy
 from .config import FederationConfig
 from .ledger import ledger_caption, ledger_section
 from .model_file import save_model
@@ -47,7 +50,7 @@ class RunWriter:
     out_dir: Path
     config: FederationConfig
     record: Mapping[str, Any]
-    privacy: Sequence[Mapping[str, Any]]
+    privacy: Sequence[ClientPrivacy]
     inputs: Mapping[str, str]
     engine: str = LOCAL_ENGINE
 
@@ -73,24 +76,27 @@ class RunWriter:
                         engine=self.engine)
         self.write_metrics(history, final=False)
 
-    def write_metrics(self, history: Sequence[RoundRecord], *, final: bool = True) -> None:
-        """Write ``metrics.csv`` and ``metrics.json`` (``final``: the run's last write, its ledger exact to the end)."""
+    def write_metrics(self, history: Sequence[RoundRecord], *, final: bool = True) -> LedgerSection:
+        """Write ``metrics.csv`` and ``metrics.json``; return the ledger written.
+
+        ``final``: the run's last write, its ledger exact to the end.
+        """
         written = rows(history)
+        ledger = ledger_section(written, self.privacy, final=final)
         out.write_metrics_csv(self.out_dir / out.METRICS_CSV, written)
-        out.write_metrics_json(self.out_dir / out.METRICS_JSON, config=dict(self.record),
-                               privacy=[dict(p) for p in self.privacy], rounds=written, final=final)
+        out.write_metrics_json(self.out_dir / out.METRICS_JSON, config=dict(self.record), privacy=self.privacy,
+                               rounds=written, ledger=ledger)
+        return ledger
 
     def finish(self, history: Sequence[RoundRecord], model: torch.nn.Module, trained_on: TrainedOn, *,
-               title: str, keep_checkpoint: bool) -> dict[str, Any] | None:
+               title: str, keep_checkpoint: bool) -> LedgerSection:
         """Write the metrics, ``model.pt`` and the plot; delete the checkpoint unless kept; return the ledger.
 
         ``title``: the plot's title; ``trained_on`` makes ``model.pt``'s record of what it was trained on.
         """
-        self.write_metrics(history)
+        ledger = self.write_metrics(history)
         written = rows(history)
         save_model(self.out_dir / out.MODEL_PT, model, trained_on(written))
-        privacy = [dict(p) for p in self.privacy]
-        ledger = ledger_section(written, privacy)
         if history:
             out.plot_history(self.out_dir / out.PLOT_PNG, written, title=title, caption=ledger_caption(ledger))
         if not keep_checkpoint:

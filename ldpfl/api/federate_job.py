@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Unpack
 
 from ldpfl.common.errors import ParameterError
+from ldpfl.contract.federation_privacy import LedgerSection
 from ldpfl.contract.release_guarantee import ReleaseGuarantee, weakest
 from ldpfl.stage2_federate import budgets
 from ldpfl.stage2_federate.config import FederationConfig
@@ -75,8 +76,9 @@ class FederateResult:
         The checkpoint's round when the run was resumed.
     warnings : tuple of str
         One line for each round in which clients were excluded or no upload survived.
-    privacy_ledger : mapping or None
-        Each client's (ε, δ) over the rounds in which its upload reached the server.
+    privacy_ledger : LedgerSection or None
+        Each client's (ε, δ) over the rounds in which its upload reached the server (``metrics.json``'s
+        ``privacy_ledger``).
     client_guarantees : mapping of int to ReleaseGuarantee
         Each client file's ``release_guarantee``: everything it released about one record. The model, its
         updates and its metrics are computed from those releases (post-processing).
@@ -93,7 +95,7 @@ class FederateResult:
     final_accuracy: float | None
     resumed_from_round: int | None
     warnings: tuple[str, ...]
-    privacy_ledger: Mapping[str, object] | None
+    privacy_ledger: LedgerSection | None
     client_guarantees: Mapping[int, ReleaseGuarantee]
     record: FederationResult
 
@@ -242,8 +244,7 @@ def _result(run_dir: Path, engine: Engine, config: FederationConfig, record: Fed
     outputs = FederationOutputs(paths["metrics_json"].parent, paths["metrics_json"], paths["metrics_csv"],
                                 paths["accuracy_png"], paths["model"], paths["config"], paths.get("checkpoint"))
     history = tuple(dict(r) for r in record.history)
-    guarantees = {int(p["client"]): ReleaseGuarantee.from_dict(p["release_guarantee"]) for p in record.privacy
-                  if p.get("release_guarantee") is not None}
+    guarantees = {p.client: p.release_guarantee for p in record.privacy if p.release_guarantee is not None}
     return FederateResult(run_dir, engine, config, outputs, history,
                           tuple(None if r.get("test_accuracy") is None else float(r["test_accuracy"]) for r in history),
                           None if record.final_accuracy is None else float(record.final_accuracy),

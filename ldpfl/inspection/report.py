@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ldpfl.contract.federation_privacy import DpSgdLedgerRow, FederationGuarantee, LedgerSection
 from ldpfl.contract.file_checks import as_float
 from ldpfl.contract.jsonout import json_ready
 from ldpfl.contract.layout import MANIFEST_NAME, METRICS_PATH
@@ -37,6 +38,7 @@ from ldpfl.contract.release_history import history_from_manifest, total_epsilon
 from ldpfl.contract.run_dir import check_run_dir
 from ldpfl.contract.schema import FormatError
 from ldpfl.inspection.file import OK, FileReport, inspect_file, manifest_check
+from ldpfl.mechanisms.report import json_number
 
 MAX_METRICS_BYTES = 64 << 20
 
@@ -47,9 +49,9 @@ class FederationSummary:
     rounds: tuple[int, ...]
     test_accuracy: tuple[float | None, ...]
     problem: str | None = None
-    ledger: Mapping[str, Any] | None = None  # metrics.json's privacy_ledger (stage 2), when well formed
+    ledger: LedgerSection | None = None  # metrics.json's privacy_ledger (stage 2), when well formed
     ledger_problem: str | None = None
-    guarantee: Mapping[str, Any] | None = None  # metrics.json's release_guarantee: per silo and the weakest's
+    guarantee: FederationGuarantee | None = None  # metrics.json's release_guarantee: per silo and the weakest's
 
     @property
     def final_accuracy(self) -> float | None:
@@ -61,7 +63,7 @@ class FederationSummary:
         acc = [a for a in self.test_accuracy if a is not None]
         return {"rounds": len(self.rounds), "final_test_accuracy": self.final_accuracy,
                 "best_test_accuracy": max(acc) if acc else None, "problem": self.problem,
-                "release_guarantee": None if self.guarantee is None else dict(self.guarantee),
+                "release_guarantee": None if self.guarantee is None else guarantee_summary(self.guarantee),
                 "test_accuracy_per_round": [[r, a] for r, a in zip(self.rounds, self.test_accuracy, strict=True)]}
 
 
@@ -84,52 +86,66 @@ def read_federation_metrics(run_dir: str | os.PathLike) -> FederationSummary | N
     except (OSError, ValueError, TypeError, KeyError, UnicodeDecodeError, RecursionError) as error:
         return FederationSummary((), (), f"{path}: unreadable ({' '.join(str(error).split())[:160]})")
     ledger, problem = _read_ledger(data.get("privacy_ledger"))
-    guarantee = data.get("release_guarantee")
     return FederationSummary(tuple(r for r, _ in numbers), tuple(a for _, a in numbers), None, ledger,
                              None if problem is None else f"{path}: {problem}",
-                             _read_guarantee(guarantee) if isinstance(guarantee, Mapping) else None)
+                             _read_guarantee(data.get("release_guarantee")))
 
 
-GUARANTEE_KEYS = ("epsilon", "delta", "epsilon_replace_one", "epsilon_add_remove", "neighbours", "scope")
-
-
-def _read_guarantee(section: Mapping[str, Any]) -> dict[str, Any] | None:
-    """Return the federation's ``release_guarantee`` (the weakest silo's figure, each silo's), numbers checked."""
-    out: dict[str, Any] = {k: section[k] for k in GUARANTEE_KEYS if k in section}
-    numbers = [out.get("epsilon"), out.get("epsilon_add_remove")]
-    if not all(v is None or v == "inf" or isinstance(v, int | float) for v in numbers):
+def _read_guarantee(section: object) -> FederationGuarantee | None:
+    """Return the federation's ``release_guarantee`` (the weakest silo's figure, each silo's); None when malformed."""
+    if not isinstance(section, Mapping):
         return None
-    clients = section.get("clients")
-    if isinstance(clients, list):
-        out["clients"] = [{k: c[k] for k in ("client", "epsilon", "epsilon_add_remove", "delta", "local_only_files")
-                           if k in c} for c in clients if isinstance(c, Mapping)]
-    return out
+    try:
+        return FederationGuarantee.from_dict(section)
+    except ValueError:
+        return None
 
 
-LEDGER_ROW_KEYS = ("client", "rounds", "epsilon", "delta", "method")
+def guarantee_summary(guarantee: FederationGuarantee) -> dict[str, object]:
+    """Return what ``inspect --json`` shows of the federation's guarantee: the figures, the scope, each silo's."""
+    out: dict[str, object] = {"epsilon": json_number(guarantee.epsilon), "delta": guarantee.delta}
+    if guarantee.neighbours is not None:
+        out.update(epsilon_replace_one=json_number(guarantee.epsilon),
+                   epsilon_add_remove=json_number(guarantee.epsilon_add_remove), neighbours=guarantee.neighbours)
+    clients = []
+    for c in guarantee.clients:
+        row: dict[str, object] = {"client": c.client, "epsilon": json_number(c.epsilon)}
+        if c.dp_sgd:
+            row["epsilon_add_remove"] = json_number(c.epsilon_add_remove)
+        row["delta"] = c.delta
+        if c.dp_sgd:
+            row["local_only_files"] = c.local_only_files
+        clients.append(row)
+    return out | {"scope": guarantee.scope, "clients": clients}
 
 
-def _read_ledger(section: Any) -> tuple[dict[str, Any] | None, str | None]:
+def _read_ledger(section: object) -> tuple[LedgerSection | None, str | None]:
     """Return the stage-2 ledger of ``metrics.json`` (rows of client, rounds, ε, δ, method), or a problem.
 
     An older metrics.json without the section gives ``(None, None)``; a malformed one ``(None, problem)``.
     """
     if section is None:
         return None, None
-    if not isinstance(section, Mapping) or not isinstance(section.get("clients"), list):
-        return None, "privacy_ledger is not an object with a 'clients' list"
+    try:
+        return LedgerSection.from_dict(section), None
+    except ValueError as error:
+        return None, str(error)
+
+
+def ledger_summary(ledger: LedgerSection) -> dict[str, object]:
+    """Return what ``inspect --json`` shows of the stage-2 ledger: each client's client, rounds, ε, δ and method."""
     rows = []
-    for row in section["clients"]:
-        if not isinstance(row, Mapping) or not all(k in row for k in LEDGER_ROW_KEYS):
-            return None, f"privacy_ledger rows need the keys {', '.join(LEDGER_ROW_KEYS)}"
-        epsilon = row["epsilon"]
-        if epsilon is not None and epsilon != "inf" and not isinstance(epsilon, int | float):
-            return None, f"privacy_ledger: epsilon of client {row['client']!r} is not a number"
-        rows.append({k: row[k] for k in (*LEDGER_ROW_KEYS, "mechanism", "steps", "epsilon_replace_one",
-                                        "epsilon_add_remove") if k in row})
-    return {"rounds": section.get("rounds"), "accountant": section.get("accountant"),
-            "adds_privacy_loss": bool(section.get("adds_privacy_loss", True)), "counted": section.get("counted"),
-            "clients": rows, "notes": [str(n) for n in section.get("notes", ()) if isinstance(n, str)]}, None
+    for r in ledger.clients:
+        row: dict[str, object] = {"client": r.client, "rounds": r.rounds, "epsilon": json_number(r.epsilon),
+                                  "delta": r.delta, "method": r.method}
+        if r.mechanism is not None:
+            row["mechanism"] = r.mechanism
+        if isinstance(r, DpSgdLedgerRow):
+            row.update(steps=r.steps, epsilon_replace_one=json_number(r.epsilon_replace_one),
+                       epsilon_add_remove=json_number(r.epsilon_add_remove))
+        rows.append(row)
+    return {"rounds": ledger.rounds, "accountant": ledger.accountant, "adds_privacy_loss": ledger.adds_privacy_loss,
+            "counted": ledger.counted, "clients": rows, "notes": list(ledger.notes)}
 
 
 @dataclass
@@ -189,7 +205,7 @@ class Inspection:
                            "epsilon_per_record": as_float(report.get("exact_epsilon_per_record")),
                            "delta": as_float(report.get("exact_delta")), "private": m.private})
         stage2 = None if self.federation is None else self.federation.ledger
-        return {"stage1": stage1, "stage2": None if stage2 is None else dict(stage2),
+        return {"stage1": stage1, "stage2": None if stage2 is None else ledger_summary(stage2),
                 "notes": ["stage 1: one release of each client's features (train and test rows), per record",
                           "stage 2: each client's total over the rounds in which its upload reached the "
                           "server (federation/metrics.json)"]}

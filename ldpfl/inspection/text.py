@@ -7,6 +7,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ldpfl.contract.federation_privacy import DpSgdLedgerRow, FederationGuarantee, LedgerSection
 from ldpfl.contract.file_checks import as_float
 from ldpfl.contract.schema import SPLITS
 from ldpfl.inspection.file import OK, FileReport
@@ -132,36 +133,35 @@ def file_lines(report: FileReport) -> list[str]:
     return lines
 
 
-def _stage2_ledger_lines(ledger: Mapping[str, Any] | None) -> list[str]:
+def _stage2_ledger_lines(ledger: LedgerSection | None) -> list[str]:
     """Return the stage-2 privacy ledger's lines (each client's total over its uploads), if there is one."""
     if ledger is None:
         return []
-    if not ledger.get("adds_privacy_loss", True):
+    if not ledger.adds_privacy_loss:
         return ["  privacy ledger  stage 2 adds no perturbation; its updates are covered by the release "
                 "guarantee above only where they are functions of released values (k-RR labels), not of clear labels"]
-    lines = [f"  privacy ledger  stage 2, each client over its uploads ({ledger.get('accountant')}):"]
-    for row in ledger.get("clients", ()):
-        if row.get("mechanism") == "dp-sgd":
-            lines.append(f"    client {row.get('client')}: eps {_fmt(as_float(row.get('epsilon_replace_one')))} "
-                         f"replace-one, {_fmt(as_float(row.get('epsilon_add_remove')))} add-remove at delta "
-                         f"{row.get('delta')} over {row.get('steps')} DP-SGD steps in {row.get('rounds')} rounds")
+    lines = [f"  privacy ledger  stage 2, each client over its uploads ({ledger.accountant}):"]
+    for row in ledger.clients:
+        if isinstance(row, DpSgdLedgerRow):
+            lines.append(f"    client {row.client}: eps {_fmt(row.epsilon_replace_one)} "
+                         f"replace-one, {_fmt(row.epsilon_add_remove)} add-remove at delta "
+                         f"{row.delta} over {row.steps} DP-SGD steps in {row.rounds} rounds")
             continue
-        eps = row.get("epsilon")
-        shown = "n/a" if eps is None else ("inf (not private)" if eps == "inf" else f"{float(eps):.4g}")
-        delta = f" at delta {row['delta']:g}" if isinstance(row.get("delta"), int | float) and row["delta"] else ""
-        lines.append(f"    client {row.get('client')}: eps {shown}{delta} over {row.get('rounds')} uploads "
-                     f"({row.get('method')})")
+        eps = row.epsilon
+        shown = "n/a" if eps is None else ("inf (not private)" if math.isinf(eps) else f"{eps:.4g}")
+        delta = f" at delta {row.delta:g}" if row.delta else ""
+        lines.append(f"    client {row.client}: eps {shown}{delta} over {row.rounds} uploads ({row.method})")
     return lines
 
 
-def _federation_guarantee_lines(guarantee: Mapping[str, Any] | None) -> list[str]:
+def _federation_guarantee_lines(guarantee: FederationGuarantee | None) -> list[str]:
     """Return the federation's release guarantee: the weakest silo's, under both relations where defined."""
-    if not guarantee:
+    if guarantee is None:
         return []
-    eps, add_remove = as_float(guarantee.get("epsilon")), as_float(guarantee.get("epsilon_add_remove"))
+    eps, add_remove = guarantee.epsilon, guarantee.epsilon_add_remove
     both = f" replace-one, {_fmt(add_remove)} add-remove" if add_remove is not None else ""
-    delta = guarantee.get("delta")
-    local = [c for c in guarantee.get("clients", ()) if c.get("local_only_files")]
+    delta = guarantee.delta
+    local = [c for c in guarantee.clients if c.local_only_files]
     where = (f"; {len(local)} silo(s) keep their files local (only updates leave)" if local else "")
     return [f"  federation guarantee  eps {_fmt(eps)}{both} at delta {delta} per record, the weakest silo's{where}"]
 

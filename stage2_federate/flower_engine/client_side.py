@@ -96,8 +96,8 @@ def summarize(client: ClientDataset, sha256: str | None = None) -> ClientSummary
         index=client.index, file=client.path.name, train_rows=len(client.train), test_rows=len(client.test),
         label_histogram=client.label_histogram, dataset=meta.dataset, num_classes=meta.num_classes,
         feature_format=meta.feature_format, feature_width=meta.feature_width, feature_mechanism=meta.mechanism,
-        feature_privacy=dict(meta.privacy_report), sha256=sha256 or sha256_file(client.path),
-        release_guarantee=stored_or_computed(meta, records=len(client.train) + len(client.test)).to_dict(),
+        feature_privacy=meta.privacy(), sha256=sha256 or sha256_file(client.path),
+        release_guarantee=stored_or_computed(meta, records=len(client.train) + len(client.test)),
         label_release=None if meta.label_release is None else dict(meta.label_release),
         plan_fingerprint=meta.plan_fingerprint, local_only=bool(meta.local_only))
 

@@ -32,10 +32,12 @@ from typing import Any
 import tomli_w
 
 from ldpfl.common.errors import LdpflError, ParameterError
+from ldpfl.contract.federation_privacy import LedgerSection
 from ldpfl.contract.layout import FEDERATION_DIR
 from ldpfl.contract.run_dir import validate_run
 from ldpfl.contract.version import package_version
 from ldpfl.stage2_federate import outputs as out
+from ldpfl.stage2_federate.client_privacy import ClientPrivacy
 from ldpfl.stage2_federate.config import FederationConfig
 from ldpfl.stage2_federate.outdir import clear_outputs, locked, remove_temporaries
 from ldpfl.stage2_federate.result import FederationResult
@@ -339,10 +341,12 @@ def _result(out_dir: Path, status: Mapping[str, Any], keep_checkpoint: bool) -> 
     metrics = json.loads(paths["metrics_json"].read_text())
     history = metrics["rounds"]
     final = history[-1]["test_accuracy"] if history else None
-    return FederationResult(history, final, paths, metrics["config"], metrics["privacy"],
+    ledger = metrics.get("privacy_ledger")
+    return FederationResult(history, final, paths, metrics["config"],
+                            tuple(ClientPrivacy.from_dict(p) for p in metrics["privacy"]),
                             resumed_from_round=status.get("resumed_from_round"),
                             warnings=tuple(status.get("warnings", ())),
-                            privacy_ledger=metrics.get("privacy_ledger"))
+                            privacy_ledger=None if ledger is None else LedgerSection.from_dict(ledger))
 
 
 def run_flower(run_dir: str | Path, config: FederationConfig, *, out_dir: str | Path | None = None,

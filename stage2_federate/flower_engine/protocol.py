@@ -37,9 +37,11 @@ from pathlib import PurePath
 from typing import Annotated, Any, TypeVar
 
 import tomli_w
-from pydantic import ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import ConfigDict, Field, PlainValidator, TypeAdapter, ValidationError
 
 from ldpfl.common.errors import LdpflError
+from ldpfl.contract.release_guarantee import ReleaseGuarantee
+from ldpfl.mechanisms.report import PrivacyReport
 from ldpfl.stage2_federate.config import FederationConfig
 
 APP_NAME = "ldpfl-flower"
@@ -262,12 +264,32 @@ class JsonRecord:
 
     def to_json(self) -> str:
         """Return the record as JSON text (floats as Python's ``json`` writes them: NaN and ∞ kept)."""
-        return json.dumps(dataclasses.asdict(self))  # type: ignore[call-overload]
+        return json.dumps(self.json_form())
+
+    def json_form(self) -> dict[str, Any]:
+        """Return the record's fields as JSON values (a record with typed fields writes their JSON forms)."""
+        return dataclasses.asdict(self)  # type: ignore[call-overload,no-any-return]
 
     @classmethod
     def from_json(cls: type[Record], text: str) -> Record:
         """Read a record written by :meth:`to_json`; ``MessageError`` names a field that does not fit."""
         return decode(cls, text)
+
+
+def _read_report(value: object) -> PrivacyReport:
+    """Read a file's privacy report as a message carries it (``PrivacyReport.to_json``'s object)."""
+    return value if isinstance(value, PrivacyReport) else PrivacyReport.from_dict(value, ignore_unknown=True)
+
+
+def _read_guarantee(value: object) -> ReleaseGuarantee:
+    """Read a file's release guarantee as a message carries it (``ReleaseGuarantee.to_dict``)."""
+    return value if isinstance(value, ReleaseGuarantee) else ReleaseGuarantee.from_dict(value)  # type: ignore[arg-type]
+
+
+WireReport = Annotated[PrivacyReport, PlainValidator(_read_report)]
+"""A ``PrivacyReport`` field of a message, read by ``PrivacyReport.from_dict``."""
+WireGuarantee = Annotated[ReleaseGuarantee, PlainValidator(_read_guarantee)]
+"""A ``ReleaseGuarantee`` field of a message, read by ``ReleaseGuarantee.from_dict``."""
 
 
 @dataclass(frozen=True)
@@ -288,12 +310,18 @@ class ClientSummary(JsonRecord):
     feature_format: str
     feature_width: AtLeastOne
     feature_mechanism: str
-    feature_privacy: dict[str, Any]
+    feature_privacy: WireReport
     sha256: str  # of the file: the checkpoint records it, and resume refuses other files
-    release_guarantee: dict[str, Any] | None = None  # the file's (issue 22); None from an older client
+    release_guarantee: WireGuarantee | None = None  # the file's (issue 22); None from an older client
     label_release: dict[str, Any] | None = None  # the file's label_release (issue 22: T of k-RR labels)
     plan_fingerprint: str | None = None  # the shared plan the file was exported with (issue 16), if any
     local_only: bool = False  # the file never leaves its silo (export --local-only): only updates do
+
+    def json_form(self) -> dict[str, Any]:
+        """Return the fields as JSON values: the report as the file stores it, the guarantee's ``to_dict``."""
+        form = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        guarantee = None if self.release_guarantee is None else self.release_guarantee.to_dict()
+        return form | {"feature_privacy": json.loads(self.feature_privacy.to_json()), "release_guarantee": guarantee}
 
 
 @dataclass(frozen=True)

@@ -49,7 +49,7 @@ def test_gaussian_federation_stores_each_clients_total(small_run, tmp_path) -> N
                       client_epsilons=(1.0, 2.0, 4.0, 8.0))
     metrics = json.loads(result.paths["metrics_json"].read_text())
     ledger = metrics["privacy_ledger"]
-    assert ledger == json.loads(json.dumps(result.privacy_ledger))
+    assert ledger == json.loads(json.dumps(result.privacy_ledger.to_dict()))
     assert ledger["rounds"] == 3 and ledger["adds_privacy_loss"] and ledger["accountant"] == "rdp"
     counts = uploads(result.history)
     assert sum(counts.values()) == 3  # 2 selected, 1 dropped, each round
@@ -68,7 +68,7 @@ def test_gaussian_federation_stores_each_clients_total(small_run, tmp_path) -> N
 def test_pure_epsilon_federation_composes_by_hand(small_run, tmp_path) -> None:
     result = federate(small_run, tmp_path / "pdpm", perturbation="pdpm", client_epsilons=(0.5, 1.0, 1.5, 2.0),
                       client_ranges=(1.0, 1.0, 1.0, 1.0))
-    ledger = result.privacy_ledger
+    ledger = result.privacy_ledger.to_dict()
     dim = result.config["resolved"]["parameters"]
     for row, eps in zip(ledger["clients"], (0.5, 1.0, 1.5, 2.0), strict=True):
         assert row["rounds"] == 3  # every client, every round
@@ -78,11 +78,11 @@ def test_pure_epsilon_federation_composes_by_hand(small_run, tmp_path) -> None:
 
 def test_none_says_stage_two_adds_nothing(small_run, tmp_path) -> None:
     result = federate(small_run, tmp_path / "none", perturbation="none", rounds=2)
-    ledger = result.privacy_ledger
+    ledger = result.privacy_ledger.to_dict()
     assert not ledger["adds_privacy_loss"]
     assert all(row["epsilon"] is None and row["method"] == lg.METHOD_NONE for row in ledger["clients"])
     assert any("adds no noise" in note for note in ledger["notes"])
-    assert "adds nothing" in " ".join(lg.ledger_lines(ledger))
+    assert "adds nothing" in " ".join(lg.ledger_lines(result.privacy_ledger))
 
 
 def test_cli_summary_and_inspect_show_the_ledger(small_run, tmp_path) -> None:

@@ -181,8 +181,9 @@ def test_server_plan_from_summaries_equals_the_local_plan(three_clients) -> None
     assert np.array_equal(plan.vector, torch.nn.utils.parameters_to_vector(local.model.parameters()).detach().numpy())
     assert plan.strategy.describe() == local.strategy.describe()
     assert plan.strategy.weights([0, 1, 2]).tolist() == local.strategy.weights([0, 1, 2]).tolist()
-    assert [p["noise_scale"] for p in plan.privacy] == [p["noise_scale"] for p in local.privacy]
-    assert [p["file"] for p in plan.privacy] == ["client_000.h5", "client_001.h5", "client_002.h5"]
+    assert [p.noise_scale for p in plan.privacy] == [p.noise_scale for p in local.privacy]
+    assert [p.file for p in plan.privacy] == ["client_000.h5", "client_001.h5", "client_002.h5"]
+    assert plan.privacy == local.privacy  # the same records, whether read from the files or from the summaries
     assert plan.record["resolved"]["client_epsilons"] == [2.0, 4.0, 8.0]
     assert [plan.setups[i].position for i in range(3)] == [0, 1, 2]
     # Each client rebuilds its own mechanism from its setup: the same σ_i as the server's plan.

@@ -1,0 +1,114 @@
+"""A federation's release guarantee (``metrics.json``'s ``release_guarantee``): each silo's, and the weakest's.
+
+Everything a federation releases about one record is what its silo's files released (their
+``ReleaseGuarantee``: the model, its updates and its metrics are computed from those: post-processing), or,
+where only updates leave, the bound of the privacy ledger over them. Pure, no I/O; the record is
+``ldpfl.contract.federation_privacy.FederationGuarantee``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ldpfl.contract.federation_privacy import (
+    DpSgdLedgerRow,
+    FederationGuarantee,
+    LedgerRow,
+    LedgerSection,
+    SiloGuarantee,
+    UpdatesOnly,
+)
+from ldpfl.contract.release_guarantee import (
+    CLEAN_METRICS_NOTE,
+    DP_SGD_SCOPE,
+    EXTRACTOR,
+    FEDERATION_SCOPE,
+    LOCAL_METRICS_NOTE,
+    METHOD_PLD,
+    SHARED_FILES_NOTE,
+    GuaranteePart,
+    ReleaseGuarantee,
+    weakest,
+)
+
+from .client_privacy import ClientPrivacy
+
+LEDGER_BOUND = "the privacy ledger (local DP over the client's whole vector)"
+DP_SGD_ALONE = "DP-SGD alone (only the updates leave the silo)"
+
+
+def _dp_sgd_silo(entry: ClientPrivacy, file_guarantee: ReleaseGuarantee,
+                 accounted: DpSgdLedgerRow) -> tuple[SiloGuarantee, ReleaseGuarantee]:
+    """One DP-SGD silo's row and guarantee (see :func:`federation_guarantee`)."""
+    eps, eps_ar = accounted.epsilon_replace_one, accounted.epsilon_add_remove
+    delta = float(accounted.delta or 0.0)
+    part = GuaranteePart(EXTRACTOR, f"the silo's updates: {accounted.steps} DP-SGD steps (sigma "
+                         f"{accounted.noise_multiplier}, q {accounted.sampling_probability}, clip "
+                         f"{accounted.clip}) over the records it trained on", "dp-sgd", eps, delta,
+                         {"noise_multiplier": accounted.noise_multiplier,
+                          "sampling_probability": accounted.sampling_probability, "steps": accounted.steps})
+    updates = ReleaseGuarantee(eps, delta, (part,), DP_SGD_SCOPE, METHOD_PLD)
+    if entry.local_only:
+        return SiloGuarantee(entry.client, eps, delta, eps, eps_ar, True), updates
+    note = SHARED_FILES_NOTE.format(client=entry.client) if eps < file_guarantee.epsilon else None
+    # both are valid bounds of what leaves when the file is shared too: the file's holds
+    return SiloGuarantee(entry.client, file_guarantee.epsilon, file_guarantee.delta, file_guarantee.epsilon, None,
+                         False, UpdatesOnly(eps, delta, DP_SGD_ALONE, eps_ar), note), file_guarantee
+
+
+def federation_guarantee(privacy: Sequence[ClientPrivacy], ledger: LedgerSection | None, *,
+                         clean_metrics: bool = False) -> FederationGuarantee:
+    """Return ``metrics.json``'s ``release_guarantee``: each client's, and the run's (the weakest client's).
+
+    ``privacy`` holds each client's record with its file's ``release_guarantee``; ``ledger`` is the
+    ``privacy_ledger`` section. Where only updates leave (a Flower deployment), an update perturbed under local DP
+    over the whole client vector is also bounded by the ledger's (ε, δ): ``updates_only`` gives the smaller bound.
+
+    Under DP-SGD (entries with ``dp_sgd``), a silo whose files are local-only releases only its updates: its figure
+    is its DP-SGD accountant's, under replace-one (``epsilon``, the project's convention) and add-remove
+    (``epsilon_add_remove``, the literature's). A silo whose files are shareable keeps its file's figure, with the
+    DP-SGD one as ``updates_only``.
+
+    Raises
+    ------
+    ValueError
+        No client, a client without its file's guarantee, or a DP-SGD silo without its ledger row.
+    """
+    clients: list[SiloGuarantee] = []
+    guarantees: list[ReleaseGuarantee] = []
+    for entry in privacy:
+        if entry.release_guarantee is None:
+            raise ValueError(f"client {entry.client} has no release_guarantee (its file's)")
+        accounted = None if ledger is None else ledger.row(entry.client)
+        if entry.dp_sgd is not None:
+            if not isinstance(accounted, DpSgdLedgerRow):
+                raise ValueError(f"DP-SGD client {entry.client} has no DP-SGD row in the privacy ledger")
+            row, guarantee = _dp_sgd_silo(entry, entry.release_guarantee, accounted)
+            clients.append(row)
+            guarantees.append(guarantee)
+            continue
+        guarantee = entry.release_guarantee
+        guarantees.append(guarantee)
+        eps = accounted.epsilon if isinstance(accounted, LedgerRow) else None
+        updates = None
+        if eps is not None and eps < guarantee.epsilon:
+            assert isinstance(accounted, LedgerRow)
+            updates = UpdatesOnly(eps, float(accounted.delta or 0.0), LEDGER_BOUND)
+        clients.append(SiloGuarantee(entry.client, guarantee.epsilon, guarantee.delta, updates_only=updates))
+    worst = weakest(guarantees)
+    if worst is None:
+        raise ValueError("a federation's guarantee needs at least one client")
+    notes = [CLEAN_METRICS_NOTE] if clean_metrics else []
+    if any(entry.dp_sgd is not None and entry.local_only for entry in privacy):
+        notes.append(LOCAL_METRICS_NOTE)
+    dp_sgd = any(entry.dp_sgd is not None for entry in privacy)
+    add_remove = [c.epsilon_add_remove for c in clients]
+    return FederationGuarantee(
+        worst.epsilon, worst.delta, worst.scope if worst.scope == DP_SGD_SCOPE else FEDERATION_SCOPE, tuple(notes),
+        tuple(clients), worst.parts,
+        neighbours="replace-one (epsilon) and add-remove (epsilon_add_remove, where defined)" if dp_sgd else None,
+        epsilon_add_remove=(None if not dp_sgd or any(e is None for e in add_remove)
+                            else max(e for e in add_remove if e is not None)))
+
+
+__all__ = ["federation_guarantee"]
