@@ -10,13 +10,16 @@ k-ary randomized response of each true label (``ldpfl export --label-epsilon E``
 exact ε is ln(p_keep / p_other_each) and the transition matrix of the label noise is
 T[i, j] = P(released j | true i) = p_keep if i = j, else p_other_each (:func:`transition_matrix`).
 
-Stage 1 writes the attribute, stage 2 reads T from it. Imports mechanisms only (no TensorFlow, no torch).
+The attribute is read once, at the file boundary, into a frozen :class:`LabelRelease` (:meth:`LabelRelease.from_json`)
+and written from one (:meth:`LabelRelease.to_json`); in between, the package passes the record. Stage 1 makes it
+(:meth:`LabelRelease.krr`), stage 2 reads T from it. Imports mechanisms only (no TensorFlow, no torch).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -27,10 +30,9 @@ from ldpfl.mechanisms.validation import MAX_EPSILON
 
 CLEAR = "clear"
 KRR_LABELS = "krr"
-CLEAR_LABELS: dict[str, Any] = {"mechanism": CLEAR}
-"""The attribute of a file whose labels are the true classes."""
 ROW_TOLERANCE = 1e-9
 """A transition matrix's rows must sum to 1 within this."""
+KRR_KEYS = ("epsilon", "nominal_epsilon", "num_classes", "p_keep", "p_other_each")
 
 
 class LabelReleaseError(LdpflError, ValueError):
@@ -48,80 +50,171 @@ def label_mechanism(epsilon: float, num_classes: int) -> KRR:
     return KRR(epsilon=float(epsilon), categories=int(num_classes))
 
 
+@dataclass(frozen=True)
+class LabelRelease:
+    """How a file's labels were released: in clear, or by k-RR with its exact ε and sampled probabilities.
+
+    Build one with :meth:`krr` (from the sampler), :meth:`for_epsilon` (from ``--label-epsilon``) or
+    :meth:`from_json` (the file's attribute, validated); :data:`CLEAR_LABELS` is the clear release. The
+    k-RR fields are ``None`` for clear labels.
+    """
+
+    mechanism: str = CLEAR
+    epsilon: float = math.inf
+    """The exact ε per record of the label: ln(p_keep / p_other_each); ∞ for clear labels."""
+    nominal_epsilon: float | None = None
+    num_classes: int | None = None
+    p_keep: float | None = None
+    p_other_each: float | None = None
+
+    @property
+    def clear(self) -> bool:
+        """True for the true labels (ε = ∞)."""
+        return self.mechanism == CLEAR
+
+    @classmethod
+    def krr(cls, mechanism: KRR) -> LabelRelease:
+        """Return the release of labels randomized by ``mechanism``: its exact ε and sampled probabilities."""
+        exact = mechanism.report().exact_epsilon_per_record
+        assert exact is not None  # k-RR always has an exact ε per record
+        return cls(KRR_LABELS, float(exact), float(mechanism.epsilon), int(mechanism.categories),
+                   float(mechanism.p_keep), float(mechanism.p_other))
+
+    @classmethod
+    def for_epsilon(cls, epsilon: float | None, num_classes: int) -> LabelRelease:
+        """Return the release of ``--label-epsilon epsilon`` over ``num_classes`` classes (``None``: clear)."""
+        return CLEAR_LABELS if epsilon is None else cls.krr(label_mechanism(epsilon, num_classes))
+
+    def sampler(self) -> KRR:
+        """Return the k-RR that draws the released labels (``ValueError`` for clear labels)."""
+        if self.clear or self.nominal_epsilon is None or self.num_classes is None:
+            raise ValueError("clear labels have no sampler")
+        return label_mechanism(self.nominal_epsilon, self.num_classes)
+
+    def transition_matrix(self) -> np.ndarray | None:
+        """Return T (k × k, float64), T[i, j] = P(released j | true i); ``None`` for clear labels (T = I)."""
+        if self.clear:
+            return None
+        assert self.num_classes is not None and self.p_keep is not None and self.p_other_each is not None
+        k = self.num_classes
+        matrix = np.full((k, k), self.p_other_each)
+        np.fill_diagonal(matrix, self.p_keep)
+        return matrix
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the ``label_release`` attribute (the one writer of the record's JSON form)."""
+        if self.clear:
+            return {"mechanism": CLEAR}
+        return {"mechanism": KRR_LABELS, "epsilon": self.epsilon, "nominal_epsilon": self.nominal_epsilon,
+                "num_classes": self.num_classes, "p_keep": self.p_keep, "p_other_each": self.p_other_each}
+
+    @classmethod
+    def from_json(cls, value: object) -> LabelRelease:
+        """Read and validate a ``label_release`` attribute (``None``, from older files, reads as clear).
+
+        Raises
+        ------
+        LabelReleaseError
+            An unknown mechanism, a missing key, or probabilities that are not a k-RR's (rows of T summing to
+            1, p_keep > p_other_each > 0) or that disagree with the stated ε.
+        """
+        if value is None or isinstance(value, LabelRelease):
+            return CLEAR_LABELS if value is None else value
+        if not isinstance(value, Mapping):
+            raise LabelReleaseError(f"label_release must be a JSON object, got {value!r}")
+        mechanism = value.get("mechanism")
+        if mechanism == CLEAR:
+            return CLEAR_LABELS
+        if mechanism != KRR_LABELS:
+            raise LabelReleaseError(f"label_release mechanism must be {CLEAR!r} or {KRR_LABELS!r}, got "
+                                    f"{mechanism!r}")
+        for key in KRR_KEYS:
+            if key not in value:
+                raise LabelReleaseError(f"label_release of mechanism krr lacks the key {key!r}")
+        k, p, q = value["num_classes"], value["p_keep"], value["p_other_each"]
+        if isinstance(k, bool) or not isinstance(k, int) or k < 2:
+            raise LabelReleaseError(f"label_release num_classes must be an integer >= 2, got {k!r}")
+        if not all(isinstance(v, int | float) and math.isfinite(v) for v in (p, q)) or not 0 < q < p <= 1:
+            raise LabelReleaseError(f"label_release needs 0 < p_other_each < p_keep <= 1, got {q!r} and {p!r}")
+        if abs(p + (k - 1) * q - 1.0) > ROW_TOLERANCE:
+            raise LabelReleaseError(f"label_release p_keep + (k - 1)·p_other_each = {p + (k - 1) * q!r}, not 1")
+        epsilon = value["epsilon"]
+        if not isinstance(epsilon, int | float) or not 0 < epsilon <= MAX_EPSILON \
+                or not math.isclose(epsilon, math.log(p / q), rel_tol=1e-6, abs_tol=1e-9):
+            raise LabelReleaseError(f"label_release epsilon {epsilon!r} is not ln(p_keep / p_other_each) = "
+                                    f"{math.log(p / q)!r}")
+        nominal = value["nominal_epsilon"]
+        if isinstance(nominal, bool) or not isinstance(nominal, int | float):
+            raise LabelReleaseError(f"label_release nominal_epsilon must be a number, got {nominal!r}")
+        return cls(KRR_LABELS, float(epsilon), float(nominal), int(k), float(p), float(q))
+
+    def composed_epsilon(self, feature_epsilon: float) -> dict[str, Any]:
+        """Return the per-record ε of one record's released features and its label: basic composition, ε add.
+
+        Both are pure ε-LDP releases of the same record from independent streams, so ε = ε_features + ε_label
+        (Dwork & Roth 2014, Theorem 3.14). With ``--release label`` the features are the predicted class, and
+        the two k-RRs compose the same way (docs/privacy.md compares them with one k²-ary RR over the pair).
+        """
+        return {"rule": "basic composition (ε add)", "epsilon": float(feature_epsilon) + self.epsilon,
+                "parts": [{"covers": "features", "epsilon": float(feature_epsilon)},
+                          {"covers": "labels", "mechanism": self.mechanism, "epsilon": self.epsilon}]}
+
+    # A read-only view of the JSON form, for callers that still index the attribute (``release["epsilon"]``,
+    # ``dict(release)``) while they move to the fields; new code reads the fields.
+
+    def keys(self) -> list[str]:
+        """Return the keys of :meth:`to_json` (so ``dict(release)`` is the attribute)."""
+        return list(self.to_json())
+
+    def __getitem__(self, key: str) -> Any:
+        """Return :meth:`to_json`'s value of ``key`` (``KeyError`` as a dict)."""
+        return self.to_json()[key]
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """Return :meth:`to_json`'s value of ``key``, or ``default``."""
+        return self.to_json().get(key, default)
+
+
+CLEAR_LABELS = LabelRelease()
+"""The release of a file whose labels are the true classes."""
+
+
+# Adapters over the JSON form, for callers that still hold the attribute as a mapping.
+
+
 def krr_label_release(mechanism: KRR) -> dict[str, Any]:
-    """Return the attribute of labels released by ``mechanism``: its exact ε and sampled probabilities."""
-    exact = mechanism.report().exact_epsilon_per_record
-    assert exact is not None  # k-RR always has an exact ε per record
-    return {"mechanism": KRR_LABELS, "epsilon": float(exact),
-            "nominal_epsilon": float(mechanism.epsilon), "num_classes": int(mechanism.categories),
-            "p_keep": float(mechanism.p_keep), "p_other_each": float(mechanism.p_other)}
+    """Return the attribute of labels released by ``mechanism`` (:meth:`LabelRelease.krr`, as JSON)."""
+    return LabelRelease.krr(mechanism).to_json()
 
 
-def check_label_release(value: Mapping[str, Any] | None) -> dict[str, Any]:
+def check_label_release(value: LabelRelease | Mapping[str, Any] | None) -> dict[str, Any]:
     """Return a validated copy of a ``label_release`` attribute (``None``, from older files, reads as clear).
 
     Raises
     ------
     LabelReleaseError
-        An unknown mechanism, a missing key, or probabilities that are not a k-RR's (rows of T summing to
-        1, p_keep > p_other_each > 0) or that disagree with the stated ε.
+        As :meth:`LabelRelease.from_json`.
     """
-    if value is None:
-        return dict(CLEAR_LABELS)
-    if not isinstance(value, Mapping):
-        raise LabelReleaseError(f"label_release must be a JSON object, got {value!r}")
-    mechanism = value.get("mechanism")
-    if mechanism == CLEAR:
+    release = LabelRelease.from_json(value)
+    if isinstance(value, Mapping):
         return dict(value)
-    if mechanism != KRR_LABELS:
-        raise LabelReleaseError(f"label_release mechanism must be {CLEAR!r} or {KRR_LABELS!r}, got {mechanism!r}")
-    for key in ("epsilon", "nominal_epsilon", "num_classes", "p_keep", "p_other_each"):
-        if key not in value:
-            raise LabelReleaseError(f"label_release of mechanism krr lacks the key {key!r}")
-    k, p, q = value["num_classes"], value["p_keep"], value["p_other_each"]
-    if isinstance(k, bool) or not isinstance(k, int) or k < 2:
-        raise LabelReleaseError(f"label_release num_classes must be an integer >= 2, got {k!r}")
-    if not all(isinstance(v, int | float) and math.isfinite(v) for v in (p, q)) or not 0 < q < p <= 1:
-        raise LabelReleaseError(f"label_release needs 0 < p_other_each < p_keep <= 1, got {q!r} and {p!r}")
-    if abs(p + (k - 1) * q - 1.0) > ROW_TOLERANCE:
-        raise LabelReleaseError(f"label_release p_keep + (k - 1)·p_other_each = {p + (k - 1) * q!r}, not 1")
-    epsilon = value["epsilon"]
-    if not isinstance(epsilon, int | float) or not 0 < epsilon <= MAX_EPSILON \
-            or not math.isclose(epsilon, math.log(p / q), rel_tol=1e-6, abs_tol=1e-9):
-        raise LabelReleaseError(f"label_release epsilon {epsilon!r} is not ln(p_keep / p_other_each) = "
-                                f"{math.log(p / q)!r}")
-    return dict(value)
+    return release.to_json()
 
 
-def label_epsilon(value: Mapping[str, Any] | None) -> float:
+def label_epsilon(value: LabelRelease | Mapping[str, Any] | None) -> float:
     """Return the exact ε per record of the label release: ∞ for clear labels."""
-    release = check_label_release(value)
-    return math.inf if release["mechanism"] == CLEAR else float(release["epsilon"])
+    return LabelRelease.from_json(value).epsilon
 
 
-def transition_matrix(value: Mapping[str, Any] | None) -> np.ndarray | None:
+def transition_matrix(value: LabelRelease | Mapping[str, Any] | None) -> np.ndarray | None:
     """Return T (k × k, float64), T[i, j] = P(released j | true i); ``None`` for clear labels (T = I)."""
-    release = check_label_release(value)
-    if release["mechanism"] == CLEAR:
-        return None
-    k = int(release["num_classes"])
-    matrix = np.full((k, k), float(release["p_other_each"]))
-    np.fill_diagonal(matrix, float(release["p_keep"]))
-    return matrix
+    return LabelRelease.from_json(value).transition_matrix()
 
 
-def composed_epsilon(feature_epsilon: float, value: Mapping[str, Any] | None) -> dict[str, Any]:
-    """Return the per-record ε of one record's released features and its label: basic composition, ε add.
-
-    Both are pure ε-LDP releases of the same record from independent streams, so ε = ε_features + ε_label
-    (Dwork & Roth 2014, Theorem 3.14). With ``--release label`` the features are the predicted class, and
-    the two k-RRs compose the same way (docs/privacy.md compares them with one k²-ary RR over the pair).
-    """
-    label = label_epsilon(value)
-    return {"rule": "basic composition (ε add)", "epsilon": float(feature_epsilon) + label,
-            "parts": [{"covers": "features", "epsilon": float(feature_epsilon)},
-                      {"covers": "labels", "mechanism": check_label_release(value)["mechanism"], "epsilon": label}]}
+def composed_epsilon(feature_epsilon: float, value: LabelRelease | Mapping[str, Any] | None) -> dict[str, Any]:
+    """Return the per-record ε of features and label (:meth:`LabelRelease.composed_epsilon`)."""
+    return LabelRelease.from_json(value).composed_epsilon(feature_epsilon)
 
 
-__all__ = ["CLEAR", "CLEAR_LABELS", "KRR_LABELS", "LabelReleaseError", "check_label_release", "composed_epsilon",
-           "krr_label_release", "label_epsilon", "label_mechanism", "transition_matrix"]
+__all__ = ["CLEAR", "CLEAR_LABELS", "KRR_LABELS", "LabelRelease", "LabelReleaseError", "check_label_release",
+           "composed_epsilon", "krr_label_release", "label_epsilon", "label_mechanism", "transition_matrix"]

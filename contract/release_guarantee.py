@@ -39,6 +39,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ldpfl.contract.label_release import CLEAR_LABELS, LabelRelease
+from ldpfl.contract.release_history import ReleaseEntry
 from ldpfl.contract.release_point import LABEL
 from ldpfl.mechanisms import accounting
 from ldpfl.mechanisms.report import format_epsilon, json_number, number_from_json
@@ -173,16 +175,13 @@ def features_part(mechanism: str, release: str, epsilon: float | None, delta: fl
     return GuaranteePart(FEATURES, f"the record's {release} values, randomized", mechanism, eps, float(delta), event)
 
 
-def labels_part(label_release: Mapping[str, Any] | None) -> GuaranteePart:
+def labels_part(release: LabelRelease) -> GuaranteePart:
     """Return the label part: in clear (ε = ∞; also when the file does not record it) or k-RR at its exact ε."""
-    release = dict(label_release or {"mechanism": "clear"})
-    if release.get("mechanism") == "krr":
-        eps = number_from_json(release.get("epsilon"), name="label_release epsilon", optional=False)
-        assert eps is not None
-        k = int(release["num_classes"])
-        return GuaranteePart(LABELS, f"the record's label, k-ary randomized response over k = {k} classes", "krr",
-                             eps, 0.0, {"krr": eps, "num_classes": k})
-    return GuaranteePart(LABELS, "the record's true label, in clear", "clear", math.inf)
+    if release.clear:
+        return GuaranteePart(LABELS, "the record's true label, in clear", "clear", math.inf)
+    k = release.num_classes
+    return GuaranteePart(LABELS, f"the record's label, k-ary randomized response over k = {k} classes", "krr",
+                         release.epsilon, 0.0, {"krr": release.epsilon, "num_classes": k})
 
 
 def extractor_part(extractor_training: Mapping[str, Any] | None, *, trained: bool, records: int,
@@ -215,19 +214,15 @@ def extractor_part(extractor_training: Mapping[str, Any] | None, *, trained: boo
                          f"{format_epsilon(features_epsilon)})", "non-private training", group)
 
 
-def re_release_parts(entries: Iterable[Mapping[str, Any]]) -> list[GuaranteePart]:
+def re_release_parts(entries: Iterable[ReleaseEntry]) -> list[GuaranteePart]:
     """Earlier releases of the same records (``release_history`` entries): their features and labels again."""
     parts = []
     for entry in entries:
-        eps = number_from_json(entry.get("exact_epsilon_per_record"), name="exact_epsilon_per_record",
-                               optional=True)
-        label = entry.get("label_release")
-        label_eps = labels_part(label if isinstance(label, Mapping) else None).epsilon
+        eps = entry.exact_epsilon_per_record
+        label_eps = labels_part(entry.label_release or CLEAR_LABELS).epsilon
         total = math.inf if eps is None else eps + label_eps
-        parts.append(GuaranteePart(RE_RELEASE, f"the earlier release {entry.get('file', '?')} of "
-                                   f"{entry.get('run', '?')} (its values and its labels)",
-                                   str(entry.get("mechanism", "?")), total, 0.0,
-                                   {"pure_epsilon": json_number(total)}))
+        parts.append(GuaranteePart(RE_RELEASE, f"the earlier release {entry.file} of {entry.run} (its values and "
+                                   "its labels)", entry.mechanism, total, 0.0, {"pure_epsilon": json_number(total)}))
     return parts
 
 
@@ -309,7 +304,7 @@ LOCAL_ONLY_SCOPE = ("LOCAL ONLY: this file must never leave the silo (only DP-SG
                     "releases " + FILE_SCOPE)
 
 
-def file_parts(meta: Any, *, records: int, history: Iterable[Mapping[str, Any]] = (),
+def file_parts(meta: Any, *, records: int, history: Iterable[ReleaseEntry] = (),
                diagnostic: bool = False, dp_sgd: DpSgdEpsilon | None = None) -> list[GuaranteePart]:
     """Return the parts of a client file's guarantee (``meta``: its ``ClientMetadata``).
 
@@ -325,10 +320,9 @@ def file_parts(meta: Any, *, records: int, history: Iterable[Mapping[str, Any]] 
     feature = features_part(meta.mechanism, meta.release, features_eps, float(report.get("exact_delta") or 0.0),
                             categories=meta.num_classes if k_rr else None)
     history = list(history)
-    parts = [feature, labels_part(meta.label_release)]
+    parts = [feature, labels_part(meta.label_release or CLEAR_LABELS)]
     # group privacy covers every release that went through the same extractor: this one and the earlier ones
-    earlier = [number_from_json(e.get("exact_epsilon_per_record"), name="exact_epsilon_per_record", optional=True)
-               for e in history]
+    earlier = [e.exact_epsilon_per_record for e in history]
     through_extractor = math.inf if None in earlier else feature.epsilon + math.fsum(e for e in earlier if e)
     extractor = extractor_part(meta.extractor_training, trained=meta.extractor not in UNTRAINED_EXTRACTORS,
                                records=records, features_epsilon=through_extractor, dp_sgd=dp_sgd)
@@ -342,7 +336,7 @@ def file_parts(meta: Any, *, records: int, history: Iterable[Mapping[str, Any]] 
     return parts
 
 
-def file_guarantee(meta: Any, *, records: int, history: Iterable[Mapping[str, Any]] = (),
+def file_guarantee(meta: Any, *, records: int, history: Iterable[ReleaseEntry] = (),
                    diagnostic: bool = False) -> ReleaseGuarantee:
     """Return the per-record guarantee of a client file (see :func:`file_parts`); a local-only file's says so."""
     scope = LOCAL_ONLY_SCOPE if getattr(meta, "local_only", False) else FILE_SCOPE

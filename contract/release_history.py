@@ -20,6 +20,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ldpfl.contract.label_release import LabelRelease
 from ldpfl.contract.layout import client_index_from_name, client_stem
 from ldpfl.contract.manifest import FileRecord
 from ldpfl.contract.release_point import FLATTEN
@@ -43,7 +44,7 @@ class ReleaseEntry:
     release: str
     exact_epsilon_per_record: float | None  # None: not recorded; inf: not private
     randomness: str | None = None
-    label_release: Mapping[str, Any] | None = None  # the file's label_release; None: not recorded (clear labels)
+    label_release: LabelRelease | None = None  # the file's label release; None: not recorded (clear labels)
 
     def to_dict(self) -> dict[str, Any]:
         """Return the JSON form (an infinite ε as ``"inf"``)."""
@@ -52,7 +53,7 @@ class ReleaseEntry:
                                "mechanism": self.mechanism, "release": self.release, "randomness": self.randomness,
                                "exact_epsilon_per_record": json_number(eps)}
         if self.label_release is not None:
-            out["label_release"] = dict(self.label_release)
+            out["label_release"] = self.label_release.to_json()
         return out
 
     @classmethod
@@ -70,7 +71,7 @@ class ReleaseEntry:
         return cls(str(data.get("run", "")), data["file"], None if sha is None else str(sha), data["mechanism"],
                    str(data.get("release", FLATTEN)), _epsilon(data.get("exact_epsilon_per_record")),
                    None if data.get("randomness") is None else str(data["randomness"]),
-                   None if label is None else dict(label))
+                   None if label is None else LabelRelease.from_json(label))
 
 
 def total_epsilon(entries: Iterable[ReleaseEntry]) -> float | None:

@@ -28,6 +28,7 @@ import numpy as np
 
 from ldpfl.common.errors import LdpflError
 from ldpfl.contract.jsonout import json_default
+from ldpfl.contract.label_release import LabelRelease
 from ldpfl.contract.release_point import FLATTEN, parse_release
 from ldpfl.contract.version import package_version
 from ldpfl.mechanisms.base import FEATURE_FORMATS, FLOAT32, PACKED_BITS
@@ -142,11 +143,17 @@ class ClientMetadata:
     plan_fingerprint: str | None = None
     release: str = FLATTEN
     local_only: bool = False
-    label_release: Mapping[str, Any] | None = None
+    label_release: LabelRelease | None = None
+    """How the labels were released (``None``: not recorded, clear); a mapping given here is read as the attribute."""
     extractor_training: Mapping[str, Any] | None = None
     release_guarantee: Mapping[str, Any] | None = None
     generator: str = UNRECORDED
     """The bit generator of the noise (``mechanisms.randomness.GENERATORS``); ``unspecified`` if not known."""
+
+    def __post_init__(self) -> None:
+        """Read a ``label_release`` given as its JSON form (``LabelReleaseError`` when it is malformed)."""
+        if self.label_release is not None and not isinstance(self.label_release, LabelRelease):
+            object.__setattr__(self, "label_release", LabelRelease.from_json(self.label_release))
 
     @property
     def randomness_label(self) -> str:
@@ -198,6 +205,8 @@ class ClientMetadata:
                 continue
             if f.name == "class_names":
                 value = json.dumps(list(value), ensure_ascii=False)
+            elif f.name == "label_release":
+                value = json.dumps(value.to_json(), sort_keys=True, default=json_default)
             elif f.name in JSON_ATTRIBUTES or f.name in OPTIONAL_JSON_ATTRIBUTES:
                 value = json.dumps(value, sort_keys=True, default=json_default)
             elif f.name == "input_shape":
@@ -258,6 +267,8 @@ class ClientMetadata:
                     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
                         raise ValueError("not a JSON list of strings")
                     value = tuple(value)
+                elif f.name == "label_release":
+                    value = LabelRelease.from_json(json.loads(_text(value)))
                 elif f.name in JSON_ATTRIBUTES or f.name in OPTIONAL_JSON_ATTRIBUTES:
                     value = json.loads(_text(value))
                 elif f.name == "input_shape":
@@ -285,7 +296,8 @@ class ClientMetadata:
         problems = [f"attribute {name!r} is not a JSON object" for name in JSON_ATTRIBUTES
                     if not isinstance(getattr(self, name), Mapping)]
         problems += [f"attribute {name!r} is not a JSON object" for name in OPTIONAL_JSON_ATTRIBUTES
-                     if getattr(self, name) is not None and not isinstance(getattr(self, name), Mapping)]
+                     if name != "label_release" and getattr(self, name) is not None
+                     and not isinstance(getattr(self, name), Mapping)]
         if isinstance(self.privacy_report, Mapping):
             try:
                 self.privacy()

@@ -25,7 +25,6 @@ first release's draws (children ``(i, 0)``, ``(i, 1)`` are the hold-out and trai
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from ldpfl.contract.client_reader import open_client_file
-from ldpfl.contract.label_release import label_epsilon
+from ldpfl.contract.label_release import CLEAR_LABELS
 from ldpfl.contract.layout import MANIFEST_NAME, PARTITION_FILE, client_file_name
 from ldpfl.contract.manifest import FileRecord, read_manifest
 from ldpfl.contract.release_history import ReleaseEntry, history_from_manifest, total_epsilon
@@ -202,7 +201,7 @@ def source_labels(source: SourceRun, index: int) -> tuple[dict[str, np.ndarray],
     try:
         with open_client_file(path) as (handle, meta, _rows):
             labels = {split: np.asarray(handle[split]["labels"][()], dtype=np.int64) for split in ("train", "test")}
-            return labels, label_epsilon(meta.label_release) == math.inf
+            return labels, (meta.label_release or CLEAR_LABELS).clear
     except (FormatError, OSError, ValueError) as error:
         raise ExportError(f"`from_models`: cannot read the labels of {path} ({error})") from None
 

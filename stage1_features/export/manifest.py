@@ -31,7 +31,7 @@ def own_entry(plan: Any, record: FileRecord) -> ReleaseEntry:
     """Return this run's release of a client's records (``run`` "." is the run directory itself)."""
     report = plan.privacy
     return ReleaseEntry(".", record.path, record.sha256, plan.spec.name, str(plan.release),
-                        report.exact_epsilon_per_record, plan.randomness.mode, dict(plan.label_release))
+                        report.exact_epsilon_per_record, plan.randomness.mode, plan.label_release)
 
 
 def client_guarantees(run_dir: Path, records: Mapping[int, FileRecord]) -> dict[int, ReleaseGuarantee]:

@@ -17,7 +17,7 @@ import numpy as np
 from ldpfl import mechanisms
 from ldpfl.common.errors import ParameterError
 from ldpfl.contract.file_checks import float32_overflow
-from ldpfl.contract.label_release import CLEAR_LABELS, composed_epsilon, krr_label_release, label_mechanism
+from ldpfl.contract.label_release import CLEAR_LABELS, LabelRelease
 from ldpfl.mechanisms.report import format_epsilon
 from ldpfl.stage1_features.export import from_models, silo
 from ldpfl.stage1_features.export.config import COMPARED_FIELDS, ExportConfig
@@ -48,7 +48,7 @@ class ExportPlan:
 
     ``layout`` says how the files store the release; ``source`` is the earlier run of ``from_models``.
     ``features`` is the values per record of the release: r (flatten), K (bottleneck:K) or k (scores, label).
-    ``label_release`` is the files' ``label_release`` attribute (``ldpfl.contract.label_release``).
+    ``label_release`` is how the files release their labels (``ldpfl.contract.label_release``).
     ``extractor_options`` are a weight-free extractor's options (``scatter``: ``scatter_j``, ``scatter_l``).
     """
 
@@ -62,7 +62,7 @@ class ExportPlan:
     release: ReleasePoint = ReleasePoint("flatten")
     layout: StoredLayout | None = None
     source: Any = None  # stage1_features.export.from_models.SourceRun with ``from_models``
-    label_release: dict[str, Any] = dataclasses.field(default_factory=lambda: dict(CLEAR_LABELS))
+    label_release: LabelRelease = CLEAR_LABELS
     extractor_options: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -154,9 +154,8 @@ def make_plan(config: ExportConfig) -> ExportPlan:
         raise ParameterError(f"`label_epsilon` = {config.label_epsilon} contradicts the plan ({planned_labels})")
     privacy = spec.report().with_randomness(randomness.mode, randomness.generator_name)
     notes = release_notes(point, dataset.num_classes)
-    labels = dict(CLEAR_LABELS)
-    if config.label_epsilon is not None:  # issue 22 item 2: k-RR of each label, its own stream
-        labels = krr_label_release(label_mechanism(config.label_epsilon, dataset.num_classes))
+    labels = LabelRelease.for_epsilon(config.label_epsilon, dataset.num_classes)
+    if not labels.clear:  # issue 22 item 2: k-RR of each label, its own stream
         notes = (*notes, label_note(privacy.exact_epsilon_per_record, labels, point))
     if notes:
         privacy = dataclasses.replace(privacy, notes=(*privacy.notes, *notes))
@@ -165,12 +164,13 @@ def make_plan(config: ExportConfig) -> ExportPlan:
                       source=source, label_release=labels, extractor_options=options)
 
 
-def label_note(feature_epsilon: float | None, labels: dict[str, Any], point: ReleasePoint) -> str:
+def label_note(feature_epsilon: float | None, labels: LabelRelease, point: ReleasePoint) -> str:
     """Return the note of a report whose labels are randomized: the label's ε and the per-record sum."""
     what = "the predicted class (k-RR) and the label" if point.kind == "label" else "the features and the label"
-    total = composed_epsilon(float("inf") if feature_epsilon is None else feature_epsilon, labels)["epsilon"]
-    return (f"labels: k-RR over {labels['num_classes']} classes, exact epsilon {labels['epsilon']:.6g} per record "
-            f"(p_keep {labels['p_keep']:.6g}); each record releases {what}: their epsilons add, "
+    total = labels.composed_epsilon(float("inf") if feature_epsilon is None else feature_epsilon)["epsilon"]
+    assert labels.p_keep is not None
+    return (f"labels: k-RR over {labels.num_classes} classes, exact epsilon {labels.epsilon:.6g} per record "
+            f"(p_keep {labels.p_keep:.6g}); each record releases {what}: their epsilons add, "
             f"{total:.6g} per record")
 
 

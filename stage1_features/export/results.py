@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ldpfl import mechanisms
+from ldpfl.contract.label_release import CLEAR_LABELS, LabelRelease
 from ldpfl.contract.layout import client_stem
 from ldpfl.contract.release_guarantee import ReleaseGuarantee, weakest
 
@@ -50,7 +51,7 @@ class ExportResult:
     seconds: float
     notes: tuple[str, ...] = ()
     release: str = "flatten"
-    label_release: dict[str, Any] | None = None  # the files' label_release attribute (None: clear)
+    label_release: LabelRelease = CLEAR_LABELS  # how the files release their labels
     release_guarantees: Mapping[int, ReleaseGuarantee] = dataclasses.field(default_factory=dict)
     """Each client file's ``release_guarantee`` by client index: everything it releases about one record."""
 
@@ -79,7 +80,7 @@ class ExportResult:
             "randomness": self.randomness, "generator": self.privacy.generator, "seconds": round(self.seconds, 3),
             "clients": [c.to_dict() for c in self.clients],
             "new": self.new, "reused": len(self.clients) - self.new, "notes": list(self.notes),
-            "label_release": self.label_release or {"mechanism": "clear"},
+            "label_release": self.label_release.to_json(),
             "release_guarantee": None if self.release_guarantee is None else self.release_guarantee.to_dict(),
             "release_guarantees": {client_stem(index): g.to_dict()  # keyed as the manifest's
                                    for index, g in sorted(self.release_guarantees.items())},

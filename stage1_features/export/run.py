@@ -240,7 +240,7 @@ def run_export(config: ExportConfig, out_dir: str | os.PathLike[str], *, progres
     return ExportResult(run_dir, run_dir / MANIFEST_NAME, plan.dataset.name, plan.extractor, config.mechanism,
                         plan.feature_format, plan.features, plan.feature_width, plan.privacy,
                         plan.randomness.mode, [summaries[i] for i in sorted(summaries)],
-                        time.perf_counter() - started, tuple(notes), str(plan.release), dict(plan.label_release),
+                        time.perf_counter() - started, tuple(notes), str(plan.release), plan.label_release,
                         guarantees)
 
 
@@ -259,12 +259,12 @@ def _task(plan: ExportPlan, run_dir: Path, index: int, indices: np.ndarray, part
         classes=None if config.plan is None else config.plan.classes,
         plan_fingerprint=None if config.plan is None else config.plan.fingerprint,
         release=str(plan.release), holdout=holdout, keep_clean_test=config.keep_clean_test,
-        label_release=dict(plan.label_release),
+        label_release=plan.label_release,
         noise_variance=noise_variance(plan.spec) if config.noise_aware else None,
         dp=config.dp_budget(), extractor_training=None if plan.source is None else plan.source.training_record(index),
         model_path=None if plan.source is None else str(plan.source.model_path(index)),
         release_number=1 if plan.source is None else len(plan.source.history.get(index, ())) + 1,
-        prior_releases=() if plan.source is None else tuple(e.to_dict() for e in plan.source.history.get(index, ())),
+        prior_releases=() if plan.source is None else tuple(plan.source.history.get(index, ())),
         extractor_options=dict(plan.extractor_options), local_only=config.local_only)
 
 

@@ -21,10 +21,11 @@ import numpy as np
 
 from ldpfl import mechanisms
 from ldpfl.contract.client_writer import ClientFileWriter
-from ldpfl.contract.label_release import CLEAR_LABELS, KRR_LABELS, label_mechanism
+from ldpfl.contract.label_release import CLEAR_LABELS, LabelRelease
 from ldpfl.contract.layout import client_file_name, local_file_name
 from ldpfl.contract.manifest import FileRecord, record_for
 from ldpfl.contract.release_guarantee import file_guarantee
+from ldpfl.contract.release_history import ReleaseEntry
 from ldpfl.contract.release_point import ReleasePoint, parse_release
 from ldpfl.contract.schema import ClientMetadata, label_histogram
 from ldpfl.contract.version import package_version
@@ -72,8 +73,8 @@ class ClientTask:
     release_number: int = 1  # the how-many-th release of this client's records (from_models: > 1)
     keep_clean_test: bool = False  # also write the local-only client_NNN.local.h5
     noise_variance: tuple[float, float] | None = None  # noise_aware: (a, b) of the variance a + b·x² to train with
-    prior_releases: tuple[Mapping[str, Any], ...] = ()  # from_models: earlier releases of these records (JSON)
-    label_release: Mapping[str, Any] = field(default_factory=lambda: dict(CLEAR_LABELS))  # the files' attribute
+    prior_releases: tuple[ReleaseEntry, ...] = ()  # from_models: earlier releases of these records
+    label_release: LabelRelease = CLEAR_LABELS  # how the files release their labels
     dp: Any = None  # dp_training.DPBudget: train the CNN with DP-SGD (``cnn_epsilon``)
     extractor_training: Mapping[str, Any] | None = None  # from_models: the source CNN's training record
     extractor_options: Mapping[str, Any] = field(default_factory=dict)  # scatter: scatter_j, scatter_l
@@ -250,7 +251,7 @@ def export_client(task: ClientTask, dataset: Any = None) -> ClientOutcome:
         label_histograms={s: label_histogram(released[s], dataset.num_classes) for s in splits},  # released only
         local_accuracy=None, package_version=package_version(),  # accuracy on clear records: local-only
         class_names=getattr(dataset, "class_names", None), plan_fingerprint=task.plan_fingerprint,
-        release=str(point), label_release=dict(task.label_release), extractor_training=dict(training_record),
+        release=str(point), label_release=task.label_release, extractor_training=dict(training_record),
         local_only=task.local_only,
     )
     row_counts = {s: len(idx) for s, idx in splits.items()}
@@ -279,18 +280,18 @@ def export_client(task: ClientTask, dataset: Any = None) -> ClientOutcome:
                          time.perf_counter() - start, rate, local_record)
 
 
-def release_labels(label_release: Mapping[str, Any], labels: Mapping[str, np.ndarray], num_classes: int,
+def release_labels(label_release: LabelRelease, labels: Mapping[str, np.ndarray], num_classes: int,
                    release_rng: np.random.Generator) -> dict[str, np.ndarray]:
     """Return the labels a client file holds: the true ones, or k-RR of each (train, then test).
 
     With ``label_release`` krr the draws come from the release stream's own child (``Generator.spawn``),
     which leaves the release stream's draws, and so the features, unchanged.
     """
-    if label_release.get("mechanism") != KRR_LABELS:
+    if label_release.clear:
         return dict(labels)
-    if int(label_release["num_classes"]) != num_classes:
-        raise ValueError(f"label_release is for {label_release['num_classes']} classes, the data has {num_classes}")
-    krr = label_mechanism(label_release["nominal_epsilon"], num_classes)
+    if label_release.num_classes != num_classes:
+        raise ValueError(f"label_release is for {label_release.num_classes} classes, the data has {num_classes}")
+    krr = label_release.sampler()
     (label_rng,) = release_rng.spawn(1)
     return {s: krr.randomize_labels(labels[s], rng=label_rng) for s in ("train", "test")}
 
@@ -314,7 +315,7 @@ def write_clean_test(task: ClientTask, metadata: ClientMetadata, spec: mechanism
         mechanism_parameters=layout.mechanism_parameters,
         privacy_report=identity.report().with_randomness(task.randomness, task.privacy.generator).to_dict(),
         label_histograms={"train": [0] * metadata.num_classes, "test": list(test_histogram)},
-        label_release=dict(CLEAR_LABELS), local_only=True)
+        label_release=CLEAR_LABELS, local_only=True)
     path = Path(task.run_dir) / local_file_name(task.index)
     split_rows = {"train": 0, "test": int(sum(test_histogram))}
     with ClientFileWriter(path, clean, split_rows, overwrite=True) as writer:

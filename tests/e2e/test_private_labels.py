@@ -18,6 +18,7 @@ from ldpfl.common.errors import ParameterError
 from ldpfl.contract.client_reader import read_client_file
 from ldpfl.contract.label_release import (
     CLEAR_LABELS,
+    LabelRelease,
     LabelReleaseError,
     check_label_release,
     composed_epsilon,
@@ -83,10 +84,11 @@ def test_label_release_attribute_is_the_krr_report(runs):
     krr = KRR(epsilon=1.0, categories=K)
     for data in files_of(out):
         release = data.metadata.label_release
-        assert release == {"mechanism": "krr", "epsilon": krr.report().exact_epsilon_per_record,
-                           "nominal_epsilon": 1.0, "num_classes": K, "p_keep": krr.p_keep,
-                           "p_other_each": krr.p_other}
-        assert math.isclose(release["epsilon"], math.log(release["p_keep"] / release["p_other_each"]))
+        assert release == LabelRelease.krr(krr)
+        assert release.to_json() == {"mechanism": "krr", "epsilon": krr.report().exact_epsilon_per_record,
+                                     "nominal_epsilon": 1.0, "num_classes": K, "p_keep": krr.p_keep,
+                                     "p_other_each": krr.p_other}
+        assert math.isclose(release.epsilon, math.log(release.p_keep / release.p_other_each))
         assert any("their epsilons add" in note for note in data.metadata.privacy_report["notes"])
 
 
@@ -166,6 +168,25 @@ def test_transition_matrix_is_the_sampled_krr():
         check_label_release(bad)
     with pytest.raises(LabelReleaseError, match="p_keep"):
         check_label_release(krr_label_release(krr) | {"p_keep": 0.9})
+
+
+def test_label_release_is_one_frozen_record_with_one_json_form():
+    krr = label_mechanism(2.0, 4)
+    release = LabelRelease.for_epsilon(2.0, 4)
+    assert release == LabelRelease.krr(krr) and not release.clear and release.epsilon < math.inf
+    assert release.to_json() == krr_label_release(krr)
+    assert json.dumps(release.to_json(), sort_keys=True) == json.dumps(krr_label_release(krr), sort_keys=True)
+    assert LabelRelease.from_json(json.loads(json.dumps(release.to_json()))) == release
+    assert LabelRelease.from_json(None) is CLEAR_LABELS and CLEAR_LABELS.clear and CLEAR_LABELS.epsilon == math.inf
+    assert LabelRelease.from_json({"mechanism": "clear"}) == CLEAR_LABELS == LabelRelease.for_epsilon(None, 4)
+    assert CLEAR_LABELS.to_json() == {"mechanism": "clear"} and CLEAR_LABELS.transition_matrix() is None
+    assert np.array_equal(release.transition_matrix(), transition_matrix(krr_label_release(krr)))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        release.epsilon = 1.0  # type: ignore[misc]
+    for bad, key in ((krr_label_release(krr) | {"epsilon": 3.0}, "epsilon"), ([1], "JSON object"),
+                     ({"mechanism": "rr"}, "mechanism"), ({"mechanism": "krr"}, "epsilon")):
+        with pytest.raises(LabelReleaseError, match=key):
+            LabelRelease.from_json(bad)
 
 
 def test_composition_adds_the_two_epsilons():

@@ -16,6 +16,7 @@ from cli_checks import run as invoke
 
 import ldpfl
 from ldpfl.contract.client_reader import read_client_file
+from ldpfl.contract.label_release import CLEAR_LABELS
 from ldpfl.contract.release_guarantee import FIXED_TEXT, LOCAL_ONLY_SCOPE, ReleaseGuarantee
 from ldpfl.contract.run_dir import validate_run
 from ldpfl.stage1_features.datasets.loaders import load_dataset
@@ -113,7 +114,7 @@ def test_local_only_files_are_marked_said_so_and_still_read_by_stage_2(tmp_path:
     for name in ("client_000.h5", "client_001.h5"):
         meta = read_client_file(out / name).metadata
         assert meta.local_only and meta.mechanism == "none" and meta.feature_format == "float32"
-        assert meta.label_release == {"mechanism": "clear"} and meta.features == 3969
+        assert meta.label_release == CLEAR_LABELS and meta.features == 3969
         guarantee = guarantee_of(out / name)
         assert guarantee.epsilon == np.inf and guarantee.scope == LOCAL_ONLY_SCOPE
         with h5py.File(out / name, "r") as handle:  # the clean features, as the extractor computed them

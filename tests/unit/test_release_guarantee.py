@@ -24,11 +24,19 @@ from ldpfl.cli import cli
 from ldpfl.contract import inventory
 from ldpfl.contract import release_guarantee as rg
 from ldpfl.contract.client_reader import read_client_file
+from ldpfl.contract.label_release import CLEAR_LABELS, KRR_LABELS, LabelRelease
 from ldpfl.contract.layout import client_file_name, local_file_name
 from ldpfl.contract.manifest import read_manifest
+from ldpfl.contract.release_history import ReleaseEntry
 
 SGD = {"training": "dp-sgd", "noise_multiplier": 1.1, "sampling_probability": 0.02, "steps": 800, "delta": 1e-5,
        "records": 6300}
+
+
+def krr_labels(epsilon: float, k: int) -> LabelRelease:
+    """Labels released by k-RR at exactly ``epsilon`` over ``k`` classes."""
+    p = math.exp(epsilon) / (math.exp(epsilon) + k - 1)
+    return LabelRelease(KRR_LABELS, epsilon, epsilon, k, p, (1 - p) / (k - 1))
 
 
 def independent_pld(events: list, delta: float) -> float:
@@ -41,7 +49,7 @@ def independent_pld(events: list, delta: float) -> float:
 def test_dp_sgd_with_private_labels_and_scores_equals_dp_accounting() -> None:
     k, label_eps, scores_eps = 10, 1.0, 2.0
     parts = [rg.features_part("hybrid", "scores", scores_eps),
-             rg.labels_part({"mechanism": "krr", "epsilon": label_eps, "num_classes": k}),
+             rg.labels_part(krr_labels(label_eps, k)),
              rg.extractor_part(SGD, trained=True, records=7000, features_epsilon=scores_eps)]
     guarantee = rg.compose(parts, scope="test")
     sgd = dp_accounting.SelfComposedDpEvent(
@@ -59,7 +67,7 @@ def test_a_class_released_by_krr_composes_as_krr_tighter_than_binary_rr() -> Non
     k, eps = 10, 1.0
     as_krr = rg.features_part("krr", "label", eps, categories=k)
     assert as_krr.event == {"krr": eps, "num_classes": k}
-    labels = rg.labels_part({"mechanism": "krr", "epsilon": eps, "num_classes": k})
+    labels = rg.labels_part(krr_labels(eps, k))
     extractor = rg.extractor_part(SGD, trained=True, records=7000, features_epsilon=eps)
     tight = rg.compose([as_krr, labels, extractor], scope="s")
     loose = rg.compose([rg.features_part("krr", "label", eps), labels, extractor], scope="s")
@@ -71,10 +79,10 @@ def test_a_class_released_by_krr_composes_as_krr_tighter_than_binary_rr() -> Non
 
 
 def test_pure_parts_add_and_an_open_part_makes_it_infinite() -> None:
-    krr = {"mechanism": "krr", "epsilon": 1.5, "num_classes": 10}
+    krr = krr_labels(1.5, 10)
     pure = rg.compose([rg.features_part("krr", "label", 2.0), rg.labels_part(krr)], scope="s")
     assert (pure.epsilon, pure.delta, pure.method) == (3.5, 0.0, rg.METHOD_BASIC)
-    clear = rg.compose([rg.features_part("uer", "flatten", 39245.4), rg.labels_part(None)], scope="s")
+    clear = rg.compose([rg.features_part("uer", "flatten", 39245.4), rg.labels_part(CLEAR_LABELS)], scope="s")
     assert clear.epsilon == math.inf and not clear.private
     assert clear.headline() == "release guarantee: epsilon = inf per record (not private: labels)"
     assert rg.ReleaseGuarantee.from_dict(json.loads(json.dumps(pure.to_dict()))) == pure
@@ -83,7 +91,7 @@ def test_pure_parts_add_and_an_open_part_makes_it_infinite() -> None:
 def test_a_non_private_extractor_is_bounded_by_group_privacy_only() -> None:
     n, features_eps, label_eps = 100, 3.0, 1.0
     parts = [rg.features_part("uer", "flatten", features_eps),
-             rg.labels_part({"mechanism": "krr", "epsilon": label_eps, "num_classes": 10}),
+             rg.labels_part(krr_labels(label_eps, 10)),
              rg.extractor_part(None, trained=True, records=n, features_epsilon=features_eps)]
     assert rg.compose(parts, scope="s").epsilon == pytest.approx(n * features_eps + label_eps)
     assert rg.extractor_part(None, trained=False, records=n, features_epsilon=features_eps) is None
@@ -94,12 +102,11 @@ def test_re_releases_add_their_values_and_labels_and_widen_the_group_bound() -> 
     class Meta:
         privacy_report = {"exact_epsilon_per_record": 2.0}
         mechanism, release, extractor = "hybrid", "scores", "mnist-cnn"
-        label_release = {"mechanism": "krr", "epsilon": 1.0, "num_classes": 10}
+        label_release = krr_labels(1.0, 10)
         extractor_training = {"training": "non-private", "records": 10}
         release_guarantee = None
 
-    earlier = [{"file": "client_000.h5", "run": "r", "mechanism": "krr", "exact_epsilon_per_record": 3.0,
-                "label_release": {"mechanism": "krr", "epsilon": 0.5, "num_classes": 10}}]
+    earlier = [ReleaseEntry("r", "client_000.h5", None, "krr", "flatten", 3.0, label_release=krr_labels(0.5, 10))]
     parts = rg.file_parts(Meta(), records=10, history=earlier)
     by_kind = {p.kind: p.epsilon for p in parts}
     assert by_kind["re-release"] == 3.5 and by_kind["extractor"] == pytest.approx(9 * (2.0 + 3.0))
