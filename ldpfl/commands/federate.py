@@ -15,23 +15,23 @@ from typing import Any, Literal
 import click
 
 from ldpfl.api.federate_job import federate
+from ldpfl.api.field_help import federation_help
 from ldpfl.api.text import federate_text
 from ldpfl.common.errors import LdpflError
 from ldpfl.contract.jsonout import echo_json
 from ldpfl.stage2_federate import budgets
+from ldpfl.stage2_federate.config import FederationConfig
 from ldpfl.stage2_federate.flower_engine import FlowerMissingError
 from ldpfl.stage2_federate.flower_engine.control import SuperLinkError
 from ldpfl.stage2_federate.flower_engine.launch import FlowerRunError
 from ldpfl.stage2_federate.options import FEDERATION_OPTIONS
-from ldpfl.stage2_federate.perturbation import (
-    SIGN_MODES,
-    TARGETS,
-    option_help,
-    perturbation_names,
-    perturbation_wiring,
-)
-from ldpfl.stage2_federate.strategies import strategy_class, strategy_names
+from ldpfl.stage2_federate.perturbation import SIGN_MODES, TARGETS, perturbation_names
+from ldpfl.stage2_federate.strategies import strategy_names
 
+from .options import field_options, flag
+
+option = field_options(FederationConfig, federation_help())
+"""``click.option`` of a ``FederationConfig`` field: the config's default, the API's text of it."""
 _HIDDEN_HELP = "Hidden layer sizes, e.g. 2048 (default, LDPFL's DNN) or 512,256; 'none' = logistic regression."
 
 
@@ -52,20 +52,10 @@ def federation_option_flags(command: Callable[..., Any]) -> Callable[..., Any]:
     """Add one flag per registered federation option (``FEDERATION_OPTIONS``), with help from the registries."""
     types = {"positive": click.FloatRange(min=0.0, min_open=True),
              "probability": click.FloatRange(0.0, 1.0, min_open=True, max_open=True)}
-    for option in reversed(list(FEDERATION_OPTIONS.values())):  # click lists the flags in the order they were added
-        extra: dict[str, Any] = {} if option.kind == "delta" else {"type": types[option.kind]}  # δ: the config reads it
-        command = click.option(f"--{option.name.replace('_', '-')}", default=None, help=option_help(option.name),
-                               **extra)(command)
+    for spec in reversed(list(FEDERATION_OPTIONS.values())):  # click lists the flags in the order they were added
+        extra: dict[str, Any] = {} if spec.kind == "delta" else {"type": types[spec.kind]}  # δ: the config reads it
+        command = option(flag(spec.name), **extra)(command)
     return command
-
-
-def _aggregation_help() -> str:
-    return "; ".join(f"{name}: {strategy_class(name).SUMMARY}" for name in strategy_names())
-
-
-def _perturbation_help() -> str:
-    wirings = {name: perturbation_wiring(name) for name in perturbation_names()}
-    return "; ".join(f"{name}: {wiring.summary} [perturbs the {wiring.target}]" for name, wiring in wirings.items())
 
 
 _EPILOG = "\b\nBudget presets (--budget-preset NAME, or as the value of --client-epsilons / --client-ranges):\n" + \
@@ -83,58 +73,35 @@ Examples:
 
 @click.command("federate", epilog=_EPILOG, context_settings={"max_content_width": 110})
 @click.argument("run_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
-@click.option("--rounds", type=click.IntRange(min=1), default=10, show_default=True,
-              help="Global rounds E (LDPFL: 80 for FMNIST, 100 for MNIST).")
-@click.option("--clients-per-round", "-k", type=click.IntRange(min=1), default=None,
-              help="Clients k selected per round out of N (default: all N; LDPFL Table I: 9 of 10).")
-@click.option("--local-epochs", "--el", "local_epochs", type=click.IntRange(min=1), default=2, show_default=True,
-              help="Local epochs el per round (LDPFL IV-E uses 20; the default is smaller to keep CPU runs short).")
-@click.option("--batch-size", type=click.IntRange(min=1), default=64, show_default=True, help="Local batch size.")
-@click.option("--optimizer", type=click.Choice(["auto", "adam", "sgd"]), default="auto", show_default=True,
-              help="auto: Adam(0.9, 0.999, eps 1e-8) for MNIST datasets, SGD otherwise (LDPFL IV-E), read from "
-                   "the files' dataset name.")
-@click.option("--lr", type=float, default=None, help="Local learning rate (default 0.001, LDPFL IV-E).")
+@option("--rounds", type=click.IntRange(min=1), show_default=True)
+@option("--clients-per-round", "-k", type=click.IntRange(min=1))
+@option("--local-epochs", "--el", "local_epochs", type=click.IntRange(min=1), show_default=True)
+@option("--batch-size", type=click.IntRange(min=1), show_default=True)
+@option("--optimizer", type=click.Choice(["auto", "adam", "sgd"]), show_default=True)
+@option("--lr", type=float)
 @click.option("--hidden", default="2048", show_default=True, callback=_parse_hidden, help=_HIDDEN_HELP)
-@click.option("--dropout", type=click.FloatRange(0.0, 1.0, max_open=True), default=0.1, show_default=True,
-              help="Dropout after each hidden layer.")
-@click.option("--aggregation", type=click.Choice(strategy_names()), default="fedavg", show_default=True,
-              help=_aggregation_help() + " (P_i sums to 1, so one uniform omega could select nobody: omega is "
-                   "drawn uniformly below the largest P_i, the same as redrawing it until someone is selected).")
-@click.option("--sample-weighted", is_flag=True, help="fedavg: weight clients by n_k/n (DP-FedAW eq. 2).")
-@click.option("--fraction", type=click.FloatRange(0.0, 1.0, min_open=True), default=None,
-              help="fraction: select floor(gamma*N) clients per round (PLDP-FL Algorithm 1).")
-@click.option("--perturbation", type=click.Choice(perturbation_names()), default="none", show_default=True,
-              help="Model perturbation of each client's upload. " + _perturbation_help() + ".")
-@click.option("--perturb-target", type=click.Choice(list(TARGETS)), default="auto", show_default=True,
-              help="Override what the mechanism perturbs: the parameters or the update (local - global).")
-@click.option("--epsilon", type=click.FloatRange(min=0.0, min_open=True), default=1.0, show_default=True,
-              help="epsilon of every client when --client-epsilons is not given.")
-@click.option("--client-epsilons", default=None,
-              help="Per-client epsilon: 1,1,10,…, @file.json, @file.csv or a preset name; one value per client.")
-@click.option("--client-ranges", default=None,
-              help="pdpm: per-client safe-range lengths L_i (list, @file or preset pldp-tau1/2/3).")
-@click.option("--client-centres", default=None,
-              help="pdpm: per-client safe-range centres c_i (list or @file; default --range-centre).")
-@click.option("--range-length", type=click.FloatRange(min=0.0, min_open=True), default=2.0, show_default=True,
-              help="pdpm: L of every client when --client-ranges is not given (tau = [-1, 1]).")
-@click.option("--range-centre", type=float, default=0.0, show_default=True, help="pdpm: centre c of every client.")
+@option("--dropout", type=click.FloatRange(0.0, 1.0, max_open=True), show_default=True)
+@option("--aggregation", type=click.Choice(strategy_names()), show_default=True)
+@option("--sample-weighted", is_flag=True)
+@option("--fraction", type=click.FloatRange(0.0, 1.0, min_open=True))
+@option("--perturbation", type=click.Choice(perturbation_names()), show_default=True)
+@option("--perturb-target", type=click.Choice(list(TARGETS)), show_default=True)
+@option("--epsilon", type=click.FloatRange(min=0.0, min_open=True), show_default=True)
+@option("--client-epsilons")
+@option("--client-ranges")
+@option("--client-centres")
+@option("--range-length", type=click.FloatRange(min=0.0, min_open=True), show_default=True)
+@option("--range-centre", type=float, show_default=True)
 @click.option("--budget-preset", "budget_presets", multiple=True, type=click.Choice(budgets.preset_names()),
               metavar="NAME",
               help="Named per-client epsilons or safe-range lengths (listed below); may be repeated once per kind.")
 @federation_option_flags
-@click.option("--sign-mode", type=click.Choice(list(SIGN_MODES)), default="update", show_default=True,
-              help="ldpsign: 'update' perturbs local-global and steps W += server_lr*sign(mean) (signSGD, Wu "
-                   "ref. [19]); 'literal' perturbs the parameters and sets W = sign(mean) (Wu eq. 10).")
-@click.option("--server-lr", type=click.FloatRange(min=0.0, min_open=True), default=1e-3, show_default=True,
-              help="ldpsign update mode: server step size.")
-@click.option("--drop-per-round", type=click.IntRange(min=0), default=0, show_default=True,
-              help="Selected clients dropped at random after training each round (LDPFL IV-E drops 1).")
-@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True,
-              help="auto: CUDA when available, else CPU.")
-@click.option("--threads", type=click.IntRange(min=1), default=None, help="torch CPU threads.")
-@click.option("--seed", type=click.IntRange(min=0), default=None,
-              help="Seed for reproducible runs, for tests and research only: output seeded this way has NO privacy "
-                   "against anyone who can guess the seed. Default: the OS CSPRNG. Never written to outputs.")
+@option("--sign-mode", type=click.Choice(list(SIGN_MODES)), show_default=True)
+@option("--server-lr", type=click.FloatRange(min=0.0, min_open=True), show_default=True)
+@option("--drop-per-round", type=click.IntRange(min=0), show_default=True)
+@option("--device", type=click.Choice(["auto", "cpu", "cuda"]), show_default=True)
+@option("--threads", type=click.IntRange(min=1))
+@option("--seed", type=click.IntRange(min=0))
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=str), default=None,
               help="Output directory (default RUN_DIR/federation).")
 @click.option("--resume", is_flag=True, help="Continue an interrupted run from OUT/checkpoint.pt.")
@@ -143,47 +110,17 @@ Examples:
               help="Keep checkpoint.pt after the run completes, to --resume it later with more rounds. By default "
                    "it is deleted then: it holds every generator's state, from which the clients' perturbation "
                    "noise can be recomputed, so it is seed-equivalent. An interrupted run always keeps it.")
-@click.option("--eval-clean", is_flag=True,
-              help="Also evaluate the global model each round on each client's UNRANDOMIZED local test file "
-                   "(client_NNN.local.h5 of 'ldpfl export --keep-clean-test'): clean_test_accuracy in the metrics. "
-                   "A silo predicting on its own records releases nothing; see docs/privacy.md.")
-@click.option("--label-noise-correction", type=click.Choice(["auto", "forward", "backward", "none"]), default="auto",
-              show_default=True,
-              help="Loss correction for labels released by k-RR (ldpfl export --label-epsilon), with T read from the "
-                   "files (Patrini et al. 2017): forward CE(T^T softmax(z), y~) (consistent), backward T^-1 applied "
-                   "to the per-class losses (unbiased, higher variance), none. auto: forward when the files' "
-                   "labels are randomized, none when clear.")
-@click.option("--dp-sgd", is_flag=True,
-              help="Record-level DP-SGD of every silo's local training (Opacus; Abadi et al. 2016): Poisson "
-                   "batches of rate --sample-rate (default 0.1365), per-record L2 clip --clip (default 0.1), "
-                   "Gaussian noise --noise-multiplier or calibrated per silo from --target-epsilon over the whole run, "
-                   "--local-steps steps a round. Each silo's accountant (dp-accounting PLD) covers every step it "
-                   "took; metrics.json states its epsilon under replace-one and add-remove. Needs --perturbation "
-                   "none; default lr under it: 4.")
-@click.option("--target-epsilon", type=click.FloatRange(min=0.0, min_open=True), default=None,
-              help="--dp-sgd: each silo's epsilon over the whole run (at --delta, under --neighbours); sigma is "
-                   "calibrated for it. A resumed run may not go past it.")
-@click.option("--noise-multiplier", type=click.FloatRange(min=0.0, min_open=True), default=None,
-              help="--dp-sgd: sigma, the noise std over the clip C (instead of --target-epsilon).")
-@click.option("--neighbours", type=click.Choice(["replace-one", "add-remove"]), default="replace-one",
-              show_default=True,
-              help="--dp-sgd: the relation --target-epsilon is stated under (the project's replace-one, or the "
-                   "DP-SGD literature's add-remove); both figures are reported.")
-@click.option("--local-steps", type=click.IntRange(min=1), default=1, show_default=True,
-              help="--dp-sgd: DP-SGD steps of each silo per round (they replace --local-epochs).")
-@click.option("--server-momentum", type=click.FloatRange(0.0, 1.0, max_open=True), default=0.0, show_default=True,
-              help="Server momentum beta (FedAvgM, Hsu et al. 2019): v <- beta v + (aggregate - W), W <- W + v.")
-@click.option("--max-update-norm", type=click.FloatRange(min=0.0, min_open=True), default=None,
-              help="The server refuses a silo's upload whose update (upload - global model, or the uploaded update) "
-                   "has an L2 norm above this; the silo is named in the round's 'rejected' and left out of the "
-                   "round. Default: 10 x the lower median update norm of the round's uploads (scaled up for a silo "
-                   "whose perturbation adds more noise, or with more training rows, than the median silo).")
-@click.option("--max-client-weight", type=click.FloatRange(0.0, 1.0, min_open=True), default=None,
-              help="Cap on any silo's normalized aggregation weight (e.g. 0.3); the excess is shared by the others "
-                   "in proportion to their weights. Below 1/n the weights are equal.")
-@click.option("--trim-fraction", type=click.FloatRange(0.0, 0.5, max_open=True), default=None,
-              help="trimmed-mean: the fraction beta of the values dropped at each end of every coordinate "
-                   "(floor(beta*n) silos; default 0.2).")
+@option("--eval-clean", is_flag=True)
+@option("--label-noise-correction", type=click.Choice(["auto", "forward", "backward", "none"]), show_default=True)
+@option("--dp-sgd", is_flag=True)
+@option("--target-epsilon", type=click.FloatRange(min=0.0, min_open=True))
+@option("--noise-multiplier", type=click.FloatRange(min=0.0, min_open=True))
+@option("--neighbours", type=click.Choice(["replace-one", "add-remove"]), show_default=True)
+@option("--local-steps", type=click.IntRange(min=1), show_default=True)
+@option("--server-momentum", type=click.FloatRange(0.0, 1.0, max_open=True), show_default=True)
+@option("--max-update-norm", type=click.FloatRange(min=0.0, min_open=True))
+@option("--max-client-weight", type=click.FloatRange(0.0, 1.0, min_open=True))
+@option("--trim-fraction", type=click.FloatRange(0.0, 0.5, max_open=True))
 @click.option("--engine", type=click.Choice(["local", "flower"]), default="local", show_default=True,
               help="local: every client in this process. flower: Flower's simulation engine on this machine (a "
                    "private SuperLink, one ClientApp per client file, each opening only its own file; needs "

@@ -1,13 +1,16 @@
-"""``ldpfl mechanisms``: list mechanisms and print privacy reports. Imports no TensorFlow or torch."""
+"""``ldpfl mechanisms``: list mechanisms and print privacy reports (``ldpfl.api.mechanism_reports``).
+
+Imports no TensorFlow or torch.
+"""
 
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import click
 
 from ldpfl import mechanisms as mech
+from ldpfl.api.mechanism_reports import check_parameters, mechanism_listing, mechanism_report
 from ldpfl.mechanisms.base import ParamSpec
 
 _FLAG_TYPES = {float: float, int: int, str: str}
@@ -22,21 +25,6 @@ def _all_parameter_specs() -> dict[str, ParamSpec]:
     return specs
 
 
-def _listing() -> list[dict[str, Any]]:
-    rows = []
-    for name in mech.mechanism_names():
-        cls = mech.mechanism_class(name)
-        rows.append({
-            "name": name, "domain": cls.DOMAIN, "source": cls.SOURCE, "summary": cls.SUMMARY,
-            "parameters": [
-                {"name": s.name, "option": s.option, "flags": list(s.flags), "type": s.type.__name__,
-                 "default": s.default, "help": s.help}
-                for s in cls.parameter_specs()
-            ],
-        })
-    return rows
-
-
 @click.group("mechanisms", invoke_without_command=True)
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
 @click.pass_context
@@ -47,7 +35,7 @@ def mechanisms_command(ctx: click.Context, as_json: bool) -> None:
     """
     if ctx.invoked_subcommand is not None:
         return
-    rows = _listing()
+    rows = mechanism_listing()
     if as_json:
         click.echo(json.dumps(rows, indent=2, default=str))
         return
@@ -77,17 +65,9 @@ def show_command(name: str, as_json: bool, **given: object) -> None:
         ldpfl mechanisms show uer --epsilon 0.5 --alpha 10 -m 4 -n 5 --features 1152
     """
     parameters = {k: v for k, v in given.items() if v is not None}
-    accepted = {s.name: s for s in mech.mechanism_class(name).parameter_specs()}
-    refused = [k for k in parameters if k not in accepted]
-    if refused:
-        options = ", ".join(_all_parameter_specs()[k].option for k in refused)
-        raise click.UsageError(f"{options} does not apply to mechanism {name!r}; it takes: "
-                               f"{', '.join(s.option for s in accepted.values()) or 'no options'}")
+    check_parameters(name, parameters)  # the API's refusal, spelled with these flags
     try:
-        report = mech.create_mechanism(name, **parameters).report()
+        report = mechanism_report(name, **parameters)
     except ValueError as error:
         raise click.BadParameter(str(error)) from None
-    except OverflowError:  # e.g. e^epsilon for epsilon > 709: a usage error, not a crash
-        raise click.BadParameter(f"numeric overflow computing the report of {name!r} with {parameters}; "
-                                 "use smaller values") from None
     click.echo(report.to_json() if as_json else report.format_text())

@@ -32,7 +32,7 @@ def test_any_exception_becomes_one_line_with_exit_1(monkeypatch, exception, expe
     def explode(*args, **kwargs):
         raise exception
 
-    monkeypatch.setattr(mechanisms_cli, "_listing", explode)
+    monkeypatch.setattr(mechanisms_cli, "mechanism_listing", explode)
     monkeypatch.delenv("LDPFL_DEBUG", raising=False)
     line = one_line(CliRunner().invoke(cli, ["mechanisms"]), 1)
     assert line.startswith(expected), line
@@ -41,7 +41,7 @@ def test_any_exception_becomes_one_line_with_exit_1(monkeypatch, exception, expe
 def test_traceback_only_with_ldpfl_debug() -> None:
     code = ("import sys, ldpfl.commands.mechanisms as m\n"
             "def explode(*a, **k):\n    raise RuntimeError('boom')\n"
-            "m._listing = explode\n"
+            "m.mechanism_listing = explode\n"
             "from ldpfl.cli import main\nsys.argv = ['ldpfl', 'mechanisms']\nmain()\n")
     for debug, traced in (("", False), ("0", False), ("1", True)):
         done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120,
