@@ -34,10 +34,9 @@ def export_text(result: ExportResult) -> str:
     lines += [f"{c.index:>6}  {c.rows.get('train', 0):>7}  {c.rows.get('test', 0):>6}  "
               f"{_accuracy(c.local_accuracy):>9}  {c.file:<16} {c.status}" for c in result.clients]
     lines.append(f"privacy: {describe_privacy(result.privacy)}")
-    labels = result.label_release or {"mechanism": "clear"}  # a LabelRelease, or its JSON form (older results)
-    label = labels.get if isinstance(labels, Mapping) else lambda key: getattr(labels, key)
-    if label("mechanism") == "krr":
-        lines.append(f"labels: k-RR, exact ε = {label('epsilon'):.6g} per record (p_keep {label('p_keep'):.4g}); "
+    labels = result.label_release
+    if not labels.clear:
+        lines.append(f"labels: k-RR, exact ε = {labels.epsilon:.6g} per record (p_keep {labels.p_keep:.4g}); "
                      "it adds to the features' ε")
     else:
         lines.append("labels: in clear (label ε = inf; --label-epsilon randomizes them)")
