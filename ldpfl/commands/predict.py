@@ -16,6 +16,9 @@ from ldpfl.api.text import predict_lines
 from ldpfl.contract.jsonout import echo_json
 from ldpfl.stage1_features.own_data.formats import COLOR_MODES, SCALES
 
+from .export_options import reader_fields
+from .options import options
+
 _EPILOG = """\b
 Examples:
   # client 0's held-out records, clean release, federated model RUN/federation/model.pt
@@ -29,59 +32,48 @@ Examples:
 """
 
 
-def _option_list() -> list[Any]:
-    return [
-        click.option("--client-index", type=click.IntRange(min=0), default=None,
-                     help="The silo: client_NNN.h5 of RUN_DIR  [default: the only client file there]"),
-        click.option("--model", "model_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
-                     help="The federated model  [default: RUN_DIR/federation/model.pt]"),
-        click.option("--cnn", "cnn_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
-                     help="The silo's trained CNN  [default: RUN_DIR/client_NNN.keras of --save-models]"),
-        click.option("--dataset", default=None,
-                     help="The benchmark dataset of the records  [default: the run's]"),
-        click.option("--data", type=click.Path(exists=True, path_type=str), default=None,
-                     help="Own data: the run's file or folder (its held-out split), or new records of the silo "
-                          "(all predicted). Formats as ldpfl export --data (data/README.md)."),
-        click.option("--data-dir", default=None, help="Where the benchmark files are  [default: the run's]"),
-        click.option("--label-column", default=None, help="Table: the label column  [default: the run's]"),
-        click.option("--image-size", type=(click.IntRange(1, 16384), click.IntRange(1, 16384)), default=None,
-                     metavar="H W", help="Image folder: resize to H×W  [default: the run's]"),
-        click.option("--color-mode", type=click.Choice(COLOR_MODES), default=None,
-                     help="Image folder: channels  [default: the run's]"),
-        click.option("--x-key", default=None, help=".npz/HDF5: the inputs' array  [default: the run's]"),
-        click.option("--y-key", default=None, help=".npz/HDF5: the labels' array  [default: the run's]"),
-        click.option("--scale", type=click.Choice(SCALES), default=None, help="Value scaling  [default: the run's]"),
-        click.option("--split", type=click.Choice(["test", "train", "all"]), default=None,
-                     help="Which of the silo's records: its held-out test split, its training split, or all  "
-                          "[default: test; all for new records]"),
-        click.option("--randomized", is_flag=True,
-                     help="Randomize the release with the silo's mechanism, as in training (fresh randomness). "
-                          "Costs privacy like a release if anything computed from it is shared; a warning says "
-                          "how much."),
-        click.option("--seed", type=click.IntRange(min=0), default=None,
-                     help="With --randomized: reproducible randomness (testing only: no privacy against anyone who "
-                          "knows the seed)."),
-        click.option("--released", type=click.Path(dir_okay=False, path_type=Path), default=None,
-                     help="Predict the rows stored in a client file instead (client_NNN.h5: randomized; "
-                          "client_NNN.local.h5: clean), as ldpfl federate evaluated them; no RUN_DIR needed."),
-        click.option("--out", "out_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
-                     help="Write the predictions to a .csv or .json file (atomically) instead of stdout."),
-        click.option("--batch-size", type=click.IntRange(min=1), default=1024, show_default=True,
-                     help="Records per batch."),
-        click.option("--threads", type=click.IntRange(min=1), default=None, help="CPU threads (torch, TensorFlow)."),
-        click.option("--json", "as_json", is_flag=True,
-                     help="Print a JSON summary (with the predictions unless --out)."),
-        click.option("--quiet", "-q", is_flag=True, help="No progress bar and no summary."),
-    ]
-
-
-def _with_options(command: Any) -> Any:
-    for option in reversed(_option_list()):
-        command = option(command)
-    return command
-
-
-READER_OPTIONS = ("label_column", "image_size", "color_mode", "x_key", "y_key", "scale")
+_with_options = options(
+    click.option("--client-index", type=click.IntRange(min=0), default=None,
+                 help="The silo: client_NNN.h5 of RUN_DIR  [default: the only client file there]"),
+    click.option("--model", "model_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+                 help="The federated model  [default: RUN_DIR/federation/model.pt]"),
+    click.option("--cnn", "cnn_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+                 help="The silo's trained CNN  [default: RUN_DIR/client_NNN.keras of --save-models]"),
+    click.option("--dataset", default=None,
+                 help="The benchmark dataset of the records  [default: the run's]"),
+    click.option("--data", type=click.Path(exists=True, path_type=str), default=None,
+                 help="Own data: the run's file or folder (its held-out split), or new records of the silo "
+                      "(all predicted). Formats as ldpfl export --data (data/README.md)."),
+    click.option("--data-dir", default=None, help="Where the benchmark files are  [default: the run's]"),
+    click.option("--label-column", default=None, help="Table: the label column  [default: the run's]"),
+    click.option("--image-size", type=(click.IntRange(1, 16384), click.IntRange(1, 16384)), default=None,
+                 metavar="H W", help="Image folder: resize to H×W  [default: the run's]"),
+    click.option("--color-mode", type=click.Choice(COLOR_MODES), default=None,
+                 help="Image folder: channels  [default: the run's]"),
+    click.option("--x-key", default=None, help=".npz/HDF5: the inputs' array  [default: the run's]"),
+    click.option("--y-key", default=None, help=".npz/HDF5: the labels' array  [default: the run's]"),
+    click.option("--scale", type=click.Choice(SCALES), default=None, help="Value scaling  [default: the run's]"),
+    click.option("--split", type=click.Choice(["test", "train", "all"]), default=None,
+                 help="Which of the silo's records: its held-out test split, its training split, or all  "
+                      "[default: test; all for new records]"),
+    click.option("--randomized", is_flag=True,
+                 help="Randomize the release with the silo's mechanism, as in training (fresh randomness). "
+                      "Costs privacy like a release if anything computed from it is shared; a warning says "
+                      "how much."),
+    click.option("--seed", type=click.IntRange(min=0), default=None,
+                 help="With --randomized: reproducible randomness (testing only: no privacy against anyone who "
+                      "knows the seed)."),
+    click.option("--released", type=click.Path(dir_okay=False, path_type=Path), default=None,
+                 help="Predict the rows stored in a client file instead (client_NNN.h5: randomized; "
+                      "client_NNN.local.h5: clean), as ldpfl federate evaluated them; no RUN_DIR needed."),
+    click.option("--out", "out_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+                 help="Write the predictions to a .csv or .json file (atomically) instead of stdout."),
+    click.option("--batch-size", type=click.IntRange(min=1), default=1024, show_default=True,
+                 help="Records per batch."),
+    click.option("--threads", type=click.IntRange(min=1), default=None, help="CPU threads (torch, TensorFlow)."),
+    click.option("--json", "as_json", is_flag=True,
+                 help="Print a JSON summary (with the predictions unless --out)."),
+    click.option("--quiet", "-q", is_flag=True, help="No progress bar and no summary."))
 
 
 @click.command("predict", epilog=_EPILOG, context_settings={"max_content_width": 100})
@@ -110,11 +102,10 @@ def predict_command(run_dir: Path | None, client_index: int | None, model_path: 
     dataset or file), or --out FILE (.csv or .json). With labels, the accuracy is printed (stderr when the
     CSV goes to stdout).
     """
-    reader_options = {k: v for k, v in reader.items() if k in READER_OPTIONS and v is not None}
     result = predict(run_dir, client_index=client_index, model=model_path, cnn=cnn_path, dataset=dataset, data=data,
-                     data_dir=data_dir, data_options=reader_options, split=split, randomized=randomized,
-                     seed=seed, released=released, out=out_path, batch_size=batch_size, threads=threads,
-                     progress_bars=not quiet, on_warning=_warn)
+                     data_dir=data_dir, data_options=reader_fields(reader, keep_auto=True), split=split,
+                     randomized=randomized, seed=seed, released=released, out=out_path, batch_size=batch_size,
+                     threads=threads, progress_bars=not quiet, on_warning=_warn)
     if as_json:
         echo_json(result.to_dict())
         return
