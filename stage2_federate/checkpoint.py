@@ -8,7 +8,7 @@ once a run completes unless asked to keep it.
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,6 +25,7 @@ from .config import FederationConfig
 from .data import FederatedData
 from .model_archive import check_archive
 from .perturbation import perturbation_wiring
+from .round_record import RoundRecord, rows
 from .streams import Streams
 
 CHECKPOINT_FORMAT = "ldpfl-federation-checkpoint"
@@ -64,7 +65,7 @@ class Snapshot:
 
 
 def save_checkpoint(path: Path, *, round_number: int, state: Snapshot, config: FederationConfig, randomness: str,
-                    history: list[dict[str, Any]], inputs: Mapping[str, str], engine: str = LOCAL_ENGINE) -> None:
+                    history: Sequence[RoundRecord], inputs: Mapping[str, str], engine: str = LOCAL_ENGINE) -> None:
     """Atomically write the state after ``round_number``: model, streams, history, configuration, inputs.
 
     ``inputs`` maps each client file's name to its sha256 (:func:`client_digests`). Another engine than
@@ -77,7 +78,7 @@ def save_checkpoint(path: Path, *, round_number: int, state: Snapshot, config: F
         payload["engine"] = engine
     if state.velocity is not None:
         payload["velocity"] = torch.from_numpy(state.velocity)
-    payload.update(model=state.model, rng=state.rng, history=history, config=config.to_dict(),
+    payload.update(model=state.model, rng=state.rng, history=rows(history), config=config.to_dict(),
                    randomness=randomness)
     if engine != LOCAL_ENGINE:
         payload["ldpfl"] = package_version()

@@ -17,6 +17,8 @@ from typing import Any
 
 from ldpfl.mechanisms import accounting
 
+from .round_record import RoundRecord
+
 LIBRARY = "opacus"
 
 
@@ -83,10 +85,10 @@ def plan_client(client: int, records: int, *, clip: float, delta: float, neighbo
                        None if target_epsilon is None else float(target_epsilon), planned)
 
 
-def rounds_trained(history: Iterable[Mapping[str, Any]], client: int) -> int:
-    """Count the rounds of ``history`` (the metrics' round rows) in which ``client`` trained.
+def rounds_trained(rounds: Iterable[RoundRecord], client: int) -> int:
+    """Count the ``rounds`` in which ``client`` trained.
 
     Selected and not lost (its reply never came, or it failed): a client that trained and was dropped after
     training counts, since its noisy model may have left it (conservative).
     """
-    return sum(client in (row.get("selected") or ()) and client not in (row.get("lost") or ()) for row in history)
+    return sum(client in record.selected and client not in (record.lost or ()) for record in rounds)

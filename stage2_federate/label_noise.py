@@ -16,14 +16,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
-import torch.nn.functional as F
 
 from ldpfl.common.errors import ParameterError
-from ldpfl.contract.label_release import CLEAR, check_label_release, transition_matrix
+from ldpfl.contract.label_release import LabelRelease
+
+if TYPE_CHECKING:
+    import torch
 
 from .config import LABEL_NOISE_CORRECTIONS
 
@@ -65,16 +66,16 @@ class LabelNoise:
         return cls(str(data["correction"]), tuple(tuple(float(v) for v in row) for row in data["transition"]))
 
 
-def resolve_label_noise(correction: str, releases: Sequence[tuple[str, Mapping[str, Any] | None]]
-                        ) -> LabelNoise | None:
+def resolve_label_noise(correction: str, releases: Sequence[tuple[str, LabelRelease | None]]) -> LabelNoise | None:
     """Return the run's label noise from each client file's ``label_release``, or ``None`` (plain cross-entropy).
 
     Parameters
     ----------
     correction : str
         ``auto`` (forward for randomized labels, none for clear), ``forward``, ``backward`` or ``none``.
-    releases : sequence of (file name, label_release)
-        Every client file's attribute; all must agree (the same T), or the run is refused.
+    releases : sequence of (file name, LabelRelease or None)
+        Every client file's label release (None, from an older file: clear); all must agree (the same T), or the
+        run is refused.
 
     Raises
     ------
@@ -87,26 +88,29 @@ def resolve_label_noise(correction: str, releases: Sequence[tuple[str, Mapping[s
                              f"got {correction!r}")
     if not releases:
         return None
-    checked = [(name, _comparable(check_label_release(value))) for name, value in releases]
-    first_name, first = checked[0]
-    for name, value in checked[1:]:
-        if value != first:
-            raise ValueError(f"client files do not share one label release: {name} has {value}, {first_name} has "
-                             f"{first}; export every client with the same --label-epsilon")
-    if first["mechanism"] == CLEAR:
+    read = [(name, LabelRelease.from_json(value)) for name, value in releases]  # None: an older file's clear labels
+    first_name, first = read[0]
+    for name, value in read[1:]:
+        if _comparable(value) != _comparable(first):
+            raise ValueError(f"client files do not share one label release: {name} has {_comparable(value)}, "
+                             f"{first_name} has {_comparable(first)}; export every client with the same "
+                             "--label-epsilon")
+    if first.clear:
         if correction in (FORWARD, BACKWARD):
             raise ParameterError(f"`label_noise_correction` {correction} needs randomized labels; the files' labels "
                                  "are clear (export with --label-epsilon)")
         return None
     if correction == NONE:
         return None
-    matrix = transition_matrix(releases[0][1])
+    matrix = first.transition_matrix()
     assert matrix is not None
     return LabelNoise(FORWARD if correction == "auto" else correction, tuple(tuple(row) for row in matrix.tolist()))
 
 
-def _comparable(release: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: release[k] for k in ("mechanism", "num_classes", "p_keep", "p_other_each") if k in release}
+def _comparable(release: LabelRelease) -> dict[str, object]:
+    """Return what two files' label releases must share (mechanism, k, p_keep, p_other_each), as the error shows it."""
+    written = release.to_json()
+    return {k: written[k] for k in ("mechanism", "num_classes", "p_keep", "p_other_each") if k in written}
 
 
 def label_loss(logits: torch.Tensor, labels: torch.Tensor, noise: LabelNoise | None,
@@ -116,6 +120,9 @@ def label_loss(logits: torch.Tensor, labels: torch.Tensor, noise: LabelNoise | N
     ``None``: plain cross-entropy. Forward: -ln (softmax(z) T)_ỹ, in log space as logsumexp_i(log softmax(z)_i
     + ln T[i, ỹ]). Backward: (T⁻¹ ℓ)_ỹ with ℓ_c = -log softmax(z)_c (module docstring).
     """
+    import torch
+    import torch.nn.functional as F
+
     if noise is None:
         return F.cross_entropy(logits, labels, reduction=reduction)
     log_p = F.log_softmax(logits, dim=1)

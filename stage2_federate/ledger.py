@@ -39,6 +39,7 @@ from ldpfl.mechanisms.validation import require_finite_positive
 from .client_privacy import ClientPrivacy
 from .dp_sgd_budget import LIBRARY as DP_SGD_LIBRARY
 from .dp_sgd_budget import rounds_trained
+from .round_record import RoundRecord
 
 RDP = "rdp"
 PLD = "pld"
@@ -247,20 +248,20 @@ COUNTED = ("rounds in which the client's upload reached the server: selected, no
            "and finite (not excluded)")
 
 
-def uploads_per_round(rounds: Sequence[Mapping[str, Any]]) -> list[list[Hashable]]:
+def uploads_per_round(rounds: Sequence[RoundRecord]) -> list[list[Hashable]]:
     """Return, for each round record, the clients whose upload reached the server.
 
-    A record (``rounds.round_record``) lists ``selected``, ``dropped`` and ``excluded`` clients; the upload
+    A record (``round_record.RoundRecord``) lists ``selected``, ``dropped`` and ``excluded`` clients; the upload
     of a selected client is released unless it dropped out or was not finite.
     """
-    out = []
+    out: list[list[Hashable]] = []
     for record in rounds:
-        lost = set(record.get("dropped", ())) | set(record.get("excluded", ()))
-        out.append([c for c in record.get("selected", ()) if c not in lost])
+        lost = set(record.dropped) | set(record.excluded)
+        out.append([c for c in record.selected if c not in lost])
     return out
 
 
-def ledger_section(rounds: Sequence[Mapping[str, Any]], privacy: Sequence[ClientPrivacy], *,
+def ledger_section(rounds: Sequence[RoundRecord], privacy: Sequence[ClientPrivacy], *,
                    accountant: str = RDP, final: bool = True) -> LedgerSection:
     """Build the ``privacy_ledger`` section of ``metrics.json``: each client's total over the run so far.
 
@@ -320,7 +321,7 @@ ACCOUNT_EVERY = 10
 0.2 s per silo and relation); the final ledger covers every round."""
 
 
-def dp_sgd_ledger(rounds: Sequence[Mapping[str, Any]], privacy: Sequence[ClientPrivacy], *,
+def dp_sgd_ledger(rounds: Sequence[RoundRecord], privacy: Sequence[ClientPrivacy], *,
                   final: bool = True) -> LedgerSection:
     """Build the ``privacy_ledger`` of a DP-SGD run: each silo's accountant over every step it took so far.
 

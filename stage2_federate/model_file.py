@@ -42,6 +42,7 @@ from ldpfl.contract.schema import ClientMetadata, FormatError
 from ldpfl.contract.small_files import not_regular_reason
 from ldpfl.contract.version import package_version
 from ldpfl.stage2_federate.model_archive import check_archive
+from ldpfl.stage2_federate.round_record import RoundRecord
 
 MODEL_FORMAT = "ldpfl-global-model"
 MODEL_VERSION = 1
@@ -84,7 +85,7 @@ def _canonical(value: Any) -> str:
 
 def trained_on(attributes: Mapping[str, Any], *, clients: Sequence[Mapping[str, Any]],
                mechanism_parameters: Sequence[Mapping[str, Any]] | None, model: Mapping[str, Any],
-               eval_clean: bool, history: Sequence[Mapping[str, Any]], engine: str) -> dict[str, Any]:
+               eval_clean: bool, rounds: Sequence[RoundRecord], engine: str) -> dict[str, Any]:
     """Return the ``trained_on`` record of a finished run.
 
     Parameters
@@ -100,8 +101,8 @@ def trained_on(attributes: Mapping[str, Any], *, clients: Sequence[Mapping[str, 
         ``input_width``, ``hidden``, ``num_classes``, ``dropout`` of the model.
     eval_clean : bool
         Whether the run also evaluated on the clean local test files.
-    history : sequence of mapping
-        The per-round records; the last one's accuracies are kept.
+    rounds : sequence of RoundRecord
+        The rounds; the last one's accuracies are kept.
     engine : str
         ``local`` or ``flower``.
     """
@@ -116,7 +117,7 @@ def trained_on(attributes: Mapping[str, Any], *, clients: Sequence[Mapping[str, 
     record["model"] = {"input_width": int(model["input_width"]), "hidden": [int(h) for h in model["hidden"]],
                        "num_classes": int(model["num_classes"]), "dropout": float(model["dropout"])}
     record["evaluated_on"] = [RANDOMIZED_TEST, *([CLEAN_TEST] if eval_clean else [])]
-    last = history[-1] if history else None
+    last = rounds[-1].to_dict() if rounds else None
     record["last_round"] = None if last is None else {
         key: last.get(key) for key in ("round", "test_accuracy", "clean_test_accuracy") if key in last}
     record["engine"] = engine
@@ -124,7 +125,7 @@ def trained_on(attributes: Mapping[str, Any], *, clients: Sequence[Mapping[str, 
     return json_ready(record)
 
 
-def run_record(data: Any, config: Any, history: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+def run_record(data: Any, config: Any, rounds: Sequence[RoundRecord]) -> dict[str, Any]:
     """Return the local engine's ``trained_on``, from its ``FederatedData`` and ``FederationConfig``."""
     digests = {Path(r.path).name: r.sha256 for r in data.manifest.files}
     clients = [{"index": c.index, "file": c.path.name, "sha256": digests.get(c.path.name)} for c in data.clients]
@@ -132,10 +133,10 @@ def run_record(data: Any, config: Any, history: Sequence[Mapping[str, Any]]) -> 
                       mechanism_parameters=[c.metadata.mechanism_parameters for c in data.clients],
                       model={"input_width": data.input_width, "hidden": config.hidden,
                              "num_classes": data.num_classes, "dropout": config.dropout},
-                      eval_clean=any("clean_test_accuracy" in r for r in history), history=history, engine="local")
+                      eval_clean=_evaluated_clean(rounds), rounds=rounds, engine="local")
 
 
-def summary_record(summaries: Sequence[Any], config: Any, history: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+def summary_record(summaries: Sequence[Any], config: Any, rounds: Sequence[RoundRecord]) -> dict[str, Any]:
     """Return the Flower server's ``trained_on``, from the clients' summaries (it never opens their files).
 
     The summaries carry dataset, classes, feature format, width and mechanism; the other attributes are
@@ -148,7 +149,12 @@ def summary_record(summaries: Sequence[Any], config: Any, history: Sequence[Mapp
     return trained_on(attributes, clients=clients, mechanism_parameters=None,
                       model={"input_width": first.feature_width, "hidden": config.hidden,
                              "num_classes": first.num_classes, "dropout": config.dropout},
-                      eval_clean=any("clean_test_accuracy" in r for r in history), history=history, engine="flower")
+                      eval_clean=_evaluated_clean(rounds), rounds=rounds, engine="flower")
+
+
+def _evaluated_clean(rounds: Sequence[RoundRecord]) -> bool:
+    """Return whether a round was also evaluated on the clean local test files (its row has ``clean_test_*``)."""
+    return any(r.clean_test_loss is not None or r.clean_test_accuracy is not None for r in rounds)
 
 
 def save_model(path: str | os.PathLike[str], model: Any, record: Mapping[str, Any]) -> Path:

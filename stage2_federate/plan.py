@@ -20,6 +20,7 @@ import torch
 from ldpfl import mechanisms as mech
 from ldpfl.common.errors import ParameterError
 from ldpfl.contract.file_checks import float32_overflow
+from ldpfl.contract.label_release import LabelRelease
 from ldpfl.contract.release_guarantee import ReleaseGuarantee, stored_or_computed
 from ldpfl.mechanisms.report import PrivacyReport
 
@@ -213,7 +214,7 @@ class ClientFacts(Protocol):
     @property
     def release_guarantee(self) -> ReleaseGuarantee | None: ...  # noqa: D102
     @property
-    def label_release(self) -> dict[str, Any] | None: ...  # noqa: D102
+    def label_release(self) -> LabelRelease | None: ...  # noqa: D102
     @property
     def local_only(self) -> bool: ...  # noqa: D102
 
@@ -234,7 +235,7 @@ class ClientFile:
     feature_mechanism: str
     feature_privacy: PrivacyReport
     release_guarantee: ReleaseGuarantee | None
-    label_release: dict[str, Any] | None
+    label_release: LabelRelease | None
     local_only: bool = False
 
     @classmethod
@@ -245,7 +246,7 @@ class ClientFile:
         return cls(client.index, client.path.name, len(client.train), len(client.test), client.label_histogram,
                    meta.dataset, meta.num_classes, meta.feature_format, meta.feature_width, meta.mechanism,
                    meta.privacy(), stored_or_computed(meta, records=rows),
-                   None if meta.label_release is None else dict(meta.label_release), bool(meta.local_only))
+                   meta.label_release, bool(meta.local_only))
 
 
 @dataclass
@@ -268,8 +269,13 @@ class FederationPlan:
     momentum: ServerMomentum  # the server momentum (FedAvgM) and its velocity
 
     def relabel_randomness(self, mode: str) -> None:
-        """Label the records with ``mode`` and the streams' generator (a resumed run keeps those it started with)."""
-        self.record, self.privacy = relabel(self.record, self.privacy, mode, self.streams.generator_name)
+        """Label the records with ``mode`` and the streams' generator (a resumed run keeps those it started with).
+
+        The records are replaced by labelled copies (``ClientPrivacy.with_randomness``), never changed in place.
+        """
+        generator = self.streams.generator_name
+        self.record = {**self.record, "randomness": mode, "generator": generator}
+        self.privacy = tuple(p.with_randomness(mode, generator) for p in self.privacy)
 
     @property
     def vector(self) -> np.ndarray:
@@ -290,13 +296,6 @@ class LocalPlan(FederationPlan):
     """The local engine's plan: also the client files it loaded."""
 
     data: FederatedData
-
-
-def relabel(record: Mapping[str, Any], privacy: Sequence[ClientPrivacy], mode: str, generator: str
-            ) -> tuple[dict[str, Any], tuple[ClientPrivacy, ...]]:
-    """Return a run's record and its clients' privacy, labelled with the randomness ``mode`` and ``generator``."""
-    return ({**record, "randomness": mode, "generator": generator},
-            tuple(p.with_randomness(mode, generator) for p in privacy))
 
 
 def resolve_lr(config: FederationConfig) -> float:

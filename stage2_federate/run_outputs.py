@@ -34,8 +34,8 @@ def output_paths(out_dir: Path) -> dict[str, Path]:
     }
 
 
-TrainedOn = Callable[[Sequence[Mapping[str, Any]]], Mapping[str, Any]]
-"""Makes ``model.pt``'s ``trained_on`` record from the written rows (``model_file.run_record`` and kin)."""
+TrainedOn = Callable[[Sequence[RoundRecord]], Mapping[str, Any]]
+"""Makes ``model.pt``'s ``trained_on`` record from the rounds (``model_file.run_record`` and kin)."""
 
 
 @dataclass(frozen=True)
@@ -72,7 +72,7 @@ class RunWriter:
     def keep(self, history: Sequence[RoundRecord], state: Snapshot) -> None:
         """Write the checkpoint of the last round in ``history`` (``state``: the state after it), then the metrics."""
         save_checkpoint(self.checkpoint, round_number=history[-1].round, state=state, config=self.config,
-                        randomness=str(self.record["randomness"]), history=rows(history), inputs=self.inputs,
+                        randomness=str(self.record["randomness"]), history=history, inputs=self.inputs,
                         engine=self.engine)
         self.write_metrics(history, final=False)
 
@@ -82,7 +82,7 @@ class RunWriter:
         ``final``: the run's last write, its ledger exact to the end.
         """
         written = rows(history)
-        ledger = ledger_section(written, self.privacy, final=final)
+        ledger = ledger_section(history, self.privacy, final=final)
         out.write_metrics_csv(self.out_dir / out.METRICS_CSV, written)
         out.write_metrics_json(self.out_dir / out.METRICS_JSON, config=dict(self.record), privacy=self.privacy,
                                rounds=written, ledger=ledger)
@@ -96,7 +96,7 @@ class RunWriter:
         """
         ledger = self.write_metrics(history)
         written = rows(history)
-        save_model(self.out_dir / out.MODEL_PT, model, trained_on(written))
+        save_model(self.out_dir / out.MODEL_PT, model, trained_on(history))
         if history:
             out.plot_history(self.out_dir / out.PLOT_PNG, written, title=title, caption=ledger_caption(ledger))
         if not keep_checkpoint:

@@ -34,7 +34,7 @@ from ldpfl.contract.file_checks import as_float
 from ldpfl.contract.jsonout import json_ready
 from ldpfl.contract.layout import MANIFEST_NAME, METRICS_PATH
 from ldpfl.contract.manifest import Manifest
-from ldpfl.contract.release_history import history_from_manifest, total_epsilon
+from ldpfl.contract.release_history import ReleaseEntry, history_from_manifest, total_epsilon
 from ldpfl.contract.run_dir import check_run_dir
 from ldpfl.contract.schema import FormatError
 from ldpfl.inspection.file import OK, FileReport, inspect_file, manifest_check
@@ -159,8 +159,8 @@ class Inspection:
     problems: list[str] = field(default_factory=list)  # run-level: manifest, mismatches across clients
     notes: list[str] = field(default_factory=list)
     federation: FederationSummary | None = None
-    # each client's releases of its records (manifest's release_history) and their total ε per record
-    release_history: dict[int, dict[str, Any]] | None = None
+    # each client's releases of its records (manifest's release_history), in order
+    release_history: dict[int, tuple[ReleaseEntry, ...]] | None = None
 
     @property
     def ok(self) -> bool:
@@ -185,11 +185,13 @@ class Inspection:
             "federation": None if self.federation is None else self.federation.to_dict(),
             "privacy_ledger": self.privacy_ledger(),
             "release_history": None if self.release_history is None else {
-                str(k): v for k, v in sorted(self.release_history.items())},
+                str(k): {"releases": [e.to_dict() for e in entries],
+                         "total_exact_epsilon_per_record": total_epsilon(entries)}
+                for k, entries in sorted(self.release_history.items())},
         })
 
-    def privacy_ledger(self) -> dict[str, Any]:
-        """Return one privacy ledger of the run: stage 1 per file, stage 2 per client.
+    def privacy_ledger(self) -> dict[str, object]:
+        """Return one privacy ledger of the run, JSON-ready (``--json``): stage 1 per file, stage 2 per client.
 
         Stage 1 is the release of each file's features (ε per record and δ, from its attributes); stage 2
         the totals per client from ``federation/metrics.json`` (None when there is no federation).
@@ -211,17 +213,17 @@ class Inspection:
                           "server (federation/metrics.json)"]}
 
 
-def release_history(manifest: Manifest) -> tuple[dict[int, dict[str, Any]] | None, str | None]:
-    """Return each listed client's releases (``ldpfl.contract.release_history``) with their total ε, or a problem.
+def release_history(manifest: Manifest) -> tuple[dict[int, tuple[ReleaseEntry, ...]] | None, str | None]:
+    """Return each listed client's releases (``ldpfl.contract.release_history``), or a problem.
 
-    The total is the sum of the per-record ε of the releases (basic composition, Dwork & Roth Thm. 3.16).
+    Their total is the sum of the per-record ε of the releases (``total_epsilon``: basic composition, Dwork &
+    Roth Thm. 3.16).
     """
     try:
         history = history_from_manifest(manifest.info, manifest.files, str(manifest.run_dir))
     except ValueError as error:
         return None, f"{manifest.run_dir / MANIFEST_NAME}: {error}"
-    return {i: {"releases": [e.to_dict() for e in entries], "total_exact_epsilon_per_record": total_epsilon(entries)}
-            for i, entries in history.items()}, None
+    return {i: tuple(entries) for i, entries in history.items()}, None
 
 
 def inspect_path(path: str | os.PathLike, *, block_rows: int | None = None, recompute: bool = False) -> Inspection:

@@ -9,6 +9,7 @@ from typing import Any
 
 from ldpfl.contract.federation_privacy import DpSgdLedgerRow, FederationGuarantee, LedgerSection
 from ldpfl.contract.file_checks import as_float
+from ldpfl.contract.release_history import total_epsilon
 from ldpfl.contract.schema import SPLITS
 from ldpfl.inspection.file import OK, FileReport
 from ldpfl.inspection.report import Inspection
@@ -169,14 +170,13 @@ def _federation_guarantee_lines(guarantee: FederationGuarantee | None) -> list[s
 def _release_history_lines(result: Inspection) -> list[str]:
     """Return the releases of the run's records and their total ε per record, when there was more than one."""
     history = result.release_history
-    if history is None or all(len(h["releases"]) < 2 for h in history.values()):
+    if history is None or all(len(entries) < 2 for entries in history.values()):
         return []
     lines = ["  releases    these records were released more than once (--from-models): each release spends their "
              "privacy again; total exact eps per record = the sum over releases (basic composition)"]
-    rows = [[str(client), str(len(h["releases"])),
-             " + ".join(f"{r['mechanism']}/{r['release']} {_fmt(as_float(r['exact_epsilon_per_record']), 6)}"
-                        for r in h["releases"]),
-             _fmt(h["total_exact_epsilon_per_record"], 6)] for client, h in sorted(history.items())]
+    rows = [[str(client), str(len(entries)),
+             " + ".join(f"{r.mechanism}/{r.release} {_fmt(r.exact_epsilon_per_record, 6)}" for r in entries),
+             _fmt(total_epsilon(entries), 6)] for client, entries in sorted(history.items())]
     return lines + _table(["client", "releases", "mechanism/release eps", "total eps/record"], rows, indent="    ")
 
 

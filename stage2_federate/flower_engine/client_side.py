@@ -33,8 +33,6 @@ from ldpfl.contract.release_guarantee import stored_or_computed
 from ldpfl.mechanisms.randomness import portable_state, restore_state
 from ldpfl.stage2_federate.config import FederationConfig
 from ldpfl.stage2_federate.data import ClientDataset, ClientSplit, load_clean_test, load_client
-from ldpfl.stage2_federate.dp_sgd_budget import DpSgdClient
-from ldpfl.stage2_federate.label_noise import LabelNoise
 from ldpfl.stage2_federate.model import FederatedMLP, build_model, evaluate, set_vector
 from ldpfl.stage2_federate.perturbation import ClientPerturbation
 from ldpfl.stage2_federate.plan import configured_perturbations, resolve_device
@@ -98,7 +96,7 @@ def summarize(client: ClientDataset, sha256: str | None = None) -> ClientSummary
         feature_format=meta.feature_format, feature_width=meta.feature_width, feature_mechanism=meta.mechanism,
         feature_privacy=meta.privacy(), sha256=sha256 or sha256_file(client.path),
         release_guarantee=stored_or_computed(meta, records=len(client.train) + len(client.test)),
-        label_release=None if meta.label_release is None else dict(meta.label_release),
+        label_release=meta.label_release,
         plan_fingerprint=meta.plan_fingerprint, local_only=bool(meta.local_only))
 
 
@@ -208,9 +206,9 @@ class Trainer:
     def train(self, config: FederationConfig, setup: ClientSetup, client: ClientDataset, vector: np.ndarray, *,
               generator: torch.Generator, rng: np.random.Generator) -> ClientResult:
         """LDPFL Algorithm 1 lines 19-20 on this client: ``rounds.client_step`` (train, then perturb here)."""
-        dp_sgd = None if setup.dp_sgd is None else DpSgdClient.from_dict(setup.dp_sgd)
+        dp_sgd = setup.dp_sgd
         training = LocalTraining(setup.optimizer, setup.lr, config.local_epochs, config.batch_size,
-                                 LabelNoise.from_dict(setup.label_noise),
+                                 setup.label_noise,
                                  None if dp_sgd is None else {dp_sgd.client: dp_sgd})
         return client_step(self.model, self.broadcast(vector), client.train, client_perturbation(config, setup, client),
                            training, generator=generator, rng=rng)

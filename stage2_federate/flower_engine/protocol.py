@@ -40,9 +40,12 @@ import tomli_w
 from pydantic import ConfigDict, Field, PlainValidator, TypeAdapter, ValidationError
 
 from ldpfl.common.errors import LdpflError
+from ldpfl.contract.label_release import LabelRelease
 from ldpfl.contract.release_guarantee import ReleaseGuarantee
 from ldpfl.mechanisms.report import PrivacyReport
 from ldpfl.stage2_federate.config import FederationConfig
+from ldpfl.stage2_federate.dp_sgd_budget import DpSgdClient
+from ldpfl.stage2_federate.label_noise import LabelNoise
 
 APP_NAME = "ldpfl-flower"
 PUBLISHER = "ldpfl"
@@ -286,10 +289,41 @@ def _read_guarantee(value: object) -> ReleaseGuarantee:
     return value if isinstance(value, ReleaseGuarantee) else ReleaseGuarantee.from_dict(value)  # type: ignore[arg-type]
 
 
+def _read_label_release(value: object) -> LabelRelease:
+    """Read a file's label release as a message carries it (``LabelRelease.to_json``)."""
+    return LabelRelease.from_json(value)
+
+
+def _read_label_noise(value: object) -> LabelNoise:
+    """Read the run's label noise as a message carries it (``LabelNoise.to_dict``)."""
+    if isinstance(value, LabelNoise):
+        return value
+    if not isinstance(value, Mapping):
+        raise ValueError(f"label_noise must be a JSON object, got {value!r}")
+    noise = LabelNoise.from_dict(value)
+    assert noise is not None
+    return noise
+
+
+def _read_dp_sgd(value: object) -> DpSgdClient:
+    """Read a silo's DP-SGD as a message carries it (``DpSgdClient.to_dict``)."""
+    if isinstance(value, DpSgdClient):
+        return value
+    if not isinstance(value, Mapping):
+        raise ValueError(f"dp_sgd must be a JSON object, got {value!r}")
+    return DpSgdClient.from_dict(value)
+
+
 WireReport = Annotated[PrivacyReport, PlainValidator(_read_report)]
 """A ``PrivacyReport`` field of a message, read by ``PrivacyReport.from_dict``."""
 WireGuarantee = Annotated[ReleaseGuarantee, PlainValidator(_read_guarantee)]
 """A ``ReleaseGuarantee`` field of a message, read by ``ReleaseGuarantee.from_dict``."""
+WireLabelRelease = Annotated[LabelRelease, PlainValidator(_read_label_release)]
+"""A ``LabelRelease`` field of a message, read by ``LabelRelease.from_json``."""
+WireLabelNoise = Annotated[LabelNoise, PlainValidator(_read_label_noise)]
+"""The run's ``LabelNoise`` in a message, read by ``LabelNoise.from_dict``."""
+WireDpSgd = Annotated[DpSgdClient, PlainValidator(_read_dp_sgd)]
+"""A silo's ``DpSgdClient`` in a message, read by ``DpSgdClient.from_dict``."""
 
 
 @dataclass(frozen=True)
@@ -313,7 +347,7 @@ class ClientSummary(JsonRecord):
     feature_privacy: WireReport
     sha256: str  # of the file: the checkpoint records it, and resume refuses other files
     release_guarantee: WireGuarantee | None = None  # the file's (issue 22); None from an older client
-    label_release: dict[str, Any] | None = None  # the file's label_release (issue 22: T of k-RR labels)
+    label_release: WireLabelRelease | None = None  # the file's label_release (issue 22: T of k-RR labels)
     plan_fingerprint: str | None = None  # the shared plan the file was exported with (issue 16), if any
     local_only: bool = False  # the file never leaves its silo (export --local-only): only updates do
 
@@ -321,7 +355,9 @@ class ClientSummary(JsonRecord):
         """Return the fields as JSON values: the report as the file stores it, the guarantee's ``to_dict``."""
         form = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         guarantee = None if self.release_guarantee is None else self.release_guarantee.to_dict()
-        return form | {"feature_privacy": json.loads(self.feature_privacy.to_json()), "release_guarantee": guarantee}
+        labels = None if self.label_release is None else self.label_release.to_json()
+        return form | {"feature_privacy": json.loads(self.feature_privacy.to_json()), "release_guarantee": guarantee,
+                       "label_release": labels}
 
 
 @dataclass(frozen=True)
@@ -360,8 +396,9 @@ class ClientSetup(JsonRecord):
     ``position`` is the client's rank in client-index order (its random streams are the root's child
     ``position``, as in the local engine's ``Streams``); ``epsilon``, ``range_length`` and ``centre`` are
     its resolved ε_i, L_i and c_i (None when the perturbation takes none); ``dim`` the model's size;
-    ``label_noise`` the run's ``LabelNoise.to_dict()`` (T and the loss correction; None: plain cross-entropy);
-    ``dp_sgd`` the client's DP-SGD (σ, C, q, steps; None without ``dp_sgd``).
+    ``label_noise`` the run's ``LabelNoise`` (T and the loss correction; None: plain cross-entropy);
+    ``dp_sgd`` the client's ``DpSgdClient`` (σ, C, q, steps; None without ``dp_sgd``), resolved by the server.
+    On the wire each is its JSON form (the dataclass's fields).
     """
 
     position: Count
@@ -374,8 +411,8 @@ class ClientSetup(JsonRecord):
     epsilon: FinitePositive | None
     range_length: FinitePositive | None
     centre: Finite | None
-    label_noise: dict[str, Any] | None = None
-    dp_sgd: dict[str, Any] | None = None  # this client's ``DpSgdClient.to_dict()`` (``dp_sgd``), resolved by the server
+    label_noise: WireLabelNoise | None = None
+    dp_sgd: WireDpSgd | None = None
 
 
 @dataclass(frozen=True)

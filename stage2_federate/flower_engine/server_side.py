@@ -91,7 +91,7 @@ def client_setups(plan: FederationPlan) -> dict[int, ClientSetup]:
     clients_plan, training = plan.client_plan, plan.training
     budgeted = perturbation_wiring(plan.config.perturbation).budget
     first, dim = plan.clients[0], parameter_count(plan.model)
-    label_noise = None if training.label_noise is None else training.label_noise.to_dict()
+    label_noise = training.label_noise
     return {c.index: ClientSetup(
         position=position, clients=len(plan.clients), dim=dim, input_width=first.feature_width,
         num_classes=first.num_classes, optimizer=training.optimizer, lr=training.lr,
@@ -99,7 +99,7 @@ def client_setups(plan: FederationPlan) -> dict[int, ClientSetup]:
         range_length=None if clients_plan.ranges is None else clients_plan.ranges[position],
         centre=None if clients_plan.centres is None else clients_plan.centres[position],
         label_noise=label_noise,
-        dp_sgd=None if training.dp_sgd is None else training.dp_sgd[c.index].to_dict())
+        dp_sgd=None if training.dp_sgd is None else training.dp_sgd[c.index])
         for position, c in enumerate(plan.clients)}
 
 

@@ -295,13 +295,15 @@ def test_the_flower_server_records_what_its_summaries_say(digits_run: Path, tmp_
     from ldpfl.stage2_federate.flower_engine import client_side as cs
     from ldpfl.stage2_federate.flower_engine.server_side import plan_from_summaries
     from ldpfl.stage2_federate.model_file import save_model, summary_record
+    from ldpfl.stage2_federate.round_record import RoundRecord
     from ldpfl.stage2_federate.run_outputs import output_paths
 
     config = FederationConfig(rounds=1, hidden=(64,), seed=1)
     plan = plan_from_summaries(config, [cs.summarize(c) for c in load_run(digits_run).clients])
     paths = output_paths(tmp_path)
     save_model(paths["model"], plan.model,  # as the ServerApp's RunWriter.finish does
-               summary_record(plan.summaries, config, [{"round": 1, "test_accuracy": 0.5}]))
+               summary_record(plan.summaries, config, [RoundRecord(1, 0.0, 0.0, 0.0, 0.5, (0,), (), (), (0,), (1.0,),
+                                                                   (None,), False, (), 0.0)]))
     record = read_model(paths["model"]).trained_on
     assert record["engine"] == "flower" and record["feature_width"] == 640 and record["mechanism"] == "uer"
     assert "release" not in record and "mechanism_parameters" not in record  # not in the summaries: not compared

@@ -220,7 +220,7 @@ def noisy_draws(krr, true_label, n, seed):
 def noise_of(correction, epsilon=1.0, k=K):
     from ldpfl.stage2_federate.label_noise import resolve_label_noise
 
-    return resolve_label_noise(correction, [("f", krr_label_release(label_mechanism(epsilon, k)))])
+    return resolve_label_noise(correction, [("f", LabelRelease.krr(label_mechanism(epsilon, k)))])
 
 
 def test_backward_correction_is_unbiased_for_the_clean_loss():
@@ -283,13 +283,13 @@ def test_forward_correction_is_minimized_by_the_clean_posterior_but_biased():
 def test_resolution_of_the_correction_from_the_files():
     from ldpfl.stage2_federate.label_noise import resolve_label_noise
 
-    krr = krr_label_release(label_mechanism(1.0, K))
-    auto = resolve_label_noise("auto", [("a", krr), ("b", dict(krr))])
+    krr = LabelRelease.krr(label_mechanism(1.0, K))
+    auto = resolve_label_noise("auto", [("a", krr), ("b", LabelRelease.from_json(krr.to_json()))])
     assert auto.correction == "forward" and np.array_equal(auto.matrix(), transition_matrix(krr))
     assert resolve_label_noise("backward", [("a", krr)]).correction == "backward"
     assert resolve_label_noise("none", [("a", krr)]) is None
     assert resolve_label_noise("auto", [("a", CLEAR_LABELS), ("b", None)]) is None
-    other = krr_label_release(label_mechanism(2.0, K))
+    other = LabelRelease.krr(label_mechanism(2.0, K))
     with pytest.raises(ValueError, match="do not share one label release"):
         resolve_label_noise("auto", [("a", krr), ("b", other)])
     with pytest.raises(ValueError, match="do not share one label release"):
