@@ -177,8 +177,8 @@ def require_plan(plan: SharedPlan, source: str | os.PathLike[str], **resolved: A
     """Refuse an export whose data or resolved settings contradict ``plan``.
 
     ``resolved`` as for :func:`plan_settings`. Raises ``ValueError`` naming the data and every
-    contradiction in plain words: the command-line options were already checked against the plan
-    (``ldpfl.commands.export_options.silo_config``), so what is left comes from the data (input shape, r, classes).
+    contradiction in plain words: the settings given were already checked against the plan
+    (``ldpfl.api.export_job.with_plan``), so what is left comes from the data (input shape, r, classes).
     """
     found = plan.contradictions(plan_settings(**resolved))
     if found:
