@@ -2,8 +2,8 @@
 
 The Python API mirrors the CLI, one function per job, each returning a frozen result:
 :func:`export` (stage 1), :func:`plan` and :func:`gather` (separate silos), :func:`federate` (stage 2, on the
-local or the Flower engine), :func:`predict` and :func:`inspect` (``ldpfl.api``). Each is imported on first
-use, so ``import ldpfl`` stays light; heavy frameworks load only when the function that needs them runs:
+local or the Flower engine), :func:`predict`, :func:`inspect` and :func:`demo` (``ldpfl.api``). Each is imported
+on first use, so ``import ldpfl`` stays light; heavy frameworks load only when the function that needs them runs:
 ``ldpfl.mechanisms`` and ``inspect`` never import TensorFlow or torch.
 """
 
@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from ldpfl.contract.version import package_version
 
 if TYPE_CHECKING:
+    from ldpfl.api.demo_job import DemoResult, demo
     from ldpfl.api.export_job import export
     from ldpfl.api.federate_job import FederateResult, FederationOutputs, federate
     from ldpfl.api.gather_job import gather
@@ -41,15 +42,17 @@ _LAZY = {
     "FederateResult": "ldpfl.api.federate_job", "FederationOutputs": "ldpfl.api.federate_job",
     "predict": "ldpfl.api.predict_job", "PredictResult": "ldpfl.api.predict_job",
     "inspect": "ldpfl.api.inspect_job", "InspectResult": "ldpfl.api.inspect_job",
+    "demo": "ldpfl.api.demo_job", "DemoResult": "ldpfl.api.demo_job",
     "Progress": "ldpfl.api.progress", "ProgressCallback": "ldpfl.api.progress",
     "ReleaseGuarantee": "ldpfl.contract.release_guarantee", "ParameterError": "ldpfl.common.errors",
 }
 """Each public name of the API and the module that defines it (imported on first use, PEP 562)."""
 
 __all__ = [
-    "ExportConfig", "ExportResult", "FederateResult", "FederationConfig", "FederationOutputs", "GatherResult",
-    "InspectResult", "ParameterError", "PlanResult", "PredictResult", "Progress", "ProgressCallback",
-    "ReleaseGuarantee", "SharedPlan", "__version__", "export", "federate", "gather", "inspect", "plan", "predict",
+    "DemoResult", "ExportConfig", "ExportResult", "FederateResult", "FederationConfig", "FederationOutputs",
+    "GatherResult", "InspectResult", "ParameterError", "PlanResult", "PredictResult", "Progress", "ProgressCallback",
+    "ReleaseGuarantee", "SharedPlan", "__version__", "demo", "export", "federate", "gather", "inspect", "plan",
+    "predict",
 ]
 
 

@@ -14,9 +14,14 @@ stays light; TensorFlow and torch load only inside the jobs that need them)::
 * ``federate_job`` - :func:`~ldpfl.api.federate_job.federate`: stage 2 on the local or the Flower engine;
 * ``predict_job``  - :func:`~ldpfl.api.predict_job.predict`: a silo's records through the federated model;
 * ``inspect_job``  - :func:`~ldpfl.api.inspect_job.inspect`: what the files hold and whether they verify;
-* ``fields``       - the keyword arguments of the export and federation configs, typed;
+* ``demo_job``     - :func:`~ldpfl.api.demo_job.demo`: export, federate and inspect on MNIST-5k, summarized;
+* ``mechanism_reports`` - the registered mechanisms and the privacy report of one (``ldpfl mechanisms``);
+* ``fields``       - the keyword arguments of the export and federation configs, typed, with their defaults;
+* ``field_help``   - what each of those arguments means (``--help`` shows the same texts);
+* ``text``         - the text summaries of the results, as the command line prints them;
 * ``progress``     - the optional progress callback every job takes.
 
 The ``ldpfl`` commands call these functions: a command maps its flags to the arguments, and the
-``ParameterError`` a function raises names its parameter, which the command line shows as the flag.
+``ParameterError`` a function raises names its parameter, which the command line shows as the flag. Every
+check is made here, so the API refuses what the command line refuses, with the same message.
 """
