@@ -234,6 +234,9 @@ def release_from_report(report: PrivacyReport) -> Release:
         raise ValueError(f"the {report.mechanism} report has no per-record epsilon (dim unknown); build the "
                          "mechanism with dim= before accounting for its uploads")
     if report.sigma is not None and report.exact_delta > 0:
+        if report.sensitivity is None:
+            raise ValueError(f"the {report.mechanism} report has a sigma but no sensitivity: its uploads cannot be "
+                             "accounted")
         sampler = dict(report.probabilities).get("sampler", {})
         discrete = isinstance(sampler, Mapping) and str(sampler.get("kind", "")).startswith("discrete")
         return GaussianRelease(float(report.sigma), float(report.sensitivity), float(report.exact_delta),
@@ -282,7 +285,7 @@ def ledger_section(rounds: Sequence[RoundRecord], privacy: Sequence[ClientPrivac
     """
     if any(p.dp_sgd is not None for p in privacy):
         return dp_sgd_ledger(rounds, privacy, final=final)
-    clients = [p.client for p in privacy]
+    clients: list[Hashable] = [p.client for p in privacy]
     releases: dict[Hashable, Release | None] = {}
     problems: dict[Hashable, str] = {}
     mechanism_of: dict[Hashable, str] = {}

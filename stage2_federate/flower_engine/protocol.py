@@ -271,7 +271,7 @@ class JsonRecord:
 
     def json_form(self) -> dict[str, Any]:
         """Return the record's fields as JSON values (a record with typed fields writes their JSON forms)."""
-        return dataclasses.asdict(self)  # type: ignore[call-overload,no-any-return]
+        return dataclasses.asdict(self)  # type: ignore[call-overload]
 
     @classmethod
     def from_json(cls: type[Record], text: str) -> Record:
