@@ -14,6 +14,14 @@ import re
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
 
+from ldpfl.contract.datasets import paper_extractors
+from ldpfl.contract.release_point import FLATTEN, RELEASES
+from ldpfl.stage1_features.export.release import takes_text
+from ldpfl.stage1_features.models import cnn
+from ldpfl.stage2_federate.options import FEDERATION_OPTIONS
+from ldpfl.stage2_federate.perturbation import option_help, perturbation_names, perturbation_wiring
+from ldpfl.stage2_federate.strategies import strategy_class, strategy_names
+
 _MARKED = re.compile(r"`([A-Za-z_][A-Za-z0-9_]*)`")
 
 EXPORT_HELP: Mapping[str, str] = MappingProxyType({
@@ -142,11 +150,6 @@ FEDERATION_HELP: Mapping[str, str] = MappingProxyType({
 
 def export_help() -> dict[str, str]:
     """Return the text of each ``ExportConfig`` field: ``EXPORT_HELP``, and the extractors' and mechanisms'."""
-    from ldpfl.contract.datasets import paper_extractors
-    from ldpfl.contract.release_point import FLATTEN, RELEASES
-    from ldpfl.stage1_features.export.release import takes_text
-    from ldpfl.stage1_features.models import cnn
-
     paper = ", ".join(f"{extractor} for {'/'.join(names)}" for extractor, names in paper_extractors().items()
                       if extractor != cnn.NO_EXTRACTOR)
     takes: dict[str, list[str]] = {}
@@ -167,10 +170,6 @@ def export_help() -> dict[str, str]:
 
 def federation_help() -> dict[str, str]:
     """Return the text of each ``FederationConfig`` field: ``FEDERATION_HELP``, and the registries' own."""
-    from ldpfl.stage2_federate.options import FEDERATION_OPTIONS
-    from ldpfl.stage2_federate.perturbation import option_help, perturbation_names, perturbation_wiring
-    from ldpfl.stage2_federate.strategies import strategy_class, strategy_names
-
     wirings = {name: perturbation_wiring(name) for name in perturbation_names()}
     perturbations = "; ".join(f"{name}: {w.summary} [perturbs the {w.target}]" for name, w in wirings.items())
     strategies = "; ".join(f"{name}: {strategy_class(name).SUMMARY}" for name in strategy_names())

@@ -34,9 +34,13 @@ def require_directory_name(out: StrPath | None) -> None:
 
 def config_defaults(config: type) -> dict[str, Any]:
     """Return the default of each field of the dataclass ``config`` (``ExportConfig``, ``FederationConfig``)."""
-    missing = dataclasses.MISSING
-    return {f.name: f.default if f.default is not missing else f.default_factory()  # type: ignore[misc]
-            for f in dataclasses.fields(config) if (f.default, f.default_factory) != (missing, missing)}
+    defaults: dict[str, Any] = {}
+    for field in dataclasses.fields(config):
+        if field.default is not dataclasses.MISSING:
+            defaults[field.name] = field.default
+        elif field.default_factory is not dataclasses.MISSING:
+            defaults[field.name] = field.default_factory()
+    return defaults
 
 
 class ExportFields(TypedDict, total=False):
