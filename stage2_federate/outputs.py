@@ -15,7 +15,7 @@ import math
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ldpfl.contract.atomic import atomic_write, atomic_write_text
 from ldpfl.contract.federation_privacy import LedgerSection
@@ -24,6 +24,10 @@ from ldpfl.contract.layout import METRICS_JSON
 
 from .client_privacy import ClientPrivacy
 from .guarantee import federation_guarantee
+from .round_record import RoundRecord
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 METRICS_CSV = "metrics.csv"
 CONFIG_JSON = "config.json"
@@ -88,21 +92,21 @@ PER_SILO_LABELS = 10
 """Up to this many silos get a legend entry each (and a colour of their own); more share one entry."""
 
 
-def per_client_series(rounds: Sequence[Mapping[str, Any]], metric: str) -> dict[int, list[float]]:
+def per_client_series(rounds: Sequence[RoundRecord], metric: str) -> dict[int, list[float]]:
     """Return each silo's ``test_{metric}`` per round from the rounds' ``per_client`` entries (NaN where absent).
 
     A silo whose evaluation the server rejected in a round has no entry there: its line has a gap.
     """
-    clients = sorted({int(p["client"]) for r in rounds for p in r.get("per_client", ())})
+    clients = sorted({score.client for r in rounds for score in r.per_client})
     series = {c: [math.nan] * len(rounds) for c in clients}
     for position, record in enumerate(rounds):
-        for entry in record.get("per_client", ()):
-            value = entry.get(f"test_{metric}")
-            series[int(entry["client"])][position] = math.nan if value is None else float(value)
+        for score in record.per_client:
+            value = getattr(score, f"test_{metric}")
+            series[score.client][position] = math.nan if value is None else float(value)
     return series
 
 
-def history_figure(rounds: Sequence[Mapping[str, Any]], title: str = "", caption: str = "") -> Any:
+def history_figure(rounds: Sequence[RoundRecord], title: str = "", caption: str = "") -> Figure:
     """Return the figure of accuracy.png: accuracy (left) and loss (right) per round (a matplotlib ``Figure``).
 
     Beside the global model's pooled test figure, each silo's own test rows (``per_client``) are drawn as a thin
@@ -113,9 +117,10 @@ def history_figure(rounds: Sequence[Mapping[str, Any]], title: str = "", caption
     from matplotlib.ticker import MaxNLocator
 
     def series(key: str) -> list[float]:
-        return [math.nan if r.get(key) is None else float(r[key]) for r in rounds]
+        values = [getattr(r, key) for r in rounds]
+        return [math.nan if v is None else float(v) for v in values]
 
-    x = [r["round"] for r in rounds]
+    x = [r.round for r in rounds]
     figure = Figure(figsize=(10, 4), dpi=100)
     FigureCanvasAgg(figure)
     for axis, metric, label in zip(figure.subplots(1, 2), ("accuracy", "loss"), ("Accuracy", "Cross-entropy loss"),
@@ -128,7 +133,7 @@ def history_figure(rounds: Sequence[Mapping[str, Any]], title: str = "", caption
                                                                           else None))
         axis.plot(x, series(f"test_{metric}"), marker="o", linewidth=2.2, color="black",
                   label="test (global model, pooled)")
-        if any(f"clean_test_{metric}" in r for r in rounds):
+        if any(r.clean_test_loss is not None or r.clean_test_accuracy is not None for r in rounds):  # as the rows
             axis.plot(x, series(f"clean_test_{metric}"), marker="s", label="clean test (local files)")
         axis.plot(x, series(f"train_{metric}"), marker=".", linestyle="--", color="0.35",
                   label="train (mean over clients)")
@@ -146,7 +151,7 @@ def history_figure(rounds: Sequence[Mapping[str, Any]], title: str = "", caption
     return figure
 
 
-def plot_history(path: str | os.PathLike, rounds: Sequence[Mapping[str, Any]], title: str = "",
+def plot_history(path: str | os.PathLike, rounds: Sequence[RoundRecord], title: str = "",
                  caption: str = "") -> Path:
     """Write accuracy.png (:func:`history_figure`); ``caption`` under the plots.
 

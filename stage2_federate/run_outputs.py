@@ -95,10 +95,9 @@ class RunWriter:
         ``title``: the plot's title; ``trained_on`` makes ``model.pt``'s record of what it was trained on.
         """
         ledger = self.write_metrics(history)
-        written = rows(history)
         save_model(self.out_dir / out.MODEL_PT, model, trained_on(history))
         if history:
-            out.plot_history(self.out_dir / out.PLOT_PNG, written, title=title, caption=ledger_caption(ledger))
+            out.plot_history(self.out_dir / out.PLOT_PNG, history, title=title, caption=ledger_caption(ledger))
         if not keep_checkpoint:
             self.checkpoint.unlink(missing_ok=True)
         return ledger

@@ -35,7 +35,7 @@ from ldpfl.stage2_federate.in_process import InProcessTransport
 from ldpfl.stage2_federate.loop import TooFewClientsError, run_rounds
 from ldpfl.stage2_federate.model_file import read_model
 from ldpfl.stage2_federate.plan import plan_federation
-from ldpfl.stage2_federate.round_record import ClientEvaluation, SplitSums
+from ldpfl.stage2_federate.round_record import ClientEvaluation, ClientScore, RoundRecord, SplitSums
 from ldpfl.stage2_federate.rounds import ClientResult
 from ldpfl.stage2_federate.run_outputs import RunWriter
 
@@ -115,8 +115,15 @@ def test_a_clean_run_rejects_nobody_and_records_each_silos_figures(clean_history
         assert record["test_loss"] == pytest.approx(sum(s["test_loss"] * 24 for s in scores) / 72, rel=1e-6)
 
 
+def _round(number: int, *scores: ClientScore, test_accuracy: float = 0.8) -> RoundRecord:
+    """A round with only what the plot reads: its test accuracy and the silos' own figures."""
+    return RoundRecord(number, math.nan, math.nan, math.nan, test_accuracy, (), (), (), (), (), (), False, (), 0.0,
+                       per_client=scores)
+
+
 def test_the_plot_draws_each_silos_accuracy_beside_the_pooled_one(clean_history, tmp_path) -> None:
-    figure = outputs.history_figure(clean_history)
+    records = [RoundRecord.from_dict(r) for r in clean_history]
+    figure = outputs.history_figure(records)
     accuracy = figure.axes[0]
     lines = {line.get_label(): list(line.get_ydata()) for line in accuracy.get_lines()}
     for client in (0, 1, 2):
@@ -124,15 +131,14 @@ def test_the_plot_draws_each_silos_accuracy_beside_the_pooled_one(clean_history,
                                                            for r in clean_history]
     assert lines["test (global model, pooled)"] == [r["test_accuracy"] for r in clean_history]
     # a poisoned silo the pooled figure hides: its own line stands apart; a rejected evaluation is a gap
-    rounds = [{"round": n, "test_accuracy": 0.8, "per_client": [
-        {"client": 0, "test_accuracy": 0.9, "test_loss": 0.3}, {"client": 1, "test_accuracy": 0.9, "test_loss": 0.3},
-        *([{"client": 2, "test_accuracy": 0.1, "test_loss": 4.0}] if n != 2 else [])]} for n in (1, 2, 3)]
+    rounds = [_round(n, ClientScore(0, 0.3, 0.9, 24), ClientScore(1, 0.3, 0.9, 24),
+                     *([ClientScore(2, 4.0, 0.1, 24)] if n != 2 else [])) for n in (1, 2, 3)]
     poisoned = outputs.per_client_series(rounds, "accuracy")[2]
     assert poisoned[0] == poisoned[2] == 0.1 and math.isnan(poisoned[1])
     drawn = {line.get_label(): line for line in outputs.history_figure(rounds).axes[0].get_lines()}
     assert list(drawn["silo 2 (its test rows)"].get_ydata())[::2] == [0.1, 0.1]
     assert drawn["silo 2 (its test rows)"].get_linewidth() < drawn["test (global model, pooled)"].get_linewidth()
-    many = [{"round": 1, "per_client": [{"client": c, "test_accuracy": 0.5} for c in range(12)]}]
+    many = [_round(1, *(ClientScore(c, 0.5, 0.5, 24) for c in range(12)))]
     labels = [line.get_label() for line in outputs.history_figure(many).axes[0].get_lines()]
     assert labels.count("each silo's test rows") == 1 and not any(label.startswith("silo ") for label in labels)
     assert outputs.plot_history(tmp_path / "a.png", rounds).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
