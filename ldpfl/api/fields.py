@@ -10,8 +10,9 @@ command line shows them in ``--help``).
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, TypedDict
 
 from ldpfl.common.errors import ParameterError
@@ -41,6 +42,12 @@ def config_defaults(config: type) -> dict[str, Any]:
         elif field.default_factory is not dataclasses.MISSING:
             defaults[field.name] = field.default_factory()
     return defaults
+
+
+def function_defaults(function: Callable[..., object]) -> dict[str, Any]:
+    """Return the default of each keyword argument of ``function`` that has one (``ldpfl.demo``, ``ldpfl.plan``)."""
+    return {name: parameter.default for name, parameter in inspect.signature(function).parameters.items()
+            if parameter.default is not inspect.Parameter.empty}
 
 
 class ExportFields(TypedDict, total=False):
@@ -133,4 +140,4 @@ class FederationFields(TypedDict, total=False):
     seed: int | None
 
 
-__all__ = ["ExportFields", "FederationFields", "StrPath", "config_defaults"]
+__all__ = ["ExportFields", "FederationFields", "StrPath", "config_defaults", "function_defaults"]

@@ -4,17 +4,23 @@ from __future__ import annotations
 
 import click
 
-from ldpfl.api.demo_job import DEFAULT_OUT, demo
+from ldpfl.api.demo_job import demo
+from ldpfl.api.fields import function_defaults
 from ldpfl.contract.jsonout import echo_json
+
+DEFAULTS = function_defaults(demo)
 
 
 @click.command("demo")
-@click.option("--out", type=click.Path(file_okay=False), default=DEFAULT_OUT, show_default=True,
+@click.option("--out", type=click.Path(file_okay=False), default=DEFAULTS["out"], show_default=True,
               help="Run directory for the client files, federation outputs and plots.")
-@click.option("--clients", type=click.IntRange(1, 10), default=2, show_default=True, help="Number of clients.")
-@click.option("--epochs", type=click.IntRange(1), default=3, show_default=True, help="CNN epochs per client.")
-@click.option("--rounds", type=click.IntRange(1), default=5, show_default=True, help="Federation rounds.")
-@click.option("--local-epochs", type=click.IntRange(1), default=1, show_default=True,
+@click.option("--clients", type=click.IntRange(1, 10), default=DEFAULTS["clients"], show_default=True,
+              help="Number of clients.")
+@click.option("--epochs", type=click.IntRange(1), default=DEFAULTS["epochs"], show_default=True,
+              help="CNN epochs per client.")
+@click.option("--rounds", type=click.IntRange(1), default=DEFAULTS["rounds"], show_default=True,
+              help="Federation rounds.")
+@click.option("--local-epochs", type=click.IntRange(1), default=DEFAULTS["local_epochs"], show_default=True,
               help="Local epochs per client per round.")
 @click.option("--seed", type=click.IntRange(0), default=None,
               help="Make the run reproducible (labelled 'seeded'; the seed is never stored). Output seeded this "

@@ -104,7 +104,8 @@ def export_command(out: str | None, as_json: bool, quiet: bool, **options: Any) 
       ldpfl export --plan plan.json --data scans.npz --client-index 0 --clients 3 --out export_a
       ldpfl export --plan plan.json --data records.csv --label-column diagnosis --client-index 2 --clients 3
     """
-    values = given_values(click.get_current_context())  # the rest keeps the config's defaults
+    del options  # read with their sources: only the options given are passed, the rest keeps the config's defaults
+    values = given_values(click.get_current_context())
     for name in ("out", "as_json", "quiet"):
         values.pop(name, None)
     plan, name, data = values.pop("plan_path", None), values.pop("name", None), values.get("data")

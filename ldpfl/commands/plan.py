@@ -11,6 +11,7 @@ from typing import Any
 
 import click
 
+from ldpfl.api.fields import function_defaults
 from ldpfl.api.plan_job import plan as make_shared_plan
 from ldpfl.api.text import plan_text
 from ldpfl.commands.export_options import (
@@ -25,19 +26,22 @@ from ldpfl.contract.names import check_name
 from ldpfl.stage1_features.export.config import exportable_mechanisms
 from ldpfl.stage1_features.models import cnn
 
+DEFAULTS = function_defaults(make_shared_plan)
+
 
 @click.command("plan", context_settings={"max_content_width": 100})
 @data_source_options
 @click.option("--classes", default=None, metavar="A,B,...",
               help="The class list, in order  [default: the sample's classes: sorted labels or folder names]")
-@click.option("--extractor", type=click.Choice([cnn.AUTO, *cnn.extractor_names()]), default=cnn.AUTO,
+@click.option("--extractor", type=click.Choice([cnn.AUTO, *cnn.extractor_names()]), default=DEFAULTS["extractor"],
               show_default=True,
               help="Feature extractor. auto: cifar-cnn for images of at least 8×8, none (raw inputs) otherwise. "
                    "scatter: weight-free wavelet scattering + GroupNorm (Tramèr and Boneh 2021), with J and L.")
 @scatter_options
-@click.option("--release", default="flatten", show_default=True,
+@click.option("--release", default=DEFAULTS["release"], show_default=True,
               help="Where the released features are taken (see ldpfl export --help).")
-@click.option("--mechanism", type=click.Choice(exportable_mechanisms()), default="uer", show_default=True,
+@click.option("--mechanism", type=click.Choice(exportable_mechanisms()), default=DEFAULTS["mechanism"],
+              show_default=True,
               help="Randomization every silo applies.")
 @mechanism_options
 @click.option("--param", "params", multiple=True, metavar="KEY=VALUE", help="Another mechanism parameter.")

@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 import click
 
+from ldpfl.api.fields import function_defaults
 from ldpfl.api.predict_job import predict
 from ldpfl.api.text import predict_lines
 from ldpfl.contract.jsonout import echo_json
@@ -68,7 +69,8 @@ _with_options = options(
                       "client_NNN.local.h5: clean), as ldpfl federate evaluated them; no RUN_DIR needed."),
     click.option("--out", "out_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
                  help="Write the predictions to a .csv or .json file (atomically) instead of stdout."),
-    click.option("--batch-size", type=click.IntRange(min=1), default=1024, show_default=True,
+    click.option("--batch-size", type=click.IntRange(min=1), default=function_defaults(predict)["batch_size"],
+                 show_default=True,
                  help="Records per batch."),
     click.option("--threads", type=click.IntRange(min=1), default=None, help="CPU threads (torch, TensorFlow)."),
     click.option("--json", "as_json", is_flag=True,
