@@ -198,7 +198,7 @@ def privacy_ledger(participation: Mapping[Hashable, int], releases: Release | Ma
     return out
 
 
-def participation_counts(selected_per_round: list[list[Hashable]] | tuple, clients: list[Hashable]
+def participation_counts(selected_per_round: list[list[Hashable]] | tuple, clients: Sequence[Hashable]
                          ) -> dict[Hashable, int]:
     """Count the rounds in which each client uploaded, from the list of uploaders of every round.
 
@@ -285,7 +285,7 @@ def ledger_section(rounds: Sequence[RoundRecord], privacy: Sequence[ClientPrivac
     """
     if any(p.dp_sgd is not None for p in privacy):
         return dp_sgd_ledger(rounds, privacy, final=final)
-    clients: list[Hashable] = [p.client for p in privacy]
+    clients = [p.client for p in privacy]
     releases: dict[Hashable, Release | None] = {}
     problems: dict[Hashable, str] = {}
     mechanism_of: dict[Hashable, str] = {}
