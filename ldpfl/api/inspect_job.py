@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ldpfl.common.errors import ParameterError
+from ldpfl.contract.federation_privacy import FederationGuarantee, LedgerSection
 from ldpfl.contract.release_guarantee import ReleaseGuarantee, weakest
 from ldpfl.contract.write_targets import check_write_target
 from ldpfl.inspection.plot import write_plot
@@ -56,6 +57,18 @@ class InspectResult:
     def release_guarantee(self) -> ReleaseGuarantee | None:
         """Return the weakest file's guarantee (a run's figure); None when no file could be read."""
         return weakest(self.release_guarantees.values())
+
+    @property
+    def federation_guarantee(self) -> FederationGuarantee | None:
+        """Return ``federation/metrics.json``'s release guarantee (each silo's, the weakest's); None without one."""
+        federation = self.report.federation
+        return None if federation is None else federation.guarantee
+
+    @property
+    def privacy_ledger(self) -> LedgerSection | None:
+        """Return ``federation/metrics.json``'s stage-2 privacy ledger; None without a (well-formed) one."""
+        federation = self.report.federation
+        return None if federation is None else federation.ledger
 
     @property
     def exit_code(self) -> int:

@@ -10,7 +10,9 @@ import pytest
 from click.testing import CliRunner
 from federate_files import write_run
 
+import ldpfl
 from ldpfl.cli import cli
+from ldpfl.contract.federation_privacy import LedgerSection
 from ldpfl.stage2_federate import ledger as lg
 from ldpfl.stage2_federate.federation import FederationConfig, run_federation
 
@@ -111,6 +113,11 @@ def test_cli_summary_and_inspect_show_the_ledger(small_run, tmp_path) -> None:
     assert stage2["adds_privacy_loss"] is True
     for row in stage2["clients"]:
         assert row["epsilon"] is None or row["epsilon"] == "inf" or math.isfinite(row["epsilon"])
+    # the API reads the same sections back as the typed records stage 2 wrote (one reader each)
+    found = ldpfl.inspect(small_run)
+    assert found.privacy_ledger == LedgerSection.from_dict(metrics["privacy_ledger"])
+    assert found.privacy_ledger is not None and found.privacy_ledger.to_dict() == metrics["privacy_ledger"]
+    assert found.federation_guarantee is None or found.federation_guarantee.to_dict() == metrics["release_guarantee"]
 
 
 def test_inspect_without_federation_has_stage_one_only(tmp_path) -> None:
