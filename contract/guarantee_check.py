@@ -15,11 +15,11 @@ from ldpfl.contract.release_guarantee import (
     EXTRACTOR,
     ReleaseGuarantee,
     basic_composition,
-    dp_sgd_event,
     file_guarantee,
     file_parts,
     pld_events,
 )
+from ldpfl.contract.schema import ClientMetadata
 from ldpfl.mechanisms import accounting
 from ldpfl.mechanisms.accounting_bounds import epsilon_bracket
 from ldpfl.mechanisms.report import json_number
@@ -54,7 +54,7 @@ def _understated(stated: float, own: float) -> bool:
     return own > stated * (1 + 1e-9) + 1e-9
 
 
-def _exact_check(stored: ReleaseGuarantee, meta: Any, *, records: int, diagnostic: bool) -> GuaranteeCheck:
+def _exact_check(stored: ReleaseGuarantee, meta: ClientMetadata, *, records: int, diagnostic: bool) -> GuaranteeCheck:
     own = file_guarantee(meta, records=records, diagnostic=diagnostic)
     problems: tuple[str, ...] = ()
     if _understated(stored.epsilon, own.epsilon):
@@ -67,7 +67,7 @@ class _Disagrees(Exception):
     """The fast check cannot vouch for the stored figure: recompute exactly."""
 
 
-def check_stored(stored: ReleaseGuarantee, meta: Any, *, records: int, diagnostic: bool = False,
+def check_stored(stored: ReleaseGuarantee, meta: ClientMetadata, *, records: int, diagnostic: bool = False,
                  recompute: bool = False) -> GuaranteeCheck:
     """Check that ``stored`` claims no less than the file's own parts give.
 
@@ -88,11 +88,8 @@ def check_stored(stored: ReleaseGuarantee, meta: Any, *, records: int, diagnosti
         """Return the stored DP-SGD part's ε, when it records this event and lies in the event's bracket."""
         if len(stored_sgd) != 1 or stored_sgd[0].delta != delta:
             raise _Disagrees
-        try:
-            if dp_sgd_event(stored_sgd[0].event) != event:
-                raise _Disagrees
-        except (KeyError, TypeError, ValueError):
-            raise _Disagrees from None
+        if stored_sgd[0].event != event:
+            raise _Disagrees
         if not epsilon_bracket([event], delta).holds(stored_sgd[0].epsilon):
             raise _Disagrees
         return stored_sgd[0].epsilon

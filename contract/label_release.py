@@ -26,6 +26,7 @@ import numpy as np
 
 from ldpfl.common.errors import LdpflError
 from ldpfl.mechanisms.krr import KRR
+from ldpfl.mechanisms.report import JsonView
 from ldpfl.mechanisms.validation import MAX_EPSILON
 
 CLEAR = "clear"
@@ -51,12 +52,13 @@ def label_mechanism(epsilon: float, num_classes: int) -> KRR:
 
 
 @dataclass(frozen=True)
-class LabelRelease:
+class LabelRelease(JsonView):
     """How a file's labels were released: in clear, or by k-RR with its exact ε and sampled probabilities.
 
     Build one with :meth:`krr` (from the sampler), :meth:`for_epsilon` (from ``--label-epsilon``) or
     :meth:`from_json` (the file's attribute, validated); :data:`CLEAR_LABELS` is the clear release. The
-    k-RR fields are ``None`` for clear labels.
+    k-RR fields are ``None`` for clear labels. Indexing it (``release["epsilon"]``) reads its JSON form
+    (:class:`ldpfl.mechanisms.report.JsonView`, for callers that still hold the attribute).
     """
 
     mechanism: str = CLEAR
@@ -159,20 +161,8 @@ class LabelRelease:
                 "parts": [{"covers": "features", "epsilon": float(feature_epsilon)},
                           {"covers": "labels", "mechanism": self.mechanism, "epsilon": self.epsilon}]}
 
-    # A read-only view of the JSON form, for callers that still index the attribute (``release["epsilon"]``,
-    # ``dict(release)``) while they move to the fields; new code reads the fields.
-
-    def keys(self) -> list[str]:
-        """Return the keys of :meth:`to_json` (so ``dict(release)`` is the attribute)."""
-        return list(self.to_json())
-
-    def __getitem__(self, key: str) -> Any:
-        """Return :meth:`to_json`'s value of ``key`` (``KeyError`` as a dict)."""
-        return self.to_json()[key]
-
-    def get(self, key: str, default: Any = None) -> Any:
-        """Return :meth:`to_json`'s value of ``key``, or ``default``."""
-        return self.to_json().get(key, default)
+    def _json_form(self) -> dict[str, Any]:
+        return self.to_json()
 
 
 CLEAR_LABELS = LabelRelease()

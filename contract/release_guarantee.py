@@ -36,14 +36,18 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
+from ldpfl.contract.extractor_training import DP_SGD_KEYS, ExtractorTraining, dp_sgd_event
 from ldpfl.contract.label_release import CLEAR_LABELS, LabelRelease
 from ldpfl.contract.release_history import ReleaseEntry
 from ldpfl.contract.release_point import LABEL
 from ldpfl.mechanisms import accounting
-from ldpfl.mechanisms.report import format_epsilon, json_number, number_from_json
+from ldpfl.mechanisms.report import JsonView, format_epsilon, json_number, number_from_json
+
+if TYPE_CHECKING:  # the schema holds a file's guarantee: it imports this module
+    from ldpfl.contract.schema import ClientMetadata
 
 KRR_MECHANISM = "krr"
 
@@ -62,10 +66,59 @@ PLD_MAX_PURE_EPSILON = 30.0
 """Pure parts above this ε are not given to the PLD accountant (randomized response at ε > 30 keeps the truth with
 probability 1 − 1e-13: nothing to gain, and the discretization loses it); basic composition covers them."""
 
-DP_SGD_KEYS = ("noise_multiplier", "sampling_probability", "steps")
-
 FIXED_TEXT = "fixed by the software, learned from no record"
 """Why a weight-free extractor's part is 0 (``scatter``)."""
+
+
+@dataclass(frozen=True)
+class PureEpsilonEvent:
+    """A pure ε-DP part (ε may be 0 or ∞); the accountant takes it as binary randomized response at ε."""
+
+    epsilon: float
+
+    def to_json(self) -> dict[str, float | str | None]:
+        """Return the part's ``event`` JSON: ``{"pure_epsilon": ε}`` (∞ as ``"inf"``)."""
+        return {"pure_epsilon": json_number(self.epsilon)}
+
+
+@dataclass(frozen=True)
+class KrrEvent:
+    """One of k classes released by k-ary randomized response at ε (the labels, a predicted class)."""
+
+    epsilon: float
+    num_classes: int
+
+    def to_json(self) -> dict[str, float | int]:
+        """Return the part's ``event`` JSON: ``{"krr": ε, "num_classes": k}``."""
+        return {"krr": self.epsilon, "num_classes": self.num_classes}
+
+
+PartEvent = PureEpsilonEvent | KrrEvent | accounting.DpSgdEvent | None
+"""What the accountant needs of a part: a pure ε, a k-RR, DP-SGD as it ran (σ, q, T), or nothing (``{}``: a part
+with δ > 0 or one no accountant composes)."""
+
+
+def event_from_json(data: object) -> PartEvent:
+    """Read a part's ``event`` (the one reader; ``ValueError`` naming the key when it is malformed)."""
+    if not isinstance(data, Mapping):
+        raise ValueError("part key 'event' must be a JSON object")
+    if not data:
+        return None
+    if "krr" in data:
+        eps = number_from_json(data["krr"], name="part event 'krr'", optional=False)
+        k = data.get("num_classes")
+        if isinstance(k, bool) or not isinstance(k, int):
+            raise ValueError(f"part event 'num_classes' must be an integer, got {k!r}")
+        assert eps is not None
+        return KrrEvent(eps, k)
+    if "pure_epsilon" in data:
+        eps = number_from_json(data["pure_epsilon"], name="part event 'pure_epsilon'", optional=False)
+        assert eps is not None
+        return PureEpsilonEvent(eps)
+    if all(key in data for key in DP_SGD_KEYS):
+        return dp_sgd_event(data)
+    raise ValueError(f"part event {dict(data)!r} is none of pure_epsilon, krr or DP-SGD (noise_multiplier, "
+                     "sampling_probability, steps)")
 
 
 @dataclass(frozen=True)
@@ -73,8 +126,8 @@ class GuaranteePart:
     """One value (or set of values) released about a record, with its own per-record (ε, δ).
 
     ``kind`` is one of ``features``, ``labels``, ``extractor``, ``re-release``, ``diagnostic``; ``covers`` says
-    what it covers in words; ``event`` holds what the accountant needs: ``{"pure_epsilon": ε}``, ``{"krr":
-    ε, "num_classes": k}`` or the DP-SGD parameters (``noise_multiplier``, ``sampling_probability``, ``steps``).
+    what it covers in words; ``event`` is what the accountant needs (:data:`PartEvent`). An event given as its
+    JSON form is read (:func:`event_from_json`).
     """
 
     kind: str
@@ -82,12 +135,22 @@ class GuaranteePart:
     mechanism: str
     epsilon: float
     delta: float = 0.0
-    event: Mapping[str, Any] = field(default_factory=dict)
+    event: PartEvent | Mapping[str, float | int | str | None] = None
+    """Always a :data:`PartEvent` once made: a JSON form given here (stage 2's DP-SGD row, until it builds the
+    ``DpSgdEvent`` itself) is read by :func:`event_from_json`."""
+
+    def __post_init__(self) -> None:
+        """Read an ``event`` given as its JSON form."""
+        if isinstance(self.event, Mapping):
+            object.__setattr__(self, "event", event_from_json(self.event))
 
     def to_dict(self) -> dict[str, Any]:
         """Return the JSON form (an infinite ε as ``"inf"``)."""
+        event = self.event
+        assert not isinstance(event, Mapping)  # read by __post_init__
         return {"kind": self.kind, "covers": self.covers, "mechanism": self.mechanism,
-                "epsilon": json_number(self.epsilon), "delta": self.delta, "event": dict(self.event)}
+                "epsilon": json_number(self.epsilon), "delta": self.delta,
+                "event": {} if event is None else event.to_json()}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> GuaranteePart:
@@ -97,15 +160,16 @@ class GuaranteePart:
         delta = float(data.get("delta", 0.0))
         if not 0.0 <= delta < 1.0:
             raise ValueError(f"part delta must be in [0, 1), got {delta!r}")
-        event = data.get("event", {})
-        if not isinstance(event, Mapping):
-            raise ValueError("part key 'event' must be a JSON object")
-        return cls(str(data["kind"]), str(data["covers"]), str(data["mechanism"]), epsilon, delta, dict(event))
+        return cls(str(data["kind"]), str(data["covers"]), str(data["mechanism"]), epsilon, delta,
+                   event_from_json(data.get("event", {})))
 
 
 @dataclass(frozen=True)
-class ReleaseGuarantee:
-    """The per-record (ε, δ) over every part, how it was composed, and a one-sentence scope."""
+class ReleaseGuarantee(JsonView):
+    """The per-record (ε, δ) over every part, how it was composed, and a one-sentence scope.
+
+    The one writer of its JSON form is :meth:`to_dict`, the one reader :meth:`from_dict`.
+    """
 
     epsilon: float
     delta: float
@@ -128,6 +192,8 @@ class ReleaseGuarantee:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ReleaseGuarantee:
         """Read a guarantee (``ValueError`` when it is malformed)."""
+        if isinstance(data, ReleaseGuarantee):
+            return data
         if not isinstance(data, Mapping) or not isinstance(data.get("parts"), list):
             raise ValueError("release_guarantee must be a JSON object with a list 'parts'")
         epsilon = number_from_json(data.get("epsilon"), name="epsilon", optional=False)
@@ -135,6 +201,9 @@ class ReleaseGuarantee:
         return cls(epsilon, float(data.get("delta", 0.0)), tuple(GuaranteePart.from_dict(p) for p in data["parts"]),
                    str(data.get("scope", "")), str(data.get("method", METHOD_BASIC)),
                    str(data.get("neighbours", NEIGHBOURS)))
+
+    def _json_form(self) -> dict[str, Any]:
+        return self.to_dict()
 
     def headline(self) -> str:
         """Return the one line that text output leads with."""
@@ -166,12 +235,13 @@ def features_part(mechanism: str, release: str, epsilon: float | None, delta: fl
     accountant takes it as the k-RR it is, which composes tighter than binary RR at the same ε.
     """
     eps = math.inf if epsilon is None else float(epsilon)
+    event: PartEvent
     if delta:
-        event: dict[str, Any] = {}
+        event = None
     elif categories is not None and math.isfinite(eps):
-        event = {"krr": eps, "num_classes": int(categories)}
+        event = KrrEvent(eps, int(categories))
     else:
-        event = {"pure_epsilon": json_number(eps)}
+        event = PureEpsilonEvent(eps)
     return GuaranteePart(FEATURES, f"the record's {release} values, randomized", mechanism, eps, float(delta), event)
 
 
@@ -180,34 +250,33 @@ def labels_part(release: LabelRelease) -> GuaranteePart:
     if release.clear:
         return GuaranteePart(LABELS, "the record's true label, in clear", "clear", math.inf)
     k = release.num_classes
+    assert k is not None
     return GuaranteePart(LABELS, f"the record's label, k-ary randomized response over k = {k} classes", "krr",
-                         release.epsilon, 0.0, {"krr": release.epsilon, "num_classes": k})
+                         release.epsilon, 0.0, KrrEvent(release.epsilon, k))
 
 
-def extractor_part(extractor_training: Mapping[str, Any] | None, *, trained: bool, records: int,
-                   features_epsilon: float, dp_sgd: DpSgdEpsilon | None = None) -> GuaranteePart | None:
+def extractor_part(training: ExtractorTraining | None, *, trained: bool, records: int, features_epsilon: float,
+                   dp_sgd: DpSgdEpsilon | None = None) -> GuaranteePart | None:
     """How the released function depends on the record through training (see the module docstring).
 
-    ``extractor_training`` is the file's attribute (``None``: not recorded, the non-private training of
-    earlier versions when ``trained``); ``records`` is n, the client's released records; ``dp_sgd`` gives a
-    DP-SGD part's ε at δ (default :func:`dp_sgd_epsilon`, the exact accountant).
+    ``training`` is the file's (``None``: not recorded, the non-private training of earlier versions when
+    ``trained``); ``records`` is n, the client's released records; ``dp_sgd`` gives a DP-SGD part's ε at δ
+    (default :func:`dp_sgd_epsilon`, the exact accountant).
     """
-    training = dict(extractor_training or {"training": "non-private" if trained else "none"})
-    kind = training.get("training")
-    if kind == "none" and isinstance(training.get("fixed"), Mapping):
-        fixed = training["fixed"]
+    training = training if training is not None else ExtractorTraining.from_json(None, trained=trained)
+    if training.training == "none" and training.fixed is not None:
+        fixed = training.fixed
         what = ", ".join(f"{k}={fixed[k]}" for k in ("kind", "J", "L") if k in fixed)
         return GuaranteePart(EXTRACTOR, f"{FIXED_TEXT} ({what or 'weight-free'}): no record changes the release of "
-                             "another", "fixed", 0.0, 0.0, {"pure_epsilon": 0.0})
-    if kind == "none":
+                             "another", "fixed", 0.0, 0.0, PureEpsilonEvent(0.0))
+    if training.training == "none":
         return None
-    if kind == "dp-sgd":
-        event = {key: training[key] for key in DP_SGD_KEYS}
-        delta = float(training["delta"])
-        return GuaranteePart(EXTRACTOR, f"the CNN trained on the client's {training.get('records', 'n')} records "
-                             "with record-level DP-SGD; the other records' releases are post-processing of it",
-                             "dp-sgd", (dp_sgd or dp_sgd_epsilon)(dp_sgd_event(event), delta), delta, event)
-    n = int(training.get("records", records))
+    if training.dp_sgd is not None and training.delta is not None:
+        event, delta = training.dp_sgd, training.delta
+        return GuaranteePart(EXTRACTOR, f"the CNN trained on the client's {training.details.get('records', 'n')} "
+                             "records with record-level DP-SGD; the other records' releases are post-processing of it",
+                             "dp-sgd", (dp_sgd or dp_sgd_epsilon)(event, delta), delta, event)
+    n = int(training.details.get("records", records))
     group = math.inf if not math.isfinite(features_epsilon) else max(n - 1, 0) * features_epsilon
     return GuaranteePart(EXTRACTOR, f"the CNN trained on the client's records without DP: one record changes the "
                          f"release of each of the other {max(n - 1, 0)} records (group privacy, (n - 1) x "
@@ -222,7 +291,7 @@ def re_release_parts(entries: Iterable[ReleaseEntry]) -> list[GuaranteePart]:
         label_eps = labels_part(entry.label_release or CLEAR_LABELS).epsilon
         total = math.inf if eps is None else eps + label_eps
         parts.append(GuaranteePart(RE_RELEASE, f"the earlier release {entry.file} of {entry.run} (its values and "
-                                   "its labels)", entry.mechanism, total, 0.0, {"pure_epsilon": json_number(total)}))
+                                   "its labels)", entry.mechanism, total, 0.0, PureEpsilonEvent(total)))
     return parts
 
 
@@ -234,9 +303,8 @@ DpSgdEpsilon = Callable[[accounting.DpSgdEvent, float], float]
 """How a DP-SGD part's ε at δ is obtained (the exact accountant, or a checked stored figure)."""
 
 
-def dp_sgd_epsilon(event: Mapping[str, Any] | accounting.DpSgdEvent, delta: float) -> float:
+def dp_sgd_epsilon(event: accounting.DpSgdEvent, delta: float) -> float:
     """ε at δ of DP-SGD as it ran, under REPLACE_ONE (the package's accountant: dp-accounting PLD)."""
-    event = event if isinstance(event, accounting.DpSgdEvent) else dp_sgd_event(event)
     return accounting.epsilon([event], delta, neighbours=accounting.REPLACE_ONE)
 
 
@@ -259,7 +327,9 @@ def pld_events(parts: Sequence[GuaranteePart]) -> tuple[list[accounting.Event], 
     pure = [p for p in parts if p not in sgd]
     if len(sgd) != 1 or any(p.delta for p in pure) or any(p.epsilon > PLD_MAX_PURE_EPSILON for p in pure):
         return None
-    return [dp_sgd_event(sgd[0].event), *(_pure_event(p) for p in pure if p.epsilon > 0)], sgd[0].delta
+    if not isinstance(sgd[0].event, accounting.DpSgdEvent):
+        return None
+    return [sgd[0].event, *(_pure_event(p) for p in pure if p.epsilon > 0)], sgd[0].delta
 
 
 def compose(parts: Sequence[GuaranteePart], *, scope: str) -> ReleaseGuarantee:
@@ -276,16 +346,10 @@ def compose(parts: Sequence[GuaranteePart], *, scope: str) -> ReleaseGuarantee:
     return basic
 
 
-def dp_sgd_event(event: Mapping[str, Any]) -> accounting.DpSgdEvent:
-    """Return the accountant's event of a part's ``event`` record (σ, q, T)."""
-    return accounting.DpSgdEvent(float(event["noise_multiplier"]), float(event["sampling_probability"]),
-                                 int(event["steps"]))
-
-
 def _pure_event(part: GuaranteePart) -> accounting.Event:
     """k-RR as itself; any other pure ε-DP part as binary randomized response at ε (which dominates it)."""
-    if "krr" in part.event:
-        return accounting.RandomizedResponseEvent(part.epsilon, int(part.event["num_classes"]))
+    if isinstance(part.event, KrrEvent):
+        return accounting.RandomizedResponseEvent(part.epsilon, part.event.num_classes)
     return accounting.PureEvent(part.epsilon)
 
 
@@ -304,7 +368,7 @@ LOCAL_ONLY_SCOPE = ("LOCAL ONLY: this file must never leave the silo (only DP-SG
                     "releases " + FILE_SCOPE)
 
 
-def file_parts(meta: Any, *, records: int, history: Iterable[ReleaseEntry] = (),
+def file_parts(meta: ClientMetadata, *, records: int, history: Iterable[ReleaseEntry] = (),
                diagnostic: bool = False, dp_sgd: DpSgdEpsilon | None = None) -> list[GuaranteePart]:
     """Return the parts of a client file's guarantee (``meta``: its ``ClientMetadata``).
 
@@ -314,17 +378,16 @@ def file_parts(meta: Any, *, records: int, history: Iterable[ReleaseEntry] = (),
     DP-SGD part's ε is obtained (:func:`extractor_part`).
     """
     report = meta.privacy_report
-    features_eps = number_from_json(report.get("exact_epsilon_per_record"), name="exact_epsilon_per_record",
-                                    optional=True)
     k_rr = meta.mechanism == KRR_MECHANISM and meta.release == LABEL
-    feature = features_part(meta.mechanism, meta.release, features_eps, float(report.get("exact_delta") or 0.0),
+    feature = features_part(meta.mechanism, meta.release, report.exact_epsilon_per_record, report.exact_delta,
                             categories=meta.num_classes if k_rr else None)
     history = list(history)
     parts = [feature, labels_part(meta.label_release or CLEAR_LABELS)]
     # group privacy covers every release that went through the same extractor: this one and the earlier ones
     earlier = [e.exact_epsilon_per_record for e in history]
     through_extractor = math.inf if None in earlier else feature.epsilon + math.fsum(e for e in earlier if e)
-    extractor = extractor_part(meta.extractor_training, trained=meta.extractor not in UNTRAINED_EXTRACTORS,
+    training = ExtractorTraining.from_json(meta.extractor_training, trained=meta.extractor not in UNTRAINED_EXTRACTORS)
+    extractor = extractor_part(training, trained=meta.extractor not in UNTRAINED_EXTRACTORS,
                                records=records, features_epsilon=through_extractor, dp_sgd=dp_sgd)
     if extractor is not None:
         parts.append(extractor)
@@ -336,21 +399,21 @@ def file_parts(meta: Any, *, records: int, history: Iterable[ReleaseEntry] = (),
     return parts
 
 
-def file_guarantee(meta: Any, *, records: int, history: Iterable[ReleaseEntry] = (),
+def file_guarantee(meta: ClientMetadata, *, records: int, history: Iterable[ReleaseEntry] = (),
                    diagnostic: bool = False) -> ReleaseGuarantee:
     """Return the per-record guarantee of a client file (see :func:`file_parts`); a local-only file's says so."""
     scope = LOCAL_ONLY_SCOPE if getattr(meta, "local_only", False) else FILE_SCOPE
     return compose(file_parts(meta, records=records, history=history, diagnostic=diagnostic), scope=scope)
 
 
-def stored_or_computed(meta: Any, *, records: int) -> ReleaseGuarantee:
+def stored_or_computed(meta: ClientMetadata, *, records: int) -> ReleaseGuarantee:
     """Return the file's stored ``release_guarantee``; files that predate it get one computed from their attributes.
 
     A file of schema version < 4 recorded neither its label release nor its extractor's training: its labels
     are in clear and a trained extractor was trained without DP, so its guarantee is ε = ∞.
     """
     if meta.release_guarantee is not None:
-        return ReleaseGuarantee.from_dict(meta.release_guarantee)
+        return meta.release_guarantee
     return file_guarantee(meta, records=records)
 
 

@@ -18,13 +18,15 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ldpfl.contract.label_release import LabelRelease
 from ldpfl.contract.layout import client_index_from_name, client_stem
-from ldpfl.contract.manifest import FileRecord
 from ldpfl.contract.release_point import FLATTEN
 from ldpfl.mechanisms.report import json_number, number_from_json
+
+if TYPE_CHECKING:  # the manifest reads client files (schema), which hold guarantees built from this module
+    from ldpfl.contract.manifest import FileRecord
 
 RELEASE_HISTORY_KEY = "release_history"
 

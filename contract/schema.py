@@ -19,7 +19,7 @@ import dataclasses
 import json
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -29,6 +29,7 @@ import numpy as np
 from ldpfl.common.errors import LdpflError
 from ldpfl.contract.jsonout import json_default
 from ldpfl.contract.label_release import LabelRelease
+from ldpfl.contract.release_guarantee import ReleaseGuarantee
 from ldpfl.contract.release_point import FLATTEN, parse_release
 from ldpfl.contract.version import package_version
 from ldpfl.mechanisms.base import FEATURE_FORMATS, FLOAT32, PACKED_BITS
@@ -132,7 +133,8 @@ class ClientMetadata:
     feature_format: str
     mechanism: str
     mechanism_parameters: Mapping[str, Any]
-    privacy_report: Mapping[str, Any]
+    privacy_report: PrivacyReport
+    """The file's privacy report (a mapping given here is read as the attribute, unknown keys ignored)."""
     randomness: str
     label_histograms: Mapping[str, list[int]]
     local_accuracy: float | None = None
@@ -146,14 +148,17 @@ class ClientMetadata:
     label_release: LabelRelease | None = None
     """How the labels were released (``None``: not recorded, clear); a mapping given here is read as the attribute."""
     extractor_training: Mapping[str, Any] | None = None
-    release_guarantee: Mapping[str, Any] | None = None
+    release_guarantee: ReleaseGuarantee | None = None
+    """Everything the file releases about one record (``None``: not recorded); a mapping given here is read."""
     generator: str = UNRECORDED
     """The bit generator of the noise (``mechanisms.randomness.GENERATORS``); ``unspecified`` if not known."""
 
     def __post_init__(self) -> None:
-        """Read a ``label_release`` given as its JSON form (``LabelReleaseError`` when it is malformed)."""
-        if self.label_release is not None and not isinstance(self.label_release, LabelRelease):
-            object.__setattr__(self, "label_release", LabelRelease.from_json(self.label_release))
+        """Read the privacy records given as their JSON form (``ValueError`` when one is malformed)."""
+        for name, read in _RECORD_READERS.items():
+            value = getattr(self, name)
+            if value is not None:
+                object.__setattr__(self, name, read(value))
 
     @property
     def randomness_label(self) -> str:
@@ -176,8 +181,8 @@ class ClientMetadata:
         return math.ceil(self.feature_width / 8) if self.feature_format == PACKED_BITS else self.features
 
     def privacy(self) -> PrivacyReport:
-        """Return the stored privacy report as a ``PrivacyReport`` (``ValueError`` when it is malformed)."""
-        return PrivacyReport.from_dict(self.privacy_report, ignore_unknown=True)
+        """Return the stored privacy report (:attr:`privacy_report`)."""
+        return self.privacy_report
 
     @property
     def private(self) -> bool:
@@ -205,8 +210,8 @@ class ClientMetadata:
                 continue
             if f.name == "class_names":
                 value = json.dumps(list(value), ensure_ascii=False)
-            elif f.name == "label_release":
-                value = json.dumps(value.to_json(), sort_keys=True, default=json_default)
+            elif f.name in _RECORD_READERS:
+                value = json.dumps(_record_json(value), sort_keys=True, default=json_default)
             elif f.name in JSON_ATTRIBUTES or f.name in OPTIONAL_JSON_ATTRIBUTES:
                 value = json.dumps(value, sort_keys=True, default=json_default)
             elif f.name == "input_shape":
@@ -217,8 +222,8 @@ class ClientMetadata:
                 value = np.int8(bool(value))
             attrs[f.name] = value
         report = self.privacy_report
-        attrs["nominal_epsilon"] = _float_or_nan(report.get("nominal_epsilon"))
-        attrs["exact_epsilon_per_record"] = _float_or_nan(report.get("exact_epsilon_per_record"))
+        attrs["nominal_epsilon"] = _float_or_nan(report.nominal_epsilon)
+        attrs["exact_epsilon_per_record"] = _float_or_nan(report.exact_epsilon_per_record)
         attrs["bits_per_value"] = self.bits_per_value
         attrs["feature_width"] = self.feature_width
         attrs["private"] = np.int8(self.private)
@@ -267,8 +272,6 @@ class ClientMetadata:
                     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
                         raise ValueError("not a JSON list of strings")
                     value = tuple(value)
-                elif f.name == "label_release":
-                    value = LabelRelease.from_json(json.loads(_text(value)))
                 elif f.name in JSON_ATTRIBUTES or f.name in OPTIONAL_JSON_ATTRIBUTES:
                     value = json.loads(_text(value))
                 elif f.name == "input_shape":
@@ -286,6 +289,8 @@ class ClientMetadata:
             except (TypeError, ValueError, OverflowError, RecursionError) as error:
                 problem = " ".join(str(error).split())[:200]
                 raise FormatError(path, f"attribute {f.name!r} is malformed ({problem})") from None
+            if f.name in _RECORD_READERS:
+                value = _read_record(f.name, value, path)
             kwargs[f.name] = value
         meta = cls(**kwargs)
         meta.check(path)
@@ -293,16 +298,9 @@ class ClientMetadata:
 
     def check(self, path: str | os.PathLike[str] = "<file>") -> None:
         """Range-check the attribute values; raise ``FormatError`` naming every problem."""
-        problems = [f"attribute {name!r} is not a JSON object" for name in JSON_ATTRIBUTES
-                    if not isinstance(getattr(self, name), Mapping)]
-        problems += [f"attribute {name!r} is not a JSON object" for name in OPTIONAL_JSON_ATTRIBUTES
-                     if name != "label_release" and getattr(self, name) is not None
-                     and not isinstance(getattr(self, name), Mapping)]
-        if isinstance(self.privacy_report, Mapping):
-            try:
-                self.privacy()
-            except ValueError as error:
-                problems.append(f"attribute 'privacy_report' is malformed ({error})")
+        problems = [f"attribute {name!r} is not a JSON object" for name in (*JSON_ATTRIBUTES, *OPTIONAL_JSON_ATTRIBUTES)
+                    if name not in _RECORD_READERS and getattr(self, name) is not None
+                    and not isinstance(getattr(self, name), Mapping)]
         if self.generator not in (*GENERATORS, UNRECORDED):
             problems.append(f"attribute 'generator' is {self.generator!r}, expected one of {', '.join(GENERATORS)}")
         if self.feature_format not in FEATURE_FORMATS:
@@ -341,6 +339,29 @@ class ClientMetadata:
         if self.feature_format != FLOAT32:
             problems.append(f"release {self.release!r} is stored as {FLOAT32!r}, not {self.feature_format!r}")
         return problems
+
+
+_RECORD_READERS: dict[str, Callable[[Any], Any]] = {
+    "privacy_report": lambda value: PrivacyReport.from_dict(value, ignore_unknown=True),
+    "label_release": LabelRelease.from_json,
+    "release_guarantee": ReleaseGuarantee.from_dict,
+}
+"""The JSON attributes that are typed records: each read once, here, by its record's one reader."""
+
+
+def _read_record(name: str, value: Any, path: str | os.PathLike[str]) -> Any:
+    """Read the JSON object of a typed attribute into its record (``FormatError`` naming the attribute)."""
+    if not isinstance(value, Mapping):
+        raise FormatError(path, f"attribute {name!r} is not a JSON object")
+    try:
+        return _RECORD_READERS[name](value)
+    except ValueError as error:
+        raise FormatError(path, f"attribute {name!r} is malformed ({error})") from None
+
+
+def _record_json(value: PrivacyReport | LabelRelease | ReleaseGuarantee) -> dict[str, Any]:
+    """Return a typed attribute's JSON form (its record's one writer)."""
+    return value.to_json() if isinstance(value, LabelRelease) else value.to_dict()
 
 
 def _supported_version(version: Any) -> bool:

@@ -40,6 +40,7 @@ from ldpfl.contract.manifest import read_manifest
 from ldpfl.contract.release_point import parse_release
 from ldpfl.contract.schema import ClientMetadata, FormatError
 from ldpfl.mechanisms.base import PACKED_BITS
+from ldpfl.mechanisms.report import json_number
 from ldpfl.stage1_features.export.from_models import read_source_run
 from ldpfl.stage1_features.export.release import clean_layout, release_values, stored_layout
 from ldpfl.stage1_features.export.silo import load_export_data
@@ -414,7 +415,7 @@ def predict_silo(silo: Silo, records: Records, model: GlobalModel, *, randomized
     report = meta.privacy_report
     result.summary = _summary(result, model, RANDOMIZED if randomized else CLEAN, records.description, {
         "released": False, "randomized": bool(randomized and spec.randomizes), "mechanism": spec.name,
-        "exact_epsilon_per_record": report.get("exact_epsilon_per_record") if randomized else None})
+        "exact_epsilon_per_record": json_number(report.exact_epsilon_per_record) if randomized else None})
     result.summary |= {"client_index": silo.index, "split": records.split, "feature_format": layout.feature_format}
     return result
 

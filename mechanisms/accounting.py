@@ -80,6 +80,11 @@ class DpSgdEvent:
             raise ValueError(f"sampling_probability must lie in (0, 1], got {q!r}")
         _count("steps", self.steps)
 
+    def to_json(self) -> dict[str, float | int]:
+        """Return the event as a release guarantee's part records it: σ, q and T."""
+        return {"noise_multiplier": self.noise_multiplier, "sampling_probability": self.sampling_probability,
+                "steps": self.steps}
+
 
 @dataclass(frozen=True)
 class GaussianEvent:

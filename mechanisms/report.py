@@ -57,6 +57,33 @@ def format_epsilon(value: Any, *, digits: int = 4, infinite: str = "inf (not pri
     return f"{float(value):.{digits}g}"
 
 
+class JsonView:
+    """Read-only dict access to a frozen record's JSON form (``record["key"]``, ``dict(record)``).
+
+    For callers that still index a record's JSON while they move to its fields; new code reads the fields. The
+    record says what its JSON form is (``_json_form``: its ``to_dict`` or ``to_json``).
+    """
+
+    def _json_form(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def keys(self) -> list[str]:
+        """Return the keys of the JSON form (so ``dict(record)`` is it)."""
+        return list(self._json_form())
+
+    def __getitem__(self, key: str) -> Any:
+        """Return the JSON form's value of ``key`` (``KeyError`` as a dict)."""
+        return self._json_form()[key]
+
+    def __contains__(self, key: object) -> bool:
+        """Return whether the JSON form has ``key``."""
+        return key in self._json_form()
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """Return the JSON form's value of ``key``, or ``default``."""
+        return self._json_form().get(key, default)
+
+
 _TEXT_KEYS = ("mechanism", "source", "coordinate", "record", "randomness", "generator")
 _NUMBER_KEYS = ("nominal_delta", "exact_delta")
 _OPTIONAL_NUMBER_KEYS = ("nominal_epsilon", "exact_epsilon_per_coordinate", "exact_epsilon_per_record", "sigma",
@@ -64,8 +91,12 @@ _OPTIONAL_NUMBER_KEYS = ("nominal_epsilon", "exact_epsilon_per_coordinate", "exa
 
 
 @dataclass(frozen=True)
-class PrivacyReport:
-    """What one mechanism, with fixed parameters, guarantees."""
+class PrivacyReport(JsonView):
+    """What one mechanism, with fixed parameters, guarantees.
+
+    The one writer of its JSON form is :meth:`to_dict`, the one reader :meth:`from_dict`; ``parameters`` and
+    ``probabilities`` hold plain numbers and strings (the mechanism's), never a report.
+    """
 
     mechanism: str
     source: str
@@ -117,6 +148,9 @@ class PrivacyReport:
         out["randomness_description"] = describe_randomness(self.randomness, self.generator)
         return out
 
+    def _json_form(self) -> dict[str, Any]:
+        return self.to_dict()
+
     def to_json(self) -> str:
         """Return :meth:`to_dict` as one JSON line with sorted keys."""
         return json.dumps(self.to_dict(), sort_keys=True)
@@ -140,6 +174,8 @@ class PrivacyReport:
             ``data`` is not a mapping, or a key is missing, unknown or of the wrong type; the message
             names the key.
         """
+        if isinstance(data, PrivacyReport):
+            return data
         if not isinstance(data, Mapping):
             raise ValueError(f"a privacy report must be a JSON object, got {type(data).__name__}")
         fields = {f.name: f for f in dataclasses.fields(cls)}

@@ -29,6 +29,7 @@ from ldpfl.contract.client_reader import open_client_file
 from ldpfl.contract.jsonout import json_ready
 from ldpfl.contract.release_guarantee import ReleaseGuarantee, stored_or_computed
 from ldpfl.contract.write_targets import check_write_target
+from ldpfl.mechanisms.report import json_number
 from ldpfl.prediction import BATCH_ROWS, GlobalModel, PredictError, Prediction, Silo
 from ldpfl.stage1_features.models import cnn
 
@@ -266,8 +267,7 @@ def _counter(callback: ProgressCallback | None, bars: bool, total: int | None) -
 
 def randomized_warning(silo: Silo, rows: int, model: GlobalModel, mode: str) -> str:
     """Return the warning of a randomized prediction: a fresh release of ``rows`` records through the mechanism."""
-    report = silo.metadata.privacy_report
-    epsilon = report.get("exact_epsilon_per_record")
+    epsilon = json_number(silo.metadata.privacy_report.exact_epsilon_per_record)
     evaluated = ", ".join((model.trained_on or {}).get("evaluated_on") or ["(not recorded)"])
     seeded = ", seeded: NO privacy against anyone who knows the seed" if mode == "seeded" else ""
     guarantee = stored_or_computed(silo.metadata, records=rows)

@@ -247,7 +247,7 @@ def export_client(task: ClientTask, dataset: Any = None) -> ClientOutcome:
         input_shape=input_shape, integer_bits=layout.integer_bits, fraction_bits=layout.fraction_bits,
         features=spec.features, feature_format=layout.feature_format,
         mechanism=spec.name, mechanism_parameters=layout.mechanism_parameters,
-        privacy_report=task.privacy.to_dict(), randomness=task.randomness, generator=task.privacy.generator,
+        privacy_report=task.privacy, randomness=task.randomness, generator=task.privacy.generator,
         label_histograms={s: label_histogram(released[s], dataset.num_classes) for s in splits},  # released only
         local_accuracy=None, package_version=package_version(),  # accuracy on clear records: local-only
         class_names=getattr(dataset, "class_names", None), plan_fingerprint=task.plan_fingerprint,
@@ -257,7 +257,7 @@ def export_client(task: ClientTask, dataset: Any = None) -> ClientOutcome:
     row_counts = {s: len(idx) for s, idx in splits.items()}
     guarantee = file_guarantee(metadata, records=sum(row_counts.values()), history=task.prior_releases,
                                diagnostic=task.store_input_density)
-    metadata = dataclasses.replace(metadata, release_guarantee=guarantee.to_dict())
+    metadata = dataclasses.replace(metadata, release_guarantee=guarantee)
     local_record = None
     if task.keep_clean_test:  # written first: a kept client file always has its local file (resume)
         local = dataclasses.replace(metadata, local_accuracy=accuracy, release_guarantee=None)  # never shared
@@ -313,7 +313,7 @@ def write_clean_test(task: ClientTask, metadata: ClientMetadata, spec: mechanism
         metadata, integer_bits=layout.integer_bits, fraction_bits=layout.fraction_bits,
         feature_format=layout.feature_format, mechanism=identity.NAME,
         mechanism_parameters=layout.mechanism_parameters,
-        privacy_report=identity.report().with_randomness(task.randomness, task.privacy.generator).to_dict(),
+        privacy_report=identity.report().with_randomness(task.randomness, task.privacy.generator),
         label_histograms={"train": [0] * metadata.num_classes, "test": list(test_histogram)},
         label_release=CLEAR_LABELS, local_only=True)
     path = Path(task.run_dir) / local_file_name(task.index)

@@ -12,6 +12,7 @@ import math
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import dp_accounting
 import h5py
@@ -24,13 +25,16 @@ from ldpfl.cli import cli
 from ldpfl.contract import inventory
 from ldpfl.contract import release_guarantee as rg
 from ldpfl.contract.client_reader import read_client_file
+from ldpfl.contract.extractor_training import ExtractorTraining
 from ldpfl.contract.label_release import CLEAR_LABELS, KRR_LABELS, LabelRelease
 from ldpfl.contract.layout import client_file_name, local_file_name
 from ldpfl.contract.manifest import read_manifest
 from ldpfl.contract.release_history import ReleaseEntry
 
-SGD = {"training": "dp-sgd", "noise_multiplier": 1.1, "sampling_probability": 0.02, "steps": 800, "delta": 1e-5,
-       "records": 6300}
+SGD_RECORD = {"training": "dp-sgd", "noise_multiplier": 1.1, "sampling_probability": 0.02, "steps": 800, "delta": 1e-5,
+              "records": 6300}
+SGD = ExtractorTraining.from_json(SGD_RECORD)
+NONE = ExtractorTraining.from_json({"training": "none"})
 
 
 def krr_labels(epsilon: float, k: int) -> LabelRelease:
@@ -66,7 +70,7 @@ def test_dp_sgd_with_private_labels_and_scores_equals_dp_accounting() -> None:
 def test_a_class_released_by_krr_composes_as_krr_tighter_than_binary_rr() -> None:
     k, eps = 10, 1.0
     as_krr = rg.features_part("krr", "label", eps, categories=k)
-    assert as_krr.event == {"krr": eps, "num_classes": k}
+    assert as_krr.event == rg.KrrEvent(eps, k) and as_krr.to_dict()["event"] == {"krr": eps, "num_classes": k}
     labels = rg.labels_part(krr_labels(eps, k))
     extractor = rg.extractor_part(SGD, trained=True, records=7000, features_epsilon=eps)
     tight = rg.compose([as_krr, labels, extractor], scope="s")
@@ -95,12 +99,12 @@ def test_a_non_private_extractor_is_bounded_by_group_privacy_only() -> None:
              rg.extractor_part(None, trained=True, records=n, features_epsilon=features_eps)]
     assert rg.compose(parts, scope="s").epsilon == pytest.approx(n * features_eps + label_eps)
     assert rg.extractor_part(None, trained=False, records=n, features_epsilon=features_eps) is None
-    assert rg.extractor_part({"training": "none"}, trained=True, records=n, features_epsilon=1.0) is None
+    assert rg.extractor_part(NONE, trained=True, records=n, features_epsilon=1.0) is None
 
 
 def test_re_releases_add_their_values_and_labels_and_widen_the_group_bound() -> None:
     class Meta:
-        privacy_report = {"exact_epsilon_per_record": 2.0}
+        privacy_report = SimpleNamespace(exact_epsilon_per_record=2.0, exact_delta=0.0)
         mechanism, release, extractor = "hybrid", "scores", "mnist-cnn"
         label_release = krr_labels(1.0, 10)
         extractor_training = {"training": "non-private", "records": 10}
