@@ -14,7 +14,7 @@ import click
 
 from ldpfl.api.field_help import export_help
 from ldpfl.mechanisms.registry import mechanism_class, mechanism_names
-from ldpfl.stage1_features.export.config import ExportConfig
+from ldpfl.stage1_features.export.config import DEFAULT_MECHANISM_PARAMS, ExportConfig
 from ldpfl.stage1_features.export.release import release_help
 from ldpfl.stage1_features.own_data.formats import COLOR_MODES, SCALES
 
@@ -24,10 +24,15 @@ READER_OPTIONS = ("label_column", "image_size", "color_mode", "x_key", "y_key", 
 DEDICATED = {"epsilon": "--epsilon", "alpha": "--alpha", "integer_bits": "-m", "fraction_bits": "-n"}
 
 
+def _iv_d(name: str) -> str:
+    """Return the ``[default: ...]`` of a mechanism parameter: the config's (LDPFL IV-D)."""
+    return f"  [default: {DEFAULT_MECHANISM_PARAMS[name]:g}, IV-D]"
+
+
 def alpha_help() -> str:
     """Return ``--alpha``'s help: the mechanisms that take α, from the mechanism registry."""
     takers = [n for n in mechanism_names() if "alpha" in mechanism_class(n).parameter_names()]
-    return f"α of {'/'.join(takers)}  [default: 10, IV-D]"
+    return f"α of {'/'.join(takers)}{_iv_d('alpha')}"
 
 
 option = field_options(ExportConfig, export_help())
@@ -37,10 +42,10 @@ scatter_options = options(option("--scatter-j", "scatter_j", type=int, show_defa
                           option("--scatter-l", "scatter_l", type=int, show_default=True))
 
 mechanism_options = options(
-    click.option("--epsilon", type=float, default=None, help="Nominal privacy budget ε  [default: 0.5, IV-D]"),
+    click.option("--epsilon", type=float, default=None, help="Nominal privacy budget ε" + _iv_d("epsilon")),
     click.option("--alpha", type=float, default=None, help=alpha_help()),
-    click.option("-m", "--integer-bits", type=int, default=None, help="m, integer bits  [default: 4, IV-D]"),
-    click.option("-n", "--fraction-bits", type=int, default=None, help="n, fraction bits  [default: 5, IV-D]"))
+    click.option("-m", "--integer-bits", type=int, default=None, help="m, integer bits" + _iv_d("integer_bits")),
+    click.option("-n", "--fraction-bits", type=int, default=None, help="n, fraction bits" + _iv_d("fraction_bits")))
 
 data_source_options = options(
     option("--data", type=click.Path(exists=True, path_type=str)),
