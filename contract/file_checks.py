@@ -31,7 +31,8 @@ import numpy as np
 
 from ldpfl.contract.client_reader import open_client_file
 from ldpfl.contract.schema import SPLITS, ClientMetadata
-from ldpfl.mechanisms.base import FLOAT32, PACKED_BITS
+from ldpfl.mechanisms.base import FLOAT32, PACKED_BITS, Mechanism
+from ldpfl.mechanisms.report import PrivacyReport
 from ldpfl.mechanisms.spec import MechanismSpec
 
 EPS_KEYS = ("nominal_epsilon", "exact_epsilon_per_coordinate", "exact_epsilon_per_record")
@@ -109,10 +110,10 @@ def _built(spec: MechanismSpec) -> Any:
     return spec.build()
 
 
-_REPORTS: dict[int, tuple[Any, Any]] = {}
+_REPORTS: dict[int, tuple[Mechanism, PrivacyReport]] = {}
 
 
-def _report_of(mechanism: Any) -> Any:
+def _report_of(mechanism: Mechanism) -> PrivacyReport:
     """Return ``mechanism.report()``, remembered per mechanism object (exact reports can take a second)."""
     key = id(mechanism)
     if key not in _REPORTS or _REPORTS[key][0] is not mechanism:
@@ -122,7 +123,7 @@ def _report_of(mechanism: Any) -> Any:
     return _REPORTS[key][1]
 
 
-def privacy_problems(metadata: ClientMetadata, mechanism: Any | None
+def privacy_problems(metadata: ClientMetadata, mechanism: Mechanism | None
                      ) -> tuple[dict[str, float | None], dict[str, float | None] | None, list[str]]:
     """Compare the stored report's ε values with the report of ``mechanism`` (when it could be built).
 

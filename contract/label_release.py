@@ -172,11 +172,6 @@ CLEAR_LABELS = LabelRelease()
 # Adapters over the JSON form, for callers that still hold the attribute as a mapping.
 
 
-def krr_label_release(mechanism: KRR) -> dict[str, Any]:
-    """Return the attribute of labels released by ``mechanism`` (:meth:`LabelRelease.krr`, as JSON)."""
-    return LabelRelease.krr(mechanism).to_json()
-
-
 def check_label_release(value: LabelRelease | Mapping[str, Any] | None) -> dict[str, Any]:
     """Return a validated copy of a ``label_release`` attribute (``None``, from older files, reads as clear).
 
@@ -207,4 +202,4 @@ def composed_epsilon(feature_epsilon: float, value: LabelRelease | Mapping[str, 
 
 
 __all__ = ["CLEAR", "CLEAR_LABELS", "KRR_LABELS", "LabelRelease", "LabelReleaseError", "check_label_release",
-           "composed_epsilon", "krr_label_release", "label_epsilon", "label_mechanism", "transition_matrix"]
+           "composed_epsilon", "label_epsilon", "label_mechanism", "transition_matrix"]

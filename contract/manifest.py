@@ -27,6 +27,11 @@ MAX_MANIFEST_BYTES = MAX_SMALL_FILE_BYTES
 """A manifest is read whole: the cap of plan.json (a 1 MiB manifest lists thousands of files)."""
 
 
+RunInfo = Mapping[str, Any]
+"""A manifest's run information as read (its JSON, every key but ``files``); its records are read from it by their
+readers (``release_history``: :func:`ldpfl.contract.release_history.history_from_manifest`)."""
+
+
 @dataclass(frozen=True)
 class FileRecord:
     """One client file as the manifest lists it."""
@@ -43,7 +48,7 @@ class Manifest:
     """A parsed ``manifest.json``: the run information (every key but ``files``) and the file list."""
 
     run_dir: Path
-    info: Mapping[str, Any]
+    info: RunInfo
     files: list[FileRecord]
 
 

@@ -26,7 +26,7 @@ from ldpfl.contract.release_point import FLATTEN
 from ldpfl.mechanisms.report import json_number, number_from_json
 
 if TYPE_CHECKING:  # the manifest reads client files (schema), which hold guarantees built from this module
-    from ldpfl.contract.manifest import FileRecord
+    from ldpfl.contract.manifest import FileRecord, RunInfo
 
 RELEASE_HISTORY_KEY = "release_history"
 
@@ -86,7 +86,7 @@ def total_epsilon(entries: Iterable[ReleaseEntry]) -> float | None:
     return total
 
 
-def history_from_manifest(info: Mapping[str, Any], files: Iterable[FileRecord],
+def history_from_manifest(info: RunInfo, files: Iterable[FileRecord],
                           run: str) -> dict[int, list[ReleaseEntry]]:
     """Return each listed client's releases, oldest first (``ValueError`` when the history is malformed).
 
@@ -113,11 +113,10 @@ def history_from_manifest(info: Mapping[str, Any], files: Iterable[FileRecord],
             history[index] = [_here(ReleaseEntry.from_dict(e), run) for e in entries]
         return {r.client_index: history.get(r.client_index, []) for r in files}
     stated = info.get("privacy_report")
-    report: Mapping[str, Any] = stated if isinstance(stated, Mapping) else {}
+    stated_epsilon = stated.get("exact_epsilon_per_record") if isinstance(stated, Mapping) else None
     randomness = info.get("randomness")
     return {r.client_index: [ReleaseEntry(run, r.path, r.sha256, str(info.get("mechanism", "?")),
-                                          str(info.get("release", FLATTEN)),
-                                          _epsilon(report.get("exact_epsilon_per_record")),
+                                          str(info.get("release", FLATTEN)), _epsilon(stated_epsilon),
                                           None if randomness is None else str(randomness))]
             for r in files}
 

@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -375,7 +375,7 @@ def _release_values(silo: Silo, records: Records, cnn_path: Path | None,
 
 def predict_silo(silo: Silo, records: Records, model: GlobalModel, *, randomized: bool = False,
                  rng: np.random.Generator | None = None, cnn_path: Path | None = None,
-                 batch_rows: int = BATCH_ROWS, progress: Any = None) -> Prediction:
+                 batch_rows: int = BATCH_ROWS, progress: Progress | None = None) -> Prediction:
     """Run the silo's pipeline over ``records`` and predict them with the global model.
 
     Parameters
@@ -412,16 +412,15 @@ def predict_silo(silo: Silo, records: Records, model: GlobalModel, *, randomized
             progress.update(len(values))
     labels = records.labels
     result = Prediction(records.rows, _concat(predicted), labels, meta.class_names, {}, warnings)
-    report = meta.privacy_report
-    result.summary = _summary(result, model, RANDOMIZED if randomized else CLEAN, records.description, {
-        "released": False, "randomized": bool(randomized and spec.randomizes), "mechanism": spec.name,
-        "exact_epsilon_per_record": json_number(report.exact_epsilon_per_record) if randomized else None})
+    privacy = PredictionPrivacy(False, bool(randomized and spec.randomizes), spec.name,
+                                meta.privacy_report.exact_epsilon_per_record if randomized else None)
+    result.summary = _summary(result, model, RANDOMIZED if randomized else CLEAN, records.description, privacy)
     result.summary |= {"client_index": silo.index, "split": records.split, "feature_format": layout.feature_format}
     return result
 
 
 def predict_released(path: str | Path, model: GlobalModel, *, split: str = "test",
-                     batch_rows: int = BATCH_ROWS, progress: Any = None) -> Prediction:
+                     batch_rows: int = BATCH_ROWS, progress: Progress | None = None) -> Prediction:
     """Predict rows already stored in a client file (``client_NNN.h5`` or the clean ``client_NNN.local.h5``).
 
     These are the model's inputs exactly as ``ldpfl federate`` evaluated them (``test_accuracy`` on the
@@ -442,8 +441,7 @@ def predict_released(path: str | Path, model: GlobalModel, *, split: str = "test
     result = Prediction(np.arange(len(labels), dtype=np.int64), _concat(predicted), labels, meta.class_names, {},
                         warnings)
     result.summary = _summary(result, model, RELEASED, f"{split} split of {path} ({len(labels)} rows)",
-                              {"released": True, "randomized": bool(meta.private), "mechanism": meta.mechanism,
-                               "exact_epsilon_per_record": None})
+                              PredictionPrivacy(True, bool(meta.private), meta.mechanism, None))
     result.summary |= {"client_index": meta.client_index, "split": split, "feature_format": meta.feature_format,
                        "local_only": meta.local_only}
     return result
@@ -453,13 +451,35 @@ def _concat(parts: Sequence[np.ndarray]) -> np.ndarray:
     return np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
 
 
+@dataclass(frozen=True)
+class PredictionPrivacy:
+    """The summary's ``privacy``: whether the inputs were released ones, randomized here, by what, at what ε."""
+
+    released: bool
+    randomized: bool
+    mechanism: str
+    exact_epsilon_per_record: float | None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the JSON form (an infinite ε as ``"inf"``)."""
+        return {"released": self.released, "randomized": self.randomized, "mechanism": self.mechanism,
+                "exact_epsilon_per_record": json_number(self.exact_epsilon_per_record)}
+
+
+class Progress(Protocol):
+    """What a progress bar needs to offer (``tqdm``)."""
+
+    def update(self, n: int) -> object:
+        """Advance by ``n``."""
+
+
 def _summary(result: Prediction, model: GlobalModel, inputs: str, source: str,
-             privacy: dict[str, Any]) -> dict[str, Any]:
+             privacy: PredictionPrivacy) -> dict[str, Any]:
     trained = model.trained_on or {}
     correct = None if result.labels is None else int(np.sum(result.predicted == result.labels))
     return {"records": int(len(result.predicted)), "source": source, "inputs": inputs,
             "accuracy": result.accuracy, "correct": correct, "model": str(model.path),
             "model_evaluated_on": trained.get("evaluated_on"), "model_last_round": trained.get("last_round"),
-            "privacy": privacy,
+            "privacy": privacy.to_dict(),
             "predicted_counts": np.bincount(result.predicted, minlength=model.num_classes).tolist()}
 

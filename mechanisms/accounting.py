@@ -40,9 +40,12 @@ import functools
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .validation import require_finite_positive
+
+if TYPE_CHECKING:
+    from dp_accounting import DpEvent
 
 REPLACE_ONE = "replace-one"
 ADD_REMOVE = "add-remove"
@@ -146,7 +149,7 @@ def require_neighbours(neighbours: str) -> str:
     return neighbours
 
 
-def _library_event(event: Event) -> Any:
+def _library_event(event: Event) -> DpEvent:
     import dp_accounting
 
     if isinstance(event, DpSgdEvent):
@@ -270,7 +273,7 @@ def calibrate_noise_multiplier(target_epsilon: float, delta: float, sampling_pro
     if steps < 1:
         raise ValueError(f"steps must be >= 1 to calibrate, got {steps!r}")
 
-    def event(sigma: float) -> Any:
+    def event(sigma: float) -> DpEvent:
         return _library_event(DpSgdEvent(float(sigma), float(sampling_probability), int(steps)))
 
     def spent(sigma: float) -> float:

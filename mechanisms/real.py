@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import numpy as np
 
@@ -231,10 +232,12 @@ class ElementwiseClippedGaussian(GaussianBase):
 
 
 def pure_report(mech: RealMechanism, per_coordinate: float, notes: tuple[str, ...] = (), *,
-                nominal_delta: float = 0.0, **extra: Any) -> PrivacyReport:
+                nominal_delta: float = 0.0, sigma: float | None = None,
+                probabilities: Mapping[str, object] | None = None) -> PrivacyReport:
     """Build the report of a mechanism that is pure ε-LDP per coordinate, composed over ``dim`` coordinates.
 
-    ``nominal_delta`` is the δ the user gave (ldpsign's σ calibration); the exact δ is 0.
+    ``nominal_delta`` is the δ the user gave (ldpsign's σ calibration); the exact δ is 0. ``sigma`` and
+    ``probabilities`` (plain numbers) go into the report as they are.
     """
     per_record = None if mech.dim is None else (
         math.inf if math.isinf(per_coordinate) else per_coordinate * mech.dim)
@@ -248,5 +251,5 @@ def pure_report(mech: RealMechanism, per_coordinate: float, notes: tuple[str, ..
         exact_epsilon_per_coordinate=per_coordinate, exact_epsilon_per_record=per_record, exact_delta=0.0,
         coordinate="coordinate",
         record=f"record of {mech.dim} coordinates" if mech.dim else "record (dim unknown)",
-        notes=notes, **extra,
+        notes=notes, sigma=sigma, probabilities=dict(probabilities or {}),
     )

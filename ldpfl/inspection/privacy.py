@@ -15,6 +15,7 @@ from typing import Any
 
 from ldpfl.contract.file_checks import EPS_KEYS, as_float, mechanism_problems, privacy_problems
 from ldpfl.contract.schema import ClientMetadata
+from ldpfl.mechanisms.base import Mechanism
 from ldpfl.mechanisms.randomness import describe_randomness
 
 __all__ = ["EPS_KEYS", "PrivacySummary", "as_float", "file_mechanism", "privacy_summary"]
@@ -53,7 +54,7 @@ def file_mechanism(metadata: ClientMetadata) -> tuple[Any | None, list[str]]:
     return mechanism, problems
 
 
-def privacy_summary(metadata: ClientMetadata, mechanism: Any | None) -> tuple[PrivacySummary, list[str]]:
+def privacy_summary(metadata: ClientMetadata, mechanism: Mechanism | None) -> tuple[PrivacySummary, list[str]]:
     """Condense the stored report and compare its ε values with the report of ``mechanism``."""
     stored = metadata.privacy()
     values, recomputed, problems = privacy_problems(metadata, mechanism)

@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -44,6 +44,9 @@ from ldpfl.stage1_features.export.errors import ExportError
 from ldpfl.stage1_features.export.stored import load_holdouts, load_partition, model_file_name
 from ldpfl.stage1_features.export.worker import client_holdout
 from ldpfl.stage1_features.models.dp_training import non_private_training
+
+if TYPE_CHECKING:  # the plan reads the source run: it imports this module
+    from ldpfl.stage1_features.export.plan import ExportPlan
 
 SOURCE_SETTINGS = ("dataset", "clients", "max_clients", "partition", "beta", "unb", "shards_per_client",
                    "test_fraction", "extractor", "epochs", "batch_size", "augment", "limit")
@@ -257,11 +260,11 @@ def source_partition(source: SourceRun, plan: Any) -> tuple[list[np.ndarray], di
     return clients, dict(described) if isinstance(described, Mapping) else {}, holdouts
 
 
-def rerelease_warning(source: SourceRun, plan: Any) -> str:
+def rerelease_warning(source: SourceRun, plan: ExportPlan) -> str:
     """Return the warning of a re-release: how often the records were released, and the total ε per record."""
     this = plan.privacy.exact_epsilon_per_record
-    totals = [t + this for i in plan.config.exported_clients()
-              if (t := source.total_epsilon(i)) is not None]
+    totals = [] if this is None else [t + this for i in plan.config.exported_clients()
+                                      if (t := source.total_epsilon(i)) is not None]
     before = max((len(source.history.get(i, ())) for i in plan.config.exported_clients()), default=1)
     total = "unknown (a release without an exact epsilon)" if not totals else f"{max(totals):.6g}"
     return (f"these records were released {before} time(s) before (from {source.run_dir}); releasing them again "

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ldpfl.contract.client_reader import open_client_file
 from ldpfl.contract.layout import client_stem, local_file_name
@@ -21,13 +21,16 @@ from ldpfl.contract.release_history import RELEASE_HISTORY_KEY, ReleaseEntry, hi
 from ldpfl.contract.run_dir import check_client_file
 from ldpfl.stage1_features.export.errors import ExportError
 
+if TYPE_CHECKING:
+    from ldpfl.stage1_features.export.plan import ExportPlan
+
 RELEASE_GUARANTEE_KEY = "release_guarantee"
 LOCAL_FILES_KEY = "local_files"
 LOCAL_FILES_NOTE = ("client_NNN.local.h5: UNRANDOMIZED test records for evaluation on the client's own machine "
                     "(ldpfl federate --eval-clean); never share them; not hashed here")
 
 
-def own_entry(plan: Any, record: FileRecord) -> ReleaseEntry:
+def own_entry(plan: ExportPlan, record: FileRecord) -> ReleaseEntry:
     """Return this run's release of a client's records (``run`` "." is the run directory itself)."""
     report = plan.privacy
     return ReleaseEntry(".", record.path, record.sha256, plan.spec.name, str(plan.release),
@@ -43,19 +46,20 @@ def client_guarantees(run_dir: Path, records: Mapping[int, FileRecord]) -> dict[
     return out
 
 
-def guarantees_of(run_dir: Path, records: Mapping[int, FileRecord]) -> dict[str, Any]:
-    """Return each finished client's ``release_guarantee`` as its file states it (``{"client_000": {...}}``)."""
-    return {client_stem(index): guarantee.to_dict() for index, guarantee in client_guarantees(run_dir, records).items()}
+def guarantees_of(run_dir: Path, records: Mapping[int, FileRecord]) -> dict[str, ReleaseGuarantee]:
+    """Return each finished client's ``release_guarantee`` as its file states it, by stem (``client_000``)."""
+    return {client_stem(index): guarantee for index, guarantee in client_guarantees(run_dir, records).items()}
 
 
-def manifest_info(run_info: Mapping[str, Any], plan: Any, records: Mapping[int, FileRecord],
+def manifest_info(run_info: Mapping[str, Any], plan: ExportPlan, records: Mapping[int, FileRecord],
                   local_records: Mapping[int, FileRecord], run_dir: Path) -> dict[str, Any]:
     """Return ``run_info`` with the release history and guarantee of the finished clients and the local-only files."""
     source = plan.source
     history = {i: [*(source.history.get(i, []) if source is not None else []), own_entry(plan, record)]
                for i, record in records.items()}
     info = dict(run_info) | {RELEASE_HISTORY_KEY: history_json(history),
-                             RELEASE_GUARANTEE_KEY: guarantees_of(run_dir, records)}
+                             RELEASE_GUARANTEE_KEY: {stem: guarantee.to_dict()
+                                                     for stem, guarantee in guarantees_of(run_dir, records).items()}}
     if plan.config.keep_clean_test:
         info[LOCAL_FILES_KEY] = {"note": LOCAL_FILES_NOTE, "files": [
             {"client_index": i, "path": r.path, "rows": dict(r.rows)} for i, r in sorted(local_records.items())]}

@@ -22,7 +22,6 @@ from ldpfl.contract.label_release import (
     LabelReleaseError,
     check_label_release,
     composed_epsilon,
-    krr_label_release,
     label_mechanism,
     transition_matrix,
 )
@@ -159,38 +158,39 @@ def test_export_config_names_label_epsilon():
 
 def test_transition_matrix_is_the_sampled_krr():
     krr = label_mechanism(2.0, 4)
-    matrix = transition_matrix(krr_label_release(krr))
+    matrix = transition_matrix(LabelRelease.krr(krr).to_json())
     assert matrix.shape == (4, 4) and np.allclose(matrix.sum(axis=1), 1.0, atol=1e-12)
     assert np.all(np.diag(matrix) == krr.p_keep) and matrix[0, 1] == krr.p_other
     assert transition_matrix(None) is None and transition_matrix(CLEAR_LABELS) is None
-    bad = krr_label_release(krr) | {"epsilon": 3.0}
+    bad = LabelRelease.krr(krr).to_json() | {"epsilon": 3.0}
     with pytest.raises(LabelReleaseError, match="epsilon"):
         check_label_release(bad)
     with pytest.raises(LabelReleaseError, match="p_keep"):
-        check_label_release(krr_label_release(krr) | {"p_keep": 0.9})
+        check_label_release(LabelRelease.krr(krr).to_json() | {"p_keep": 0.9})
 
 
 def test_label_release_is_one_frozen_record_with_one_json_form():
     krr = label_mechanism(2.0, 4)
     release = LabelRelease.for_epsilon(2.0, 4)
     assert release == LabelRelease.krr(krr) and not release.clear and release.epsilon < math.inf
-    assert release.to_json() == krr_label_release(krr)
-    assert json.dumps(release.to_json(), sort_keys=True) == json.dumps(krr_label_release(krr), sort_keys=True)
+    attribute = {"mechanism": "krr", "epsilon": krr.report().exact_epsilon_per_record, "nominal_epsilon": 2.0,
+                 "num_classes": 4, "p_keep": krr.p_keep, "p_other_each": krr.p_other}
+    assert json.dumps(release.to_json(), sort_keys=True) == json.dumps(attribute, sort_keys=True)
     assert LabelRelease.from_json(json.loads(json.dumps(release.to_json()))) == release
     assert LabelRelease.from_json(None) is CLEAR_LABELS and CLEAR_LABELS.clear and CLEAR_LABELS.epsilon == math.inf
     assert LabelRelease.from_json({"mechanism": "clear"}) == CLEAR_LABELS == LabelRelease.for_epsilon(None, 4)
     assert CLEAR_LABELS.to_json() == {"mechanism": "clear"} and CLEAR_LABELS.transition_matrix() is None
-    assert np.array_equal(release.transition_matrix(), transition_matrix(krr_label_release(krr)))
+    assert np.array_equal(release.transition_matrix(), transition_matrix(LabelRelease.krr(krr).to_json()))
     with pytest.raises(dataclasses.FrozenInstanceError):
         release.epsilon = 1.0  # type: ignore[misc]
-    for bad, key in ((krr_label_release(krr) | {"epsilon": 3.0}, "epsilon"), ([1], "JSON object"),
+    for bad, key in ((LabelRelease.krr(krr).to_json() | {"epsilon": 3.0}, "epsilon"), ([1], "JSON object"),
                      ({"mechanism": "rr"}, "mechanism"), ({"mechanism": "krr"}, "epsilon")):
         with pytest.raises(LabelReleaseError, match=key):
             LabelRelease.from_json(bad)
 
 
 def test_composition_adds_the_two_epsilons():
-    labels = krr_label_release(label_mechanism(1.0, K))
+    labels = LabelRelease.krr(label_mechanism(1.0, K)).to_json()
     total = composed_epsilon(2.0, labels)
     assert total["epsilon"] == pytest.approx(2.0 + labels["epsilon"])
     assert [p["covers"] for p in total["parts"]] == ["features", "labels"]
