@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ldpfl.contract.federation_privacy import FederationGuarantee
 from ldpfl.contract.manifest import read_manifest
 from ldpfl.contract.release_guarantee import ReleaseGuarantee, weakest
 from ldpfl.inspection.plot import write_plot
@@ -58,7 +59,7 @@ class PrivateRun:
     round_accuracies: list[float]
     clean_accuracies: list[float | None]
     inspection_ok: bool
-    release_guarantee: ReleaseGuarantee | None = None  # the weakest client's, everything released composed
+    release_guarantee: FederationGuarantee | None = None  # the federation's (metrics.json): the weakest silo's
 
     def to_dict(self) -> dict[str, Any]:
         """Return a JSON-ready summary."""
@@ -171,7 +172,7 @@ def _last(values: list[Any]) -> Any:
     return values[-1] if values else None
 
 
-def _guarantee_dict(guarantee: ReleaseGuarantee | None) -> dict[str, Any] | None:
+def _guarantee_dict(guarantee: ReleaseGuarantee | FederationGuarantee | None) -> dict[str, Any] | None:
     """Return the JSON form of a guarantee (the file boundary of ``--json``)."""
     return None if guarantee is None else guarantee.to_dict()
 
@@ -259,7 +260,7 @@ def _run_private(run_dir: Path, *, clients: int, rounds: int, seed: int | None, 
     inspection = inspect_path(run_dir)
     echo(inspection_text(inspection))
     stored = json.loads(federation.paths["metrics_json"].read_text())["release_guarantee"]  # the file boundary
-    guarantee = ReleaseGuarantee.from_dict(stored)
+    guarantee = FederationGuarantee.from_dict(stored)
     accuracies = [float(r["test_accuracy"]) for r in federation.history]  # the silos' own clean test records
     return PrivateRun(run_dir, "ScatterNet features kept local", "dp-sgd", PRIVATE_TARGET_EPSILON,
                       stored["epsilon"], [], accuracies, list(accuracies), inspection.ok, guarantee)
