@@ -201,11 +201,11 @@ class Inspection:
             m = f.metadata
             if m is None:
                 continue
-            report = dict(m.privacy_report)
+            report = m.privacy()
             stage1.append({"client": m.client_index, "file": f.name, "mechanism": m.mechanism,
-                           "nominal_epsilon": as_float(report.get("nominal_epsilon")),
-                           "epsilon_per_record": as_float(report.get("exact_epsilon_per_record")),
-                           "delta": as_float(report.get("exact_delta")), "private": m.private})
+                           "nominal_epsilon": report.nominal_epsilon,
+                           "epsilon_per_record": report.exact_epsilon_per_record,
+                           "delta": report.exact_delta, "private": m.private})
         stage2 = None if self.federation is None else self.federation.ledger
         return {"stage1": stage1, "stage2": None if stage2 is None else ledger_summary(stage2),
                 "notes": ["stage 1: one release of each client's features (train and test rows), per record",
