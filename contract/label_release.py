@@ -26,7 +26,6 @@ import numpy as np
 
 from ldpfl.common.errors import LdpflError
 from ldpfl.mechanisms.krr import KRR
-from ldpfl.mechanisms.report import JsonView
 from ldpfl.mechanisms.validation import MAX_EPSILON
 
 CLEAR = "clear"
@@ -52,13 +51,12 @@ def label_mechanism(epsilon: float, num_classes: int) -> KRR:
 
 
 @dataclass(frozen=True)
-class LabelRelease(JsonView):
+class LabelRelease:
     """How a file's labels were released: in clear, or by k-RR with its exact ε and sampled probabilities.
 
     Build one with :meth:`krr` (from the sampler), :meth:`for_epsilon` (from ``--label-epsilon``) or
     :meth:`from_json` (the file's attribute, validated); :data:`CLEAR_LABELS` is the clear release. The
-    k-RR fields are ``None`` for clear labels. Indexing it (``release["epsilon"]``) reads its JSON form
-    (:class:`ldpfl.mechanisms.report.JsonView`, for callers that still hold the attribute).
+    k-RR fields are ``None`` for clear labels.
     """
 
     mechanism: str = CLEAR
@@ -160,9 +158,6 @@ class LabelRelease(JsonView):
         return {"rule": "basic composition (ε add)", "epsilon": float(feature_epsilon) + self.epsilon,
                 "parts": [{"covers": "features", "epsilon": float(feature_epsilon)},
                           {"covers": "labels", "mechanism": self.mechanism, "epsilon": self.epsilon}]}
-
-    def _json_form(self) -> dict[str, Any]:
-        return self.to_json()
 
 
 CLEAR_LABELS = LabelRelease()

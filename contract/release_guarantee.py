@@ -44,7 +44,7 @@ from ldpfl.contract.label_release import CLEAR_LABELS, LabelRelease
 from ldpfl.contract.release_history import ReleaseEntry
 from ldpfl.contract.release_point import LABEL
 from ldpfl.mechanisms import accounting
-from ldpfl.mechanisms.report import JsonView, format_epsilon, json_number, number_from_json
+from ldpfl.mechanisms.report import format_epsilon, json_number, number_from_json
 
 if TYPE_CHECKING:  # the schema holds a file's guarantee: it imports this module
     from ldpfl.contract.schema import ClientMetadata
@@ -165,7 +165,7 @@ class GuaranteePart:
 
 
 @dataclass(frozen=True)
-class ReleaseGuarantee(JsonView):
+class ReleaseGuarantee:
     """The per-record (ε, δ) over every part, how it was composed, and a one-sentence scope.
 
     The one writer of its JSON form is :meth:`to_dict`, the one reader :meth:`from_dict`.
@@ -201,9 +201,6 @@ class ReleaseGuarantee(JsonView):
         return cls(epsilon, float(data.get("delta", 0.0)), tuple(GuaranteePart.from_dict(p) for p in data["parts"]),
                    str(data.get("scope", "")), str(data.get("method", METHOD_BASIC)),
                    str(data.get("neighbours", NEIGHBOURS)))
-
-    def _json_form(self) -> dict[str, Any]:
-        return self.to_dict()
 
     def headline(self) -> str:
         """Return the one line that text output leads with."""

@@ -58,10 +58,10 @@ def format_epsilon(value: Any, *, digits: int = 4, infinite: str = "inf (not pri
 
 
 class JsonView:
-    """Read-only dict access to a frozen record's JSON form (``record["key"]``, ``dict(record)``).
+    """Read-only dict access to a frozen record's JSON form (``record["key"]``, ``record.get``, ``dict(record)``).
 
-    For callers that still index a record's JSON while they move to its fields; new code reads the fields. The
-    record says what its JSON form is (``_json_form``: its ``to_dict`` or ``to_json``).
+    Transitional: for the last callers that index a report's JSON while they move to its fields
+    (``ldpfl.inspection.report``); new code reads the fields. The record names its JSON form (``_json_form``).
     """
 
     def _json_form(self) -> dict[str, Any]:

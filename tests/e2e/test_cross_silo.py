@@ -110,7 +110,7 @@ def test_two_image_silos_train_their_own_cnn(tmp_path):
     manifest, listed = validate_run(tmp_path / "run")
     assert [m.extractor for _, m in listed] == ["cifar-cnn", "cifar-cnn"]
     assert all(m.local_accuracy is None for _, m in listed)  # accuracy on clear records stays on the silo
-    assert all(m.release_guarantee is not None and m.release_guarantee["epsilon"] == "inf" for _, m in listed)
+    assert all(m.release_guarantee is not None and not m.release_guarantee.private for _, m in listed)
     # an image silo of another size contradicts the plan: nothing is written
     assert_usage_error(run("export", "--plan", plan_path, "--data", silos["a"], "--image-size", 9, 9,
                            "--client-index", 0, "--clients", 2, "--out", tmp_path / "c"),

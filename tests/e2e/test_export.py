@@ -108,9 +108,9 @@ def test_tiny_export_files_shapes_attributes_and_manifest(tiny_run) -> None:
         assert (meta.features, meta.bits_per_value, meta.feature_width) == (784, 10, 7840)
         assert (meta.integer_bits, meta.fraction_bits, meta.feature_format) == (4, 5, PACKED_BITS)
         assert meta.mechanism == "uer" and meta.mechanism_parameters["alpha"] == 10.0
-        assert meta.privacy_report["nominal_epsilon"] == 0.5
-        assert meta.privacy_report["exact_epsilon_per_record"] > 1000  # eq. 17 is far from its nominal ε
-        assert meta.privacy_report["randomness"] == "seeded" and meta.randomness == "seeded"
+        assert meta.privacy_report.nominal_epsilon == 0.5
+        assert meta.privacy_report.exact_epsilon_per_record > 1000  # eq. 17 is far from its nominal ε
+        assert meta.privacy_report.randomness == "seeded" and meta.randomness == "seeded"
         assert meta.private and meta.local_accuracy is None  # no CNN with --extractor none
         assert meta.client_count == 2 and meta.dataset == "mnist5k" and meta.input_shape == (28, 28, 1)
         assert meta.partition["kind"] == "iid" and meta.partition["test_fraction"] == 0.1
@@ -155,7 +155,7 @@ def test_none_mechanism_is_marked_non_private(tmp_path) -> None:
     result = run_export(quick_config(mechanism="none", clients=1), tmp_path, progress=False)
     meta = read_client_file(tmp_path / result.clients[0].file).metadata
     assert not meta.private and meta.mechanism == "none"
-    assert meta.privacy_report["exact_epsilon_per_record"] == "inf"
+    assert meta.privacy_report.exact_epsilon_per_record == math.inf
     assert result.to_dict()["private"] is False
     assert any("NOT private" in note for note in result.notes)
 

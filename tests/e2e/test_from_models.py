@@ -185,8 +185,8 @@ def test_a_source_with_private_labels_is_released_again(tmp_path: Path) -> None:
                         "--label-epsilon", "1", "--seed", "8")
     assert [c["rows"] for c in summary["clients"]] == [{"train": 54, "test": 6}] * 2
     again = read_client_file(tmp_path / "again" / client_file_name(0)).metadata
-    parts = {p["kind"]: p for p in again.release_guarantee["parts"]}
+    parts = {p.kind: p for p in again.release_guarantee.parts}
     first = read_client_file(source / client_file_name(0)).metadata
-    assert first.label_release["mechanism"] == again.label_release["mechanism"] == "krr"
-    first_values = next(p for p in first.release_guarantee["parts"] if p["kind"] == "features")
-    assert math.isclose(parts["re-release"]["epsilon"], first_values["epsilon"] + first.label_release["epsilon"])
+    assert first.label_release.mechanism == again.label_release.mechanism == "krr"
+    first_values = next(p for p in first.release_guarantee.parts if p.kind == "features")
+    assert math.isclose(parts["re-release"].epsilon, first_values.epsilon + first.label_release.epsilon)

@@ -88,7 +88,7 @@ def test_label_release_attribute_is_the_krr_report(runs):
                                      "nominal_epsilon": 1.0, "num_classes": K, "p_keep": krr.p_keep,
                                      "p_other_each": krr.p_other}
         assert math.isclose(release.epsilon, math.log(release.p_keep / release.p_other_each))
-        assert any("their epsilons add" in note for note in data.metadata.privacy_report["notes"])
+        assert any("their epsilons add" in note for note in data.metadata.privacy_report.notes)
 
 
 def test_histograms_count_the_released_labels_only(runs):
@@ -363,7 +363,7 @@ def test_a_plan_fixes_the_label_epsilon_of_every_silo(tmp_path):
     ok(run("export", "--plan", plan_path, "--data", silos["b"], "--client-index", 0, "--clients", 2, "--seed", 3,
            "--quiet", "--out", tmp_path / "b"))
     release = read_client_file(tmp_path / "b" / "client_000.h5").metadata.label_release
-    assert release["mechanism"] == "krr" and release["nominal_epsilon"] == 1.5
+    assert release.mechanism == "krr" and release.nominal_epsilon == 1.5
     out = tmp_path / "other"
     line = one_error_line(run("export", "--plan", plan_path, "--data", silos["b"], "--client-index", 0,
                               "--clients", 2, "--label-epsilon", "3", "--quiet", "--out", out))
