@@ -32,21 +32,21 @@ from ldpfl.contract.release_guarantee import (
 )
 
 from .client_privacy import ClientPrivacy
+from .dp_sgd_budget import DpSgdClient
 
 LEDGER_BOUND = "the privacy ledger (local DP over the client's whole vector)"
 DP_SGD_ALONE = "DP-SGD alone (only the updates leave the silo)"
 
 
-def _dp_sgd_silo(entry: ClientPrivacy, file_guarantee: ReleaseGuarantee,
+def _dp_sgd_silo(entry: ClientPrivacy, dp_sgd: DpSgdClient, file_guarantee: ReleaseGuarantee,
                  accounted: DpSgdLedgerRow) -> tuple[SiloGuarantee, ReleaseGuarantee]:
-    """One DP-SGD silo's row and guarantee (see :func:`federation_guarantee`)."""
+    """One DP-SGD silo's row and guarantee (see :func:`federation_guarantee`): its accountant's event as it ran."""
     eps, eps_ar = accounted.epsilon_replace_one, accounted.epsilon_add_remove
     delta = float(accounted.delta or 0.0)
     part = GuaranteePart(EXTRACTOR, f"the silo's updates: {accounted.steps} DP-SGD steps (sigma "
                          f"{accounted.noise_multiplier}, q {accounted.sampling_probability}, clip "
                          f"{accounted.clip}) over the records it trained on", "dp-sgd", eps, delta,
-                         {"noise_multiplier": accounted.noise_multiplier,
-                          "sampling_probability": accounted.sampling_probability, "steps": accounted.steps})
+                         dp_sgd.event(accounted.rounds))
     updates = ReleaseGuarantee(eps, delta, (part,), DP_SGD_SCOPE, METHOD_PLD)
     if entry.local_only:
         return SiloGuarantee(entry.client, eps, delta, eps, eps_ar, True), updates
@@ -83,7 +83,7 @@ def federation_guarantee(privacy: Sequence[ClientPrivacy], ledger: LedgerSection
         if entry.dp_sgd is not None:
             if not isinstance(accounted, DpSgdLedgerRow):
                 raise ValueError(f"DP-SGD client {entry.client} has no DP-SGD row in the privacy ledger")
-            row, guarantee = _dp_sgd_silo(entry, entry.release_guarantee, accounted)
+            row, guarantee = _dp_sgd_silo(entry, entry.dp_sgd, entry.release_guarantee, accounted)
             clients.append(row)
             guarantees.append(guarantee)
             continue
