@@ -57,33 +57,6 @@ def format_epsilon(value: Any, *, digits: int = 4, infinite: str = "inf (not pri
     return f"{float(value):.{digits}g}"
 
 
-class JsonView:
-    """Read-only dict access to a frozen record's JSON form (``record["key"]``, ``record.get``, ``dict(record)``).
-
-    Transitional: for the last callers that index a report's JSON while they move to its fields
-    (``ldpfl.inspection.report``); new code reads the fields. The record names its JSON form (``_json_form``).
-    """
-
-    def _json_form(self) -> dict[str, Any]:
-        raise NotImplementedError
-
-    def keys(self) -> list[str]:
-        """Return the keys of the JSON form (so ``dict(record)`` is it)."""
-        return list(self._json_form())
-
-    def __getitem__(self, key: str) -> Any:
-        """Return the JSON form's value of ``key`` (``KeyError`` as a dict)."""
-        return self._json_form()[key]
-
-    def __contains__(self, key: object) -> bool:
-        """Return whether the JSON form has ``key``."""
-        return key in self._json_form()
-
-    def get(self, key: str, default: Any = None) -> Any:
-        """Return the JSON form's value of ``key``, or ``default``."""
-        return self._json_form().get(key, default)
-
-
 _TEXT_KEYS = ("mechanism", "source", "coordinate", "record", "randomness", "generator")
 _NUMBER_KEYS = ("nominal_delta", "exact_delta")
 _OPTIONAL_NUMBER_KEYS = ("nominal_epsilon", "exact_epsilon_per_coordinate", "exact_epsilon_per_record", "sigma",
@@ -91,7 +64,7 @@ _OPTIONAL_NUMBER_KEYS = ("nominal_epsilon", "exact_epsilon_per_coordinate", "exa
 
 
 @dataclass(frozen=True)
-class PrivacyReport(JsonView):
+class PrivacyReport:
     """What one mechanism, with fixed parameters, guarantees.
 
     The one writer of its JSON form is :meth:`to_dict`, the one reader :meth:`from_dict`; ``parameters`` and
@@ -147,9 +120,6 @@ class PrivacyReport(JsonView):
         out["notes"] = list(self.notes)
         out["randomness_description"] = describe_randomness(self.randomness, self.generator)
         return out
-
-    def _json_form(self) -> dict[str, Any]:
-        return self.to_dict()
 
     def to_json(self) -> str:
         """Return :meth:`to_dict` as one JSON line with sorted keys."""
