@@ -9,6 +9,7 @@ labels are compared with the stored histograms, and the bit or float statistics 
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import os
 from collections.abc import Iterator, Mapping
@@ -89,9 +90,14 @@ class FileReport:
         """Return everything found about the file, JSON-ready."""
         meta = None
         if self.metadata is not None:
-            meta = dataclasses.asdict(self.metadata) | {
-                "bits_per_value": self.metadata.bits_per_value, "feature_width": self.metadata.feature_width,
-                "stored_width": self.metadata.stored_width, "private": self.metadata.private}
+            m = self.metadata
+            meta = dataclasses.asdict(m) | {
+                "bits_per_value": m.bits_per_value, "feature_width": m.feature_width,
+                "stored_width": m.stored_width, "private": m.private,
+                # the typed attributes as the file stores them (their records' JSON writers), not their fields
+                "privacy_report": json.loads(m.privacy_report.to_json()),
+                "label_release": None if m.label_release is None else m.label_release.to_json(),
+                "release_guarantee": None if m.release_guarantee is None else m.release_guarantee.to_dict()}
         return json_ready({
             "file": self.name, "path": str(self.path), "bytes": self.size_bytes, "status": self.status,
             "error": self.error, "flags": list(self.flags),
