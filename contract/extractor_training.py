@@ -24,6 +24,11 @@ NO_TRAINING = "none"
 NON_PRIVATE = "non-private"
 DP_SGD = "dp-sgd"
 DP_SGD_KEYS = ("noise_multiplier", "sampling_probability", "steps")
+UNTRAINED_EXTRACTORS = ("none", "scatter")
+"""Extractor names that are not trained (raw inputs; ``scatter``, fixed by the software): no part from training.
+
+A ``scatter`` file records ``{"training": "none", "fixed": {...}}``, which gives its part of ε = 0
+(``ldpfl.contract.release_guarantee.extractor_part``)."""
 
 
 def dp_sgd_event(record: Mapping[str, Any] | accounting.DpSgdEvent) -> accounting.DpSgdEvent:
@@ -81,4 +86,5 @@ class ExtractorTraining:
         return dict(self.details)
 
 
-__all__ = ["DP_SGD", "DP_SGD_KEYS", "NON_PRIVATE", "NO_TRAINING", "ExtractorTraining", "dp_sgd_event"]
+__all__ = ["DP_SGD", "DP_SGD_KEYS", "NON_PRIVATE", "NO_TRAINING", "UNTRAINED_EXTRACTORS", "ExtractorTraining",
+           "dp_sgd_event"]

@@ -164,21 +164,18 @@ CLEAR_LABELS = LabelRelease()
 """The release of a file whose labels are the true classes."""
 
 
-# Adapters over the JSON form, for callers that still hold the attribute as a mapping.
+# Functions over a release or its JSON form (earlier callers held the attribute as a mapping).
 
 
-def check_label_release(value: LabelRelease | Mapping[str, Any] | None) -> dict[str, Any]:
-    """Return a validated copy of a ``label_release`` attribute (``None``, from older files, reads as clear).
+def check_label_release(value: LabelRelease | Mapping[str, Any] | None) -> LabelRelease:
+    """Return the validated release of a ``label_release`` attribute (:meth:`LabelRelease.from_json`).
 
     Raises
     ------
     LabelReleaseError
         As :meth:`LabelRelease.from_json`.
     """
-    release = LabelRelease.from_json(value)
-    if isinstance(value, Mapping):
-        return dict(value)
-    return release.to_json()
+    return LabelRelease.from_json(value)
 
 
 def label_epsilon(value: LabelRelease | Mapping[str, Any] | None) -> float:

@@ -39,7 +39,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ldpfl.contract.extractor_training import DP_SGD_KEYS, ExtractorTraining, dp_sgd_event
+from ldpfl.contract.extractor_training import DP_SGD_KEYS, UNTRAINED_EXTRACTORS, ExtractorTraining, dp_sgd_event
 from ldpfl.contract.label_release import CLEAR_LABELS, LabelRelease
 from ldpfl.contract.release_history import ReleaseEntry
 from ldpfl.contract.release_point import LABEL
@@ -353,12 +353,6 @@ def _pure_event(part: GuaranteePart) -> accounting.Event:
 # ---------------------------------------------------------------------------------------------------------------
 # A client file's guarantee
 
-UNTRAINED_EXTRACTORS = ("none", "scatter")
-"""Extractor names that are not trained (raw inputs; ``scatter``, fixed by the software): no part from training.
-
-A ``scatter`` file records ``{"training": "none", "fixed": {...}}``, which gives its part of ε = 0
-(:func:`extractor_part`)."""
-
 FILE_SCOPE = ("everything this client file releases about one record: its randomized values, its label, the "
               "extractor's dependence on it, and the earlier releases of the same records")
 LOCAL_ONLY_SCOPE = ("LOCAL ONLY: this file must never leave the silo (only DP-SGD updates may); if shipped, it "
@@ -383,8 +377,7 @@ def file_parts(meta: ClientMetadata, *, records: int, history: Iterable[ReleaseE
     # group privacy covers every release that went through the same extractor: this one and the earlier ones
     earlier = [e.exact_epsilon_per_record for e in history]
     through_extractor = math.inf if None in earlier else feature.epsilon + math.fsum(e for e in earlier if e)
-    training = ExtractorTraining.from_json(meta.extractor_training, trained=meta.extractor not in UNTRAINED_EXTRACTORS)
-    extractor = extractor_part(training, trained=meta.extractor not in UNTRAINED_EXTRACTORS,
+    extractor = extractor_part(meta.training(), trained=meta.extractor not in UNTRAINED_EXTRACTORS,
                                records=records, features_epsilon=through_extractor, dp_sgd=dp_sgd)
     if extractor is not None:
         parts.append(extractor)

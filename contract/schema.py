@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from ldpfl.common.errors import LdpflError
+from ldpfl.contract.extractor_training import UNTRAINED_EXTRACTORS, ExtractorTraining
 from ldpfl.contract.jsonout import json_default
 from ldpfl.contract.label_release import LabelRelease
 from ldpfl.contract.release_guarantee import ReleaseGuarantee
@@ -179,6 +180,13 @@ class ClientMetadata:
     def stored_width(self) -> int:
         """Return the columns actually stored: ceil(r*l/8) bytes for packed files, r for float files."""
         return math.ceil(self.feature_width / 8) if self.feature_format == PACKED_BITS else self.features
+
+    def training(self) -> ExtractorTraining:
+        """Return how the extractor was trained (``ValueError`` when a DP-SGD record is malformed).
+
+        A file that does not record it (before version 4) was trained without DP if its extractor is trained.
+        """
+        return ExtractorTraining.from_json(self.extractor_training, trained=self.extractor not in UNTRAINED_EXTRACTORS)
 
     def privacy(self) -> PrivacyReport:
         """Return the stored privacy report (:attr:`privacy_report`)."""

@@ -338,7 +338,7 @@ def _release_values(silo: Silo, records: Records, cnn_path: Path | None,
     point = parse_release(meta.release)
     shape = tuple(int(s) for s in dataset.input_shape)
     if cnn.is_fixed(meta.extractor):  # weight-free (scatter): rebuilt from the options its file records
-        fixed = dict(meta.extractor_training or {}).get("fixed") or {}
+        fixed = meta.training().fixed or {}
         extractor = cnn.fixed_extractor(meta.extractor, fixed.get("options") or {})
         if shape != tuple(meta.input_shape) or extractor.width(shape) != meta.features:
             raise PredictError(f"the records have shape {shape}, {silo.file.name}'s {meta.extractor} extractor takes "
