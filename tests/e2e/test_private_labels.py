@@ -312,10 +312,9 @@ def test_the_flower_client_step_receives_and_uses_t(runs):
     config = FederationConfig(rounds=1, local_epochs=1, hidden=(8,), seed=4, device="cpu")
     plan = server_side.plan_from_summaries(config, summaries)
     setup = ClientSetup.from_json(plan.setups[0].to_json())
-    assert setup.label_noise["correction"] == "forward"
-    assert np.array_equal(np.asarray(setup.label_noise["transition"]),
-                          transition_matrix(clients[0].metadata.label_release))
-    assert plan.training.label_noise.to_dict() == setup.label_noise
+    assert setup.label_noise is not None and setup.label_noise.correction == "forward"
+    assert np.array_equal(setup.label_noise.matrix(), transition_matrix(clients[0].metadata.label_release))
+    assert plan.training.label_noise == setup.label_noise  # the same record, through its JSON on the wire
     results = {}
     for correction in ("forward", "none"):
         trainer = client_side.Trainer.build(config, setup)
