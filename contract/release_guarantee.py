@@ -126,8 +126,8 @@ class GuaranteePart:
     """One value (or set of values) released about a record, with its own per-record (ε, δ).
 
     ``kind`` is one of ``features``, ``labels``, ``extractor``, ``re-release``, ``diagnostic``; ``covers`` says
-    what it covers in words; ``event`` is what the accountant needs (:data:`PartEvent`). An event given as its
-    JSON form is read (:func:`event_from_json`).
+    what it covers in words; ``event`` is what the accountant needs (:data:`PartEvent`; :func:`event_from_json`
+    reads its JSON form).
     """
 
     kind: str
@@ -135,19 +135,11 @@ class GuaranteePart:
     mechanism: str
     epsilon: float
     delta: float = 0.0
-    event: PartEvent | Mapping[str, float | int | str | None] = None
-    """Always a :data:`PartEvent` once made: a JSON form given here (stage 2's DP-SGD row, until it builds the
-    ``DpSgdEvent`` itself) is read by :func:`event_from_json`."""
-
-    def __post_init__(self) -> None:
-        """Read an ``event`` given as its JSON form."""
-        if isinstance(self.event, Mapping):
-            object.__setattr__(self, "event", event_from_json(self.event))
+    event: PartEvent = None
 
     def to_dict(self) -> dict[str, Any]:
         """Return the JSON form (an infinite ε as ``"inf"``)."""
         event = self.event
-        assert not isinstance(event, Mapping)  # read by __post_init__
         return {"kind": self.kind, "covers": self.covers, "mechanism": self.mechanism,
                 "epsilon": json_number(self.epsilon), "delta": self.delta,
                 "event": {} if event is None else event.to_json()}

@@ -107,8 +107,10 @@ def test_re_releases_add_their_values_and_labels_and_widen_the_group_bound() -> 
         privacy_report = SimpleNamespace(exact_epsilon_per_record=2.0, exact_delta=0.0)
         mechanism, release, extractor = "hybrid", "scores", "mnist-cnn"
         label_release = krr_labels(1.0, 10)
-        extractor_training = {"training": "non-private", "records": 10}
         release_guarantee = None
+
+        def training(self) -> ExtractorTraining:
+            return ExtractorTraining.from_json({"training": "non-private", "records": 10})
 
     earlier = [ReleaseEntry("r", "client_000.h5", None, "krr", "flatten", 3.0, label_release=krr_labels(0.5, 10))]
     parts = rg.file_parts(Meta(), records=10, history=earlier)
