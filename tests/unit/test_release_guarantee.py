@@ -82,6 +82,50 @@ def test_a_class_released_by_krr_composes_as_krr_tighter_than_binary_rr() -> Non
     assert tight.epsilon < loose.epsilon
 
 
+def test_each_part_event_is_a_typed_record_with_one_json_form() -> None:
+    parts = [rg.features_part("uer", "flatten", 3.0), rg.features_part("uer", "flatten", None),
+             rg.features_part("krr", "label", 1.0, categories=4), rg.features_part("gaussian", "flatten", 2.0, 1e-5),
+             rg.labels_part(krr_labels(0.5, 10)), rg.extractor_part(SGD, trained=True, records=7000,
+                                                                    features_epsilon=1.0, dp_sgd=lambda e, d: 1.25)]
+    events = [p.event for p in parts]
+    assert events[:3] == [rg.PureEpsilonEvent(3.0), rg.PureEpsilonEvent(math.inf), rg.KrrEvent(1.0, 4)]
+    assert events[3] is None and events[4] == rg.KrrEvent(0.5, 10)
+    assert events[5] == mechanisms.accounting.DpSgdEvent(1.1, 0.02, 800)
+    assert [p.to_dict()["event"] for p in parts] == [
+        {"pure_epsilon": 3.0}, {"pure_epsilon": "inf"}, {"krr": 1.0, "num_classes": 4}, {},
+        {"krr": 0.5, "num_classes": 10}, {"noise_multiplier": 1.1, "sampling_probability": 0.02, "steps": 800}]
+    for part in parts:
+        assert rg.GuaranteePart.from_dict(json.loads(json.dumps(part.to_dict()))) == part
+    for bad in ({"krr": 1.0}, {"pure_epsilon": "x"}, {"steps": 3}, [1]):
+        with pytest.raises(ValueError, match="event"):
+            rg.event_from_json(bad)
+
+
+def test_a_client_file_reads_its_privacy_attributes_into_records_once() -> None:
+    from ldpfl.contract.schema import ClientMetadata, FormatError
+
+    spec = mechanisms.MechanismSpec.from_dict({"name": "krr", "parameters": {"epsilon": 1.0, "categories": 10}})
+    report = spec.report()
+    guarantee = rg.compose([rg.features_part("krr", "label", 1.0, categories=10), rg.labels_part(krr_labels(1.0, 10))],
+                           scope="s")
+    meta = ClientMetadata(
+        dataset="d", num_classes=10, client_index=0, client_count=1, partition={}, extractor="none", input_shape=(10,),
+        integer_bits=0, fraction_bits=0, features=10, feature_format="float32", mechanism="krr",
+        mechanism_parameters={"epsilon": 1.0, "categories": 10}, privacy_report=report, randomness="seeded",
+        label_histograms={"train": [0] * 10, "test": [0] * 10}, release="label", label_release=krr_labels(1.0, 10),
+        release_guarantee=guarantee)
+    attrs = meta.to_attrs()
+    assert attrs["privacy_report"] == json.dumps(report.to_dict(), sort_keys=True)
+    assert attrs["label_release"] == json.dumps(krr_labels(1.0, 10).to_json(), sort_keys=True)
+    read = ClientMetadata.from_attrs(attrs)
+    assert read.privacy_report == report and read.label_release == krr_labels(1.0, 10)
+    assert read.release_guarantee == guarantee and rg.stored_or_computed(read, records=3) is read.release_guarantee
+    with pytest.raises(FormatError, match="attribute 'label_release' is malformed"):
+        ClientMetadata.from_attrs(attrs | {"label_release": json.dumps({"mechanism": "krr"})})
+    with pytest.raises(FormatError, match="attribute 'release_guarantee' is not a JSON object"):
+        ClientMetadata.from_attrs(attrs | {"release_guarantee": "[]"})
+
+
 def test_pure_parts_add_and_an_open_part_makes_it_infinite() -> None:
     krr = krr_labels(1.5, 10)
     pure = rg.compose([rg.features_part("krr", "label", 2.0), rg.labels_part(krr)], scope="s")
