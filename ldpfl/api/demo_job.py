@@ -54,7 +54,7 @@ class PrivateRun:
     release: str
     mechanism: str
     nominal_epsilon: float | None
-    exact_epsilon_per_record: float | str | None
+    exact_epsilon_per_record: float | None
     local_accuracies: list[float | None]
     round_accuracies: list[float]
     clean_accuracies: list[float | None]
@@ -65,7 +65,8 @@ class PrivateRun:
         """Return a JSON-ready summary."""
         return {"run_dir": str(self.run_dir), "release": self.release, "mechanism": self.mechanism,
                 "release_guarantee": _guarantee_dict(self.release_guarantee),
-                "nominal_epsilon": self.nominal_epsilon, "exact_epsilon_per_record": self.exact_epsilon_per_record,
+                "nominal_epsilon": json_number(self.nominal_epsilon),
+                "exact_epsilon_per_record": json_number(self.exact_epsilon_per_record),
                 "local_cnn_accuracy": self.local_accuracies,
                 "global_test_accuracy_per_round": self.round_accuracies,
                 "clean_test_accuracy_per_round": self.clean_accuracies, "inspection_ok": self.inspection_ok}
@@ -79,7 +80,7 @@ class DemoResult:
     local_accuracies: list[float | None]
     round_accuracies: list[float]
     nominal_epsilon: float | None
-    exact_epsilon_per_record: float | str | None
+    exact_epsilon_per_record: float | None
     randomness: str
     plots: list[Path]
     inspection_ok: bool
@@ -99,8 +100,8 @@ class DemoResult:
             "run_dir": str(self.run_dir),
             "local_cnn_accuracy": self.local_accuracies,
             "global_test_accuracy_per_round": self.round_accuracies,
-            "nominal_epsilon": self.nominal_epsilon,
-            "exact_epsilon_per_record": self.exact_epsilon_per_record,
+            "nominal_epsilon": json_number(self.nominal_epsilon),
+            "exact_epsilon_per_record": json_number(self.exact_epsilon_per_record),
             "randomness": self.randomness,
             "generator": self.generator,
             "plots": [str(p) for p in self.plots],
@@ -113,6 +114,7 @@ class DemoResult:
         exact = self.exact_epsilon_per_record
         exact_text = f"{exact:,.1f}" if isinstance(exact, float) and math.isfinite(exact) else str(exact)
         epsilon = "n/a" if self.release_guarantee is None else json_number(self.release_guarantee.epsilon)
+        nominal = json_number(self.nominal_epsilon)
         lines = [
             "",
             "== ldpfl demo: summary ==",
@@ -122,7 +124,7 @@ class DemoResult:
             + ", ".join(f"r{i + 1}: {_pct(a)}" for i, a in enumerate(self.round_accuracies)),
             f"release guarantee         epsilon {epsilon} per record over everything the "
             "files release (clear labels and a non-DP CNN: inf; see docs/privacy.md)",
-            f"features alone (UER)      nominal epsilon {self.nominal_epsilon}  |  exact epsilon per record "
+            f"features alone (UER)      nominal epsilon {nominal}  |  exact epsilon per record "
             f"{exact_text}  (one part of the guarantee)",
             f"randomness                {randomness_label(self.randomness, self.generator)}",
             f"files                     {self.run_dir}/client_*.h5, {self.run_dir}/manifest.json",
@@ -223,7 +225,6 @@ def demo(out: StrPath = DEFAULT_OUT, *, clients: int = 2, epochs: int = 3, round
     plot = write_plot(inspection, run_dir / "inspect.png")
     plots = [plot, *[p for p in [federation.paths.get("accuracy_png")] if p is not None and p.exists()]]
 
-    report = export.privacy.to_dict()
     private_run = None
     if private:
         private_run = _run_private(Path(f"{run_dir}-private"), clients=clients, rounds=rounds, seed=seed,
@@ -232,8 +233,8 @@ def demo(out: StrPath = DEFAULT_OUT, *, clients: int = 2, epochs: int = 3, round
         run_dir=run_dir,
         local_accuracies=[c.local_accuracy for c in export.clients],
         round_accuracies=[float(r["test_accuracy"]) for r in federation.history],
-        nominal_epsilon=report.get("nominal_epsilon"),
-        exact_epsilon_per_record=report.get("exact_epsilon_per_record"),
+        nominal_epsilon=export.privacy.nominal_epsilon,
+        exact_epsilon_per_record=export.privacy.exact_epsilon_per_record,
         randomness=export.randomness,
         generator=export.privacy.generator,
         plots=plots,
@@ -263,7 +264,7 @@ def _run_private(run_dir: Path, *, clients: int, rounds: int, seed: int | None, 
     guarantee = FederationGuarantee.from_dict(stored)
     accuracies = [float(r["test_accuracy"]) for r in federation.history]  # the silos' own clean test records
     return PrivateRun(run_dir, "ScatterNet features kept local", "dp-sgd", PRIVATE_TARGET_EPSILON,
-                      stored["epsilon"], [], accuracies, list(accuracies), inspection.ok, guarantee)
+                      guarantee.epsilon, [], accuracies, list(accuracies), inspection.ok, guarantee)
 
 
 def weakest_guarantee(run_dir: StrPath) -> ReleaseGuarantee | None:
