@@ -64,7 +64,7 @@ class PrivateRun:
     def to_dict(self) -> dict[str, Any]:
         """Return a JSON-ready summary."""
         return {"run_dir": str(self.run_dir), "release": self.release, "mechanism": self.mechanism,
-                "release_guarantee": _guarantee_dict(self.release_guarantee),
+                "release_guarantee": _guarantee_json(self.release_guarantee),
                 "nominal_epsilon": json_number(self.nominal_epsilon),
                 "exact_epsilon_per_record": json_number(self.exact_epsilon_per_record),
                 "local_cnn_accuracy": self.local_accuracies,
@@ -106,7 +106,7 @@ class DemoResult:
             "generator": self.generator,
             "plots": [str(p) for p in self.plots],
             "inspection_ok": self.inspection_ok,
-            "release_guarantee": _guarantee_dict(self.release_guarantee),
+            "release_guarantee": _guarantee_json(self.release_guarantee),
         }
 
     def format_text(self) -> str:
@@ -174,7 +174,7 @@ def _last(values: list[Any]) -> Any:
     return values[-1] if values else None
 
 
-def _guarantee_dict(guarantee: ReleaseGuarantee | FederationGuarantee | None) -> dict[str, Any] | None:
+def _guarantee_json(guarantee: ReleaseGuarantee | FederationGuarantee | None) -> dict[str, Any] | None:
     """Return the JSON form of a guarantee (the file boundary of ``--json``)."""
     return None if guarantee is None else guarantee.to_dict()
 
