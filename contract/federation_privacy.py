@@ -75,7 +75,11 @@ class LedgerRow:
 class DpSgdLedgerRow:
     """One DP-SGD silo's accountant over the steps it took: ε at δ under both neighbouring relations.
 
-    ``epsilon`` is the run's relation's (``neighbours``); ``target_epsilon`` is None when σ was given.
+    ``epsilon`` is the run's relation's (``neighbours``); ``target_epsilon`` is None when σ was given. The
+    ``evaluation_*`` fields account for its noised evaluation replies on its test records (disjoint from the
+    training records): ``evaluation_epsilon`` at the same δ (the same under both relations; ∞ when they left in
+    clear; None in a run written before they were accounted), over ``evaluation_releases`` replies of noise σ
+    ``evaluation_sigma`` (counts).
     """
 
     client: int
@@ -93,16 +97,22 @@ class DpSgdLedgerRow:
     method: str
     notes: tuple[str, ...] = ()
     mechanism: str = DP_SGD_MECHANISM
+    evaluation_releases: int = 0
+    evaluation_epsilon: float | None = None
+    evaluation_sigma: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Return the JSON form (an infinite ε as ``"inf"``)."""
+        evaluation = {} if self.evaluation_epsilon is None else {
+            "evaluation_releases": self.evaluation_releases, "evaluation_epsilon": json_number(self.evaluation_epsilon),
+            "evaluation_sigma": self.evaluation_sigma}
         return {"client": self.client, "rounds": self.rounds, "steps": self.steps,
                 "epsilon": json_number(self.epsilon), "delta": self.delta,
                 "epsilon_replace_one": json_number(self.epsilon_replace_one),
                 "epsilon_add_remove": json_number(self.epsilon_add_remove), "neighbours": self.neighbours,
                 "target_epsilon": self.target_epsilon, "noise_multiplier": self.noise_multiplier,
                 "sampling_probability": self.sampling_probability, "clip": self.clip, "method": self.method,
-                "mechanism": self.mechanism, "notes": list(self.notes)}
+                "mechanism": self.mechanism, "notes": list(self.notes), **evaluation}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> DpSgdLedgerRow:
@@ -115,7 +125,11 @@ class DpSgdLedgerRow:
         return cls(data["client"], data["rounds"], data.get("steps", 0), epsilon, float(data["delta"] or 0.0),
                    replace_one, add_remove, data.get("neighbours"), _optional_float(data.get("target_epsilon")),
                    _optional_float(data.get("noise_multiplier")), _optional_float(data.get("sampling_probability")),
-                   _optional_float(data.get("clip")), str(data["method"]), _notes(data.get("notes", ())))
+                   _optional_float(data.get("clip")), str(data["method"]), _notes(data.get("notes", ())),
+                   evaluation_releases=int(data.get("evaluation_releases") or 0),
+                   evaluation_epsilon=number_from_json(data.get("evaluation_epsilon"), name="evaluation_epsilon",
+                                                       optional=True),
+                   evaluation_sigma=_optional_float(data.get("evaluation_sigma")))
 
 
 AnyLedgerRow = LedgerRow | DpSgdLedgerRow
@@ -223,6 +237,7 @@ class SiloGuarantee:
     A DP-SGD silo (``local_only_files`` not None) also states ε under both relations (``epsilon_add_remove`` is
     None where its shareable file's figure holds, which has no add-remove form). ``updates_only``: the smaller
     bound where only its updates leave; ``note``: why its file's figure is given although that bound is smaller.
+    ``evaluation_epsilon``: a DP-SGD silo's test records' figure (its noised evaluation replies), part of ``epsilon``.
     """
 
     client: int
@@ -233,6 +248,7 @@ class SiloGuarantee:
     local_only_files: bool | None = None
     updates_only: UpdatesOnly | None = None
     note: str | None = None
+    evaluation_epsilon: float | None = None
 
     @property
     def dp_sgd(self) -> bool:
@@ -246,6 +262,8 @@ class SiloGuarantee:
             out.update(epsilon_replace_one=json_number(self.epsilon_replace_one),
                        epsilon_add_remove=json_number(self.epsilon_add_remove),
                        local_only_files=self.local_only_files)
+        if self.evaluation_epsilon is not None:
+            out["evaluation_epsilon"] = json_number(self.evaluation_epsilon)
         if self.updates_only is not None:
             out["updates_only"] = self.updates_only.to_dict()
         if self.note is not None:
@@ -264,7 +282,8 @@ class SiloGuarantee:
                    _epsilon(data.get("epsilon_add_remove"), "epsilon_add_remove"),
                    None if local is None else bool(local),
                    UpdatesOnly.from_dict(updates) if isinstance(updates, Mapping) else None,
-                   None if data.get("note") is None else str(data["note"]))
+                   None if data.get("note") is None else str(data["note"]),
+                   _epsilon(data.get("evaluation_epsilon"), "evaluation_epsilon"))
 
 
 @dataclass(frozen=True)

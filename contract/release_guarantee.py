@@ -416,13 +416,17 @@ CLEAN_METRICS_NOTE = ("clean_test_* metrics are computed from local-only clear r
 
 DP_SGD_SCOPE = ("what a federation releases about one record when the silos train with record-level DP-SGD: each "
                 "silo's updates (and so the model and what is computed from it) are (epsilon, delta)-DP in "
-                "each of its training records over every step it took; its client files never leave it "
-                "(local-only), so this is everything it releases; the run's figure is the weakest silo's")
+                "each of its training records over every step it took, and its evaluation replies in each of its "
+                "test records (Gaussian noise); its client files never leave it (local-only), so this is "
+                "everything it releases; the run's figure is the weakest silo's")
 LOCAL_METRICS_NOTE = ("DP-SGD silos do not report training metrics (train_* are null: they would be computed from "
                       "clear training records); the evaluation sums (test_*, per_client) of silos whose files are "
-                      "local-only are computed in clear from their TEST records, which are disjoint from the "
-                      "training records this figure covers: in a deployment they leave a silo with its reply and "
-                      "are not randomized or accounted, so test records are not protected by this guarantee")
+                      "local-only are computed from their TEST records, disjoint from their training records, and "
+                      "leave with Gaussian noise (per-record loss clipped to 10 nats), accounted as "
+                      "evaluation_epsilon: each silo's figure is the larger of the two (parallel composition), and "
+                      "the reported test figures are noisy")
+CLEAR_EVALUATION_NOTE = ("the evaluation sums (test_*, per_client) of local-only DP-SGD silos were released in clear "
+                         "(eval_epsilon inf): their test records are not protected, so their figure is inf")
 SHARED_FILES_NOTE = ("client {client}'s file is shareable, so it may have left the silo: its release guarantee "
                      "covers everything (the updates are computed from the released file: post-processing); the "
                      "DP-SGD figure alone holds where only the updates leave (updates_only)")

@@ -117,6 +117,9 @@ class FederationConfig:
     noise_multiplier: float | None = None
     target_epsilon: float | None = None
     neighbours: str = REPLACE_ONE
+    # The test records' budget: each silo's evaluation replies get Gaussian noise calibrated to it over the run
+    # (stage2_federate.evaluation_noise); None: the DP-SGD target (else what its planned steps spend); inf: clear.
+    eval_epsilon: float | None = None
     local_steps: int = 1
     server_momentum: float = 0.0
     # The server's defences against a faulty or hostile silo (issue 31; stage2_federate.reply_checks, strategies):
@@ -222,9 +225,16 @@ class FederationConfig:
         given = [name for name in ("noise_multiplier", "target_epsilon") if getattr(self, name) is not None]
         for name in given:
             require_finite_positive(name.replace("_", " "), getattr(self, name))
+        eval_epsilon = self.eval_epsilon
+        number = isinstance(eval_epsilon, int | float) and not isinstance(eval_epsilon, bool)
+        if eval_epsilon is not None and not (number and (0.0 < eval_epsilon <= MAX_TARGET_EPSILON
+                                                         or eval_epsilon == math.inf)):
+            raise ParameterError(f"`eval_epsilon` must lie in (0, {MAX_TARGET_EPSILON:g}], or be inf (the evaluation "
+                                 f"replies in clear: test records not protected), got {eval_epsilon!r}")
         if not self.dp_sgd:
             extra = given + (["neighbours"] if self.neighbours != REPLACE_ONE else []) + (
-                ["local_steps"] if self.local_steps != 1 else [])
+                ["local_steps"] if self.local_steps != 1 else []) + (
+                ["eval_epsilon"] if eval_epsilon is not None else [])
             if extra:
                 raise ParameterError(f"`{'`, `'.join(extra)}` apply to `dp_sgd` only (record-level DP-SGD)")
             return
@@ -234,6 +244,9 @@ class FederationConfig:
         if len(given) != 1:
             raise ParameterError("`dp_sgd` needs exactly one of `noise_multiplier` (sigma) and `target_epsilon` "
                                  "(sigma calibrated per silo over the whole run)" + (", not both" if given else ""))
+        if self.eval_clean and eval_epsilon != math.inf:
+            raise ParameterError("`eval_clean` sends clean test sums in clear; under `dp_sgd` the silos' evaluation "
+                                 "is noised: drop `eval_clean`, or set `eval_epsilon` to inf (not private)")
         if self.sensitivity is not None:
             raise ParameterError("`sensitivity` belongs to the model perturbations; under `dp_sgd` the per-record "
                                  "sensitivity is `clip`")

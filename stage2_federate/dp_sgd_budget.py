@@ -11,12 +11,14 @@ checkpoint's history, so it is restored exactly.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from ldpfl.mechanisms import accounting
 
+from .evaluation_noise import EvaluationNoise, calibrate, matched
 from .round_record import RoundRecord
 
 LIBRARY = "opacus"
@@ -26,7 +28,9 @@ LIBRARY = "opacus"
 class DpSgdClient:
     """One silo's DP-SGD: σ, clip C, Poisson rate q, steps per round, δ and what the accountant states.
 
-    ``target_epsilon`` is None when σ was given (``noise_multiplier``) rather than calibrated.
+    ``target_epsilon`` is None when σ was given (``noise_multiplier``) rather than calibrated. ``evaluation`` is
+    the Gaussian noise of its evaluation replies on its test records (``evaluation_noise``); None when they leave
+    in clear (``eval_epsilon`` ∞: the test records are then not protected).
     """
 
     client: int
@@ -39,6 +43,7 @@ class DpSgdClient:
     records: int
     target_epsilon: float | None = None
     planned_steps: int = 0
+    evaluation: EvaluationNoise | None = None
 
     def event(self, rounds_trained: int) -> accounting.DpSgdEvent:
         """Return the accountant's event after ``rounds_trained`` rounds (``local_steps`` each)."""
@@ -49,6 +54,10 @@ class DpSgdClient:
         """Return ε under replace-one and add-remove at δ after ``rounds_trained`` rounds."""
         return accounting.dp_sgd_epsilons(self.event(rounds_trained), self.delta)
 
+    def evaluation_epsilon(self, releases: int) -> float:
+        """Return the test records' ε at δ after ``releases`` evaluation replies (∞ when they leave in clear)."""
+        return math.inf if self.evaluation is None else self.evaluation.epsilon(releases)
+
     def to_dict(self) -> dict[str, Any]:
         """Return the JSON form (``metrics.json``'s privacy entries, the Flower setup message)."""
         return {**asdict(self), "library": LIBRARY}
@@ -58,13 +67,18 @@ class DpSgdClient:
         """Read :meth:`to_dict`'s form."""
         fields = {k: data[k] for k in ("client", "noise_multiplier", "clip", "sampling_probability", "local_steps",
                                       "delta", "neighbours", "records")}
-        return cls(**fields, target_epsilon=data.get("target_epsilon"), planned_steps=int(data.get("planned_steps", 0)))
+        evaluation = data.get("evaluation")
+        return cls(**fields, target_epsilon=data.get("target_epsilon"), planned_steps=int(data.get("planned_steps", 0)),
+                   evaluation=None if evaluation is None else EvaluationNoise(**evaluation))
 
 
 def plan_client(client: int, records: int, *, clip: float, delta: float, neighbours: str, rounds: int,
                 local_steps: int, sample_rate: float | None, batch_size: int, noise_multiplier: float | None,
-                target_epsilon: float | None) -> DpSgdClient:
+                target_epsilon: float | None, eval_epsilon: float | None = None) -> DpSgdClient:
     """Resolve one silo's DP-SGD: q (``sample_rate``, else ``batch_size``/n capped at 1) and σ (given or calibrated).
+
+    Its evaluation noise is calibrated for one reply a round to ``eval_epsilon`` (None: the target; ∞: no noise,
+    the replies leave in clear); with neither, it is matched to one round of its DP-SGD (``evaluation_noise.matched``).
 
     Raises
     ------
@@ -81,8 +95,13 @@ def plan_client(client: int, records: int, *, clip: float, delta: float, neighbo
                                                       neighbours=neighbours)
     else:
         sigma = float(noise_multiplier)
+    if eval_epsilon is None and target_epsilon is None:  # σ given: the run may go on, so no per-run calibration
+        evaluation: EvaluationNoise | None = matched(sigma, q, int(local_steps), float(delta), neighbours=neighbours)
+    else:
+        budget = float(target_epsilon if eval_epsilon is None else eval_epsilon)  # type: ignore[arg-type]
+        evaluation = None if math.isinf(budget) else calibrate(budget, float(delta), int(rounds), neighbours=neighbours)
     return DpSgdClient(client, sigma, float(clip), q, int(local_steps), float(delta), neighbours, int(records),
-                       None if target_epsilon is None else float(target_epsilon), planned)
+                       None if target_epsilon is None else float(target_epsilon), planned, evaluation)
 
 
 def rounds_trained(rounds: Iterable[RoundRecord], client: int) -> int:

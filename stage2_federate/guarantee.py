@@ -8,6 +8,7 @@ where only updates leave, the bound of the privacy ledger over them. Pure, no I/
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from ldpfl.contract.federation_privacy import (
@@ -20,6 +21,7 @@ from ldpfl.contract.federation_privacy import (
 )
 from ldpfl.contract.release_guarantee import (
     CLEAN_METRICS_NOTE,
+    CLEAR_EVALUATION_NOTE,
     DP_SGD_SCOPE,
     EXTRACTOR,
     FEDERATION_SCOPE,
@@ -35,6 +37,9 @@ from .client_privacy import ClientPrivacy
 from .dp_sgd_budget import DpSgdClient
 
 LEDGER_BOUND = "the privacy ledger (local DP over the client's whole vector)"
+EVALUATION = "evaluation"
+METHOD_PARALLEL = ("parallel composition over disjoint records (McSherry 2009): the larger of the training records' "
+                   "DP-SGD figure (dp-accounting PLD) and the test records' evaluation figure")
 DP_SGD_ALONE = "DP-SGD alone (only the updates leave the silo)"
 
 
@@ -49,7 +54,16 @@ def _dp_sgd_silo(entry: ClientPrivacy, dp_sgd: DpSgdClient, file_guarantee: Rele
                          dp_sgd.event(accounted.rounds))
     updates = ReleaseGuarantee(eps, delta, (part,), DP_SGD_SCOPE, METHOD_PLD)
     if entry.local_only:
-        return SiloGuarantee(entry.client, eps, delta, eps, eps_ar, True), updates
+        tested = accounted.evaluation_epsilon
+        if tested is None:  # a run written before the evaluation was accounted
+            return SiloGuarantee(entry.client, eps, delta, eps, eps_ar, True), updates
+        # parallel composition: training and test records are disjoint, so each record has the larger figure
+        evaluation = GuaranteePart(EVALUATION, f"the silo's evaluation replies: {accounted.evaluation_releases} "
+                                   f"Gaussian releases (sigma {accounted.evaluation_sigma}) of sums over its test "
+                                   "records", "gaussian" if math.isfinite(tested) else "none", tested, delta)
+        both = ReleaseGuarantee(max(eps, tested), delta, (part, evaluation), DP_SGD_SCOPE, METHOD_PARALLEL)
+        return SiloGuarantee(entry.client, max(eps, tested), delta, max(eps, tested), max(eps_ar, tested), True,
+                             evaluation_epsilon=tested), both
     note = SHARED_FILES_NOTE.format(client=entry.client) if eps < file_guarantee.epsilon else None
     # both are valid bounds of what leaves when the file is shared too: the file's holds
     return SiloGuarantee(entry.client, file_guarantee.epsilon, file_guarantee.delta, file_guarantee.epsilon, None,
@@ -101,6 +115,8 @@ def federation_guarantee(privacy: Sequence[ClientPrivacy], ledger: LedgerSection
     notes = [CLEAN_METRICS_NOTE] if clean_metrics else []
     if any(entry.dp_sgd is not None and entry.local_only for entry in privacy):
         notes.append(LOCAL_METRICS_NOTE)
+    if any(c.evaluation_epsilon is not None and math.isinf(c.evaluation_epsilon) for c in clients):
+        notes.append(CLEAR_EVALUATION_NOTE)
     dp_sgd = any(entry.dp_sgd is not None for entry in privacy)
     add_remove = [c.epsilon_add_remove for c in clients]
     return FederationGuarantee(

@@ -4,12 +4,14 @@ The clients' data and random streams are all here (``plan.LocalPlan``); the mode
 scratch space (``rounds.client_step`` overwrites its weights) before the loop sets the new global model.
 The global model is evaluated right after its round on each client's randomized test split (the loop sums
 them into the union, as the LDPFL reference evaluates, and keeps each client's own figures), and with
-``eval_clean`` on their clean test files. The sums go through the server's checks (``reply_checks``) as a
-Flower silo's do.
+``eval_clean`` on their clean test files. Under DP-SGD each silo's test sums are released with Gaussian noise
+(``rounds.silo_evaluation``) from its own stream for that round, as on a Flower node. The sums go through the
+server's checks (``reply_checks``) as a Flower silo's do.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 from .data import ClientSplit, load_clean_test
@@ -17,7 +19,8 @@ from .loop import EvaluationReplies, Training
 from .model import evaluation_sums
 from .plan import LocalPlan
 from .round_record import ClientEvaluation, SplitSums
-from .rounds import Broadcast, client_step
+from .rounds import Broadcast, client_step, silo_evaluation
+from .streams import evaluation_generator
 
 
 class InProcessTransport:
@@ -44,10 +47,13 @@ class InProcessTransport:
 
     def evaluate(self, round_number: int, broadcast: Broadcast, *, without: frozenset[int]) -> EvaluationReplies:
         """Evaluate the global model (the plan's model holds it) on each client's test split: its sums."""
-        batch, model = self.plan.config.eval_batch_size, self.plan.model
+        plan = self.plan
+        batch, model, dp_sgd = plan.config.eval_batch_size, plan.model, plan.training.dp_sgd or {}
         reports = []
         for cid, client in self.clients.items():
-            test = SplitSums(*evaluation_sums(model, [client.test], batch))
+            test = silo_evaluation(model, [client.test], batch, dp_sgd.get(cid),
+                                   functools.partial(evaluation_generator, plan.randomness, len(self.clients),
+                                                     self.position[cid], round_number))
             clean = None if self.clean_splits is None else \
                 SplitSums(*evaluation_sums(model, [self.clean_splits[cid]], batch))
             reports.append(ClientEvaluation(cid, test, clean))

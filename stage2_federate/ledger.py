@@ -341,13 +341,19 @@ def dp_sgd_ledger(rounds: Sequence[RoundRecord], privacy: Sequence[ClientPrivacy
             raise ValueError(f"client {p.client} has no DP-SGD budget in a DP-SGD run")
         trained = rounds_trained(rounds, dp.client)
         both = dp.epsilons(trained)
+        evaluated = len(rounds)  # every round's model evaluated by every silo (a silo lost in one is counted too)
         rows.append(DpSgdLedgerRow(dp.client, trained, trained * dp.local_steps, both[dp.neighbours], dp.delta,
                                    both[accounting.REPLACE_ONE], both[accounting.ADD_REMOVE], dp.neighbours,
                                    dp.target_epsilon, dp.noise_multiplier, dp.sampling_probability, dp.clip,
-                                   f"{accounting.METHOD} (DP-SGD: Poisson-sampled Gaussian)"))
+                                   f"{accounting.METHOD} (DP-SGD: Poisson-sampled Gaussian)",
+                                   evaluation_releases=evaluated, evaluation_epsilon=dp.evaluation_epsilon(evaluated),
+                                   evaluation_sigma=None if dp.evaluation is None else dp.evaluation.sigma))
     notes = (f"record-level DP-SGD ({DP_SGD_LIBRARY}) of every silo over the {len(rounds)} rounds so far: each "
              "silo's steps composed by one accountant (dp-accounting PLD), epsilon at its delta under replace-one "
-             "and add-remove",)
+             "and add-remove",
+             "evaluation_*: each silo's evaluation replies on its test records (disjoint from its training "
+             "records), released with Gaussian noise (stage2_federate.evaluation_noise), one per round so far; "
+             "the same epsilon under both relations, inf where they left in clear")
     return LedgerSection(len(rounds), DP_SGD_COUNTED, "pld", True, tuple(rows), notes, dp_sgd=True, as_of_round=as_of)
 
 
@@ -362,9 +368,11 @@ def ledger_lines(section: LedgerSection, *, max_clients: int = 12) -> list[str]:
         lines[0] = f"privacy ledger (DP-SGD, each silo over its steps in {section.rounds} rounds):"
         for r in rows:
             assert isinstance(r, DpSgdLedgerRow)
+            tested = "" if r.evaluation_epsilon is None else (
+                f"; test records {format_epsilon(r.evaluation_epsilon)} ({r.evaluation_releases} noised evaluations)")
             lines.append(f"  client {r.client}: epsilon {format_epsilon(r.epsilon_replace_one)} "
                          f"replace-one, {format_epsilon(r.epsilon_add_remove)} add-remove at delta "
-                         f"{r.delta:g} ({r.steps} steps, sigma {r.noise_multiplier:.4g})")
+                         f"{r.delta:g} ({r.steps} steps, sigma {r.noise_multiplier:.4g}){tested}")
     elif len(rows) <= max_clients:
         for r in rows:
             delta = "" if not r.delta else f" at delta {r.delta:g}"

@@ -137,12 +137,18 @@ def check_dp_sgd_extension(plan: FederationPlan, payload: dict[str, Any]) -> Non
     """Refuse to extend a DP-SGD run with a target ε past the rounds its σ was calibrated for.
 
     σ of each silo was calibrated for ``rounds × local_steps`` steps of the run as it started; more rounds would
-    spend more than ``target_epsilon``. (With a given ``noise_multiplier`` the run may go on: the ledger reports
-    what it spends.)
+    spend more than ``target_epsilon``; likewise its evaluation noise for one reply a round at ``eval_epsilon``.
+    (With a given ``noise_multiplier`` and no ``eval_epsilon`` the run may go on: the ledger reports what it spends.)
     """
     config = plan.config
     started = payload.get("config", {})
-    if not config.dp_sgd or config.target_epsilon is None or int(started.get("rounds", config.rounds)) == config.rounds:
+    if not config.dp_sgd or int(started.get("rounds", config.rounds)) == config.rounds:
+        return
+    if config.target_epsilon is None and config.eval_epsilon is not None and math.isfinite(config.eval_epsilon):
+        raise DpSgdTargetError(f"`rounds` {config.rounds}: this DP-SGD run's evaluation noise was calibrated for "
+                               f"{started.get('rounds')} rounds at eval epsilon {config.eval_epsilon:g} per silo; "
+                               "other rounds would exceed it. Start a new run")
+    if config.target_epsilon is None:
         return
     raise DpSgdTargetError(f"`rounds` {config.rounds}: this DP-SGD run was calibrated for {started.get('rounds')} "
                            f"rounds at target epsilon {config.target_epsilon:g} per silo; other rounds would change "

@@ -235,10 +235,11 @@ def evaluation_rows(batch_size: int, input_width: int) -> int:
 
 @torch.no_grad()
 def evaluation_sums(model: FederatedMLP, splits: Sequence[ClientSplit | StreamedSplit],
-                    batch_size: int = 1024) -> tuple[float, int, int]:
+                    batch_size: int = 1024, *, loss_bound: float | None = None) -> tuple[float, int, int]:
     """Return the summed cross-entropy, correct predictions and rows of ``model`` over the union of ``splits``.
 
-    Batches are ``batch_size`` rows, fewer for very wide inputs (:func:`evaluation_rows`).
+    Batches are ``batch_size`` rows, fewer for very wide inputs (:func:`evaluation_rows`). With ``loss_bound``
+    each row's cross-entropy is clipped to it before the sum (the bounded sum of a noised evaluation).
     """
     model.eval()
     batch_size = evaluation_rows(batch_size, model.input_width)
@@ -248,7 +249,8 @@ def evaluation_sums(model: FederatedMLP, splits: Sequence[ClientSplit | Streamed
     for split in splits:
         for inputs, labels in split.batches(batch_size):
             logits = model(inputs)
-            loss_sum += float(F.cross_entropy(logits, labels, reduction="sum"))
+            losses = F.cross_entropy(logits, labels, reduction="none")
+            loss_sum += float((losses if loss_bound is None else losses.clamp(max=loss_bound)).sum())
             correct += int((logits.argmax(dim=1) == labels).sum())
             total += int(labels.shape[0])
     return loss_sum, correct, total

@@ -17,7 +17,7 @@ reads or writes a file, prints, or touches a global random state.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -28,10 +28,11 @@ from ldpfl.mechanisms.base import require_generator
 from .data import ClientSplit
 from .dp_sgd import train_dp_sgd
 from .dp_sgd_budget import DpSgdClient
+from .evaluation_noise import LOSS_BOUND
 from .label_noise import LabelNoise
-from .model import FederatedMLP, get_vector, make_optimizer, set_vector, train_local
+from .model import FederatedMLP, evaluation_sums, get_vector, make_optimizer, set_vector, train_local
 from .perturbation import ClientPerturbation, ServerRule
-from .round_record import RoundRecord
+from .round_record import RoundRecord, SplitSums
 from .strategies import Aggregate, Strategy
 from .streaming import StreamedSplit
 
@@ -130,6 +131,20 @@ def client_step(model: FederatedMLP, broadcast: Broadcast, split: ClientSplit | 
         return ClientResult(cid, None, stats.loss, stats.accuracy,
                             f"client {cid}: {EXCLUDED_UPLOAD}")
     return ClientResult(cid, upload, stats.loss, stats.accuracy)
+
+
+def silo_evaluation(model: FederatedMLP, splits: Sequence[ClientSplit | StreamedSplit], batch_size: int,
+                    dp_sgd: DpSgdClient | None, rng: Callable[[], np.random.Generator]) -> SplitSums:
+    """Return what one silo reports of the global model on its test ``splits`` (both engines' silo side).
+
+    Under DP-SGD with evaluation noise the sums are bounded and released by the Gaussian mechanism
+    (``evaluation_noise``; ``rng`` makes the silo's stream for this round); otherwise they are exact.
+    """
+    noise = None if dp_sgd is None else dp_sgd.evaluation
+    if noise is None:
+        return SplitSums(*evaluation_sums(model, splits, batch_size))
+    released = noise.release(*evaluation_sums(model, splits, batch_size, loss_bound=LOSS_BOUND), rng=rng())
+    return SplitSums(released.loss_sum, released.correct, released.rows)
 
 
 def draw_dropouts(selected: Sequence[int], count: int, rng: np.random.Generator) -> list[int]:

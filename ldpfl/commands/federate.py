@@ -116,6 +116,7 @@ Examples:
 @option("--target-epsilon", type=click.FloatRange(min=0.0, min_open=True))
 @option("--noise-multiplier", type=click.FloatRange(min=0.0, min_open=True))
 @option("--neighbours", type=click.Choice(["replace-one", "add-remove"]), show_default=True)
+@option("--eval-epsilon", type=click.FloatRange(min=0.0, min_open=True))
 @option("--local-steps", type=click.IntRange(min=1), show_default=True)
 @option("--server-momentum", type=click.FloatRange(0.0, 1.0, max_open=True), show_default=True)
 @option("--max-update-norm", type=click.FloatRange(min=0.0, min_open=True))

@@ -144,9 +144,12 @@ def _stage2_ledger_lines(ledger: LedgerSection | None) -> list[str]:
     lines = [f"  privacy ledger  stage 2, each client over its uploads ({ledger.accountant}):"]
     for row in ledger.clients:
         if isinstance(row, DpSgdLedgerRow):
+            tested = "" if row.evaluation_epsilon is None else (
+                f"; its test records eps {_fmt(row.evaluation_epsilon)} over {row.evaluation_releases} noised "
+                "evaluations")
             lines.append(f"    client {row.client}: eps {_fmt(row.epsilon_replace_one)} "
                          f"replace-one, {_fmt(row.epsilon_add_remove)} add-remove at delta "
-                         f"{row.delta} over {row.steps} DP-SGD steps in {row.rounds} rounds")
+                         f"{row.delta} over {row.steps} DP-SGD steps in {row.rounds} rounds{tested}")
             continue
         eps = row.epsilon
         shown = "n/a" if eps is None else ("inf (not private)" if math.isinf(eps) else f"{eps:.4g}")
@@ -164,6 +167,8 @@ def _federation_guarantee_lines(guarantee: FederationGuarantee | None) -> list[s
     delta = guarantee.delta
     local = [c for c in guarantee.clients if c.local_only_files]
     where = (f"; {len(local)} silo(s) keep their files local (only updates leave)" if local else "")
+    if any(c.evaluation_epsilon is not None for c in local):
+        where += "; training and test records both covered (the larger figure)"
     return [f"  federation guarantee  eps {_fmt(eps)}{both} at delta {delta} per record, the weakest silo's{where}"]
 
 

@@ -181,7 +181,8 @@ def train(msg: Message, context: Context) -> Message:
                              f"{instruction.resume_round} but has no resume state"
                              + ("" if store is None else f" in {store.path}"))
     vector = msg.content.array_records[GLOBAL].to_numpy_ndarrays()[0]
-    evaluation = _evaluation(trainer, config, client, vector) if instruction.evaluate else None  # the last round's
+    evaluation = (_evaluation(trainer, config, setup, client, vector, instruction.round - 1)
+                  if instruction.evaluate else None)  # the last round's model
     _MARKS["evaluated"] = time.time()
     result = trainer.train(config, setup, client, vector, generator=generator, rng=perturb)
     state = cs.pack_streams(perturb, generator)
@@ -207,14 +208,15 @@ def evaluate(msg: Message, context: Context) -> Message:
     setup = EvaluateInstruction.from_json(_info(msg.content)).setup
     client = _open(context, config)
     vector = msg.content.array_records[GLOBAL].to_numpy_ndarrays()[0]
-    evaluation = _evaluation(_trainer(config, setup), config, client, vector)
+    model_round = int(msg.metadata.group_id) - 1  # the exchange after the model's round (transport._message)
+    evaluation = _evaluation(_trainer(config, setup), config, setup, client, vector, model_round)
     return Message(RecordDict({EVALUATION: evaluation}), reply_to=msg)
 
 
-def _evaluation(trainer: cs.Trainer, config: FederationConfig, client: ClientDataset,
-                vector: np.ndarray) -> MetricRecord:
-    """Evaluate ``vector`` on this client's test split(s); return the sums as a MetricRecord."""
-    sums = trainer.evaluate(config, client, vector)
+def _evaluation(trainer: cs.Trainer, config: FederationConfig, setup: ClientSetup, client: ClientDataset,
+                vector: np.ndarray, model_round: int) -> MetricRecord:
+    """Evaluate ``vector`` (round ``model_round``'s model) on this client's test split(s); return the sums."""
+    sums = trainer.evaluate(config, setup, client, vector, model_round)
     return MetricRecord({f"{name}_{key}": value for name, (loss_sum, correct, rows) in sums.items()
                          for key, value in (("loss_sum", float(loss_sum)), ("correct", int(correct)),
                                             ("rows", int(rows)))})

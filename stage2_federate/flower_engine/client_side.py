@@ -36,9 +36,9 @@ from ldpfl.stage2_federate.data import ClientDataset, ClientSplit, load_clean_te
 from ldpfl.stage2_federate.model import FederatedMLP, build_model, evaluate, set_vector
 from ldpfl.stage2_federate.perturbation import ClientPerturbation
 from ldpfl.stage2_federate.plan import configured_perturbations, resolve_device
-from ldpfl.stage2_federate.rounds import Broadcast, ClientResult, LocalTraining, client_step
+from ldpfl.stage2_federate.rounds import Broadcast, ClientResult, LocalTraining, client_step, silo_evaluation
 from ldpfl.stage2_federate.streaming import ResidencyBudget, StreamedSplit
-from ldpfl.stage2_federate.streams import Streams
+from ldpfl.stage2_federate.streams import Streams, evaluation_generator
 
 from .protocol import ClientSetup, ClientSummary
 
@@ -213,19 +213,25 @@ class Trainer:
         return client_step(self.model, self.broadcast(vector), client.train, client_perturbation(config, setup, client),
                            training, generator=generator, rng=rng)
 
-    def evaluate(self, config: FederationConfig, client: ClientDataset, vector: np.ndarray,
-                 ) -> dict[str, tuple[float, int, int]]:
-        """Return (summed cross-entropy, correct predictions, rows) of the global model per test split.
+    def evaluate(self, config: FederationConfig, setup: ClientSetup, client: ClientDataset, vector: np.ndarray,
+                 model_round: int) -> dict[str, tuple[float, int, int]]:
+        """Return the sums of the global model (round ``model_round``'s) per test split.
 
-        ``test``: the randomized test split; ``clean`` (with ``eval_clean``): the client's local-only clean
-        test file (``data.load_clean_tests``), which never leaves the client. Summed over the clients,
-        these give the local engine's evaluation on the union of the splits.
+        ``test``: the test split, under DP-SGD released with the Gaussian noise of ``rounds.silo_evaluation``
+        from this client's stream for that round (the local engine's draws); ``clean`` (with ``eval_clean``): the
+        client's local-only clean test file (``data.load_clean_tests``). Summed over the clients, these give the
+        local engine's evaluation on the union of the splits.
         """
         set_vector(self.model, self.broadcast(vector).weights)
-        splits: dict[str, list[ClientSplit | StreamedSplit]] = {"test": [client.test]}
+        sums: dict[str, tuple[float, int, int]] = {}
+        if setup.dp_sgd is not None and setup.dp_sgd.evaluation is not None:
+            noised = silo_evaluation(self.model, [client.test], config.eval_batch_size, setup.dp_sgd,
+                                     lambda: evaluation_generator(mech.make_randomness(config.seed), setup.clients,
+                                                                  setup.position, model_round))
+            sums["test"] = (noised.loss_sum, noised.correct, noised.rows)
+        splits: dict[str, list[ClientSplit | StreamedSplit]] = {} if sums else {"test": [client.test]}
         if config.eval_clean:
             splits["clean"] = [clean_test(client, self.device)]
-        sums = {}
         for name, chosen in splits.items():
             rows = sum(len(s) for s in chosen)
             if rows == 0:

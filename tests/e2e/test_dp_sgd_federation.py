@@ -2,7 +2,8 @@
 
 The ledger's figures are dp-accounting's own for the σ, q and steps each silo took; a resumed run restores the
 accountant (its figures equal an uninterrupted run's); a run calibrated for a target cannot be extended past
-it; bad combinations are refused in one line with nothing written.
+it; the silos' evaluation replies carry the Gaussian noise their test records' figure accounts for; bad
+combinations are refused in one line with nothing written.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from federate_files import write_run
 
 import ldpfl
 from ldpfl.mechanisms import FLOAT32
+from ldpfl.stage2_federate import evaluation_noise as noise
 
 federate = command("federate")
 DP = dict(hidden=(), dp_sgd=True, device="cpu", seed=3, lr=2.0)
@@ -89,6 +91,40 @@ def test_a_target_run_is_not_extended_past_its_target(float_run, tmp_path):
     assert (out / "metrics.json").read_bytes() == before
 
 
+def test_the_evaluation_replies_are_noised_and_accounted(float_run, tmp_path):
+    """Same seed, clear against noised evaluation: the same training, test figures that differ by the noise alone.
+
+    Each silo's count moves by N(0, σ²) rounded (and clamped): by at most 6σ + 1 in 12 draws but for a chance of
+    about 2.4e-8, and the test records' ε is the accountant's for the replies sent.
+    """
+    common = dict(rounds=3, target_epsilon=2.0, **DP)
+    clear = _metrics(ldpfl.federate(float_run, out=tmp_path / "clear", eval_epsilon=float("inf"), **common))
+    noised = _metrics(ldpfl.federate(float_run, out=tmp_path / "noised", eval_epsilon=1.0, **common))
+    rows = [{k: v for k, v in r.items() if not k.startswith("evaluation")} for r in clear["privacy_ledger"]["clients"]]
+    assert rows == [{k: v for k, v in r.items() if not k.startswith("evaluation")}
+                    for r in noised["privacy_ledger"]["clients"]]
+    row = noised["privacy_ledger"]["clients"][0]
+    sigma = row["evaluation_sigma"]
+    assert row["evaluation_releases"] == 3 and row["evaluation_epsilon"] <= 1.0
+    assert row["evaluation_epsilon"] == pytest.approx(noise.calibrate(1.0, 1e-5, 3, neighbours="replace-one")
+                                                      .epsilon(3))
+    gaps = [abs(a["test_accuracy"] - b["test_accuracy"]) * a["test_rows"]
+            for x, y in zip(clear["rounds"], noised["rounds"], strict=True)
+            for a, b in zip(x["per_client"], y["per_client"], strict=True)]
+    assert len(gaps) == 12 and any(gap > 0 for gap in gaps)
+    assert all(gap <= 6 * sigma + 1 for gap in gaps), (gaps, sigma)  # 6 standard deviations plus the rounding
+    assert clear["privacy_ledger"]["clients"][0]["evaluation_epsilon"] == "inf"
+
+
+def test_a_run_with_an_evaluation_budget_is_not_extended(float_run, tmp_path):
+    out = tmp_path / "fed"
+    args = [float_run, "--dp-sgd", "--noise-multiplier", "1.5", "--eval-epsilon", "1", "--hidden", "none", "--seed",
+            "1", "--out", out, "-q"]
+    assert federate(*args, "--rounds", "2", "--keep-checkpoint").exit_code == 0
+    line = one_error_line(federate(*args, "--rounds", "3", "--resume"))
+    assert "evaluation noise was calibrated for 2 rounds" in line
+
+
 @pytest.mark.parametrize(("flags", "fragment"), [
     (["--dp-sgd"], "exactly one of"),
     (["--dp-sgd", "--target-epsilon", "1", "--noise-multiplier", "1"], "not both"),
@@ -98,6 +134,9 @@ def test_a_target_run_is_not_extended_past_its_target(float_run, tmp_path):
     (["--dp-sgd", "--noise-multiplier", "1", "--sensitivity", "1"], "sensitivity"),
     (["--dp-sgd", "--target-epsilon", "1", "--neighbours", "swap"], "neighbours"),
     (["--dp-sgd", "--target-epsilon", "1e-9", "--delta", "1e-12"], "out of reach"),
+    (["--eval-epsilon", "1"], "apply to dp-sgd only"),
+    (["--dp-sgd", "--target-epsilon", "1", "--eval-clean"], "eval-clean"),
+    (["--dp-sgd", "--target-epsilon", "1", "--eval-epsilon", "0"], "eval-epsilon"),
 ])
 def test_bad_dp_sgd_combinations_are_one_line_and_write_nothing(float_run, tmp_path, flags, fragment):
     out = tmp_path / "fed"

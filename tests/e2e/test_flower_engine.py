@@ -164,7 +164,8 @@ def test_a_flower_client_evaluates_its_own_clean_file_like_the_local_engine(thre
     sums = []
     for client in local.data.clients:  # each client: only its own files
         opened = cs.open_client(client.path, torch.device("cpu"))
-        sums.append(cs.Trainer.build(config, plan.setups[client.index]).evaluate(config, opened, vector)["clean"])
+        setup = plan.setups[client.index]
+        sums.append(cs.Trainer.build(config, setup).evaluate(config, setup, opened, vector, 1)["clean"])
     from ldpfl.stage2_federate.flower_engine.server_side import union_evaluation
 
     loss, accuracy = evaluate(local.model, load_clean_tests(local.data), config.eval_batch_size)

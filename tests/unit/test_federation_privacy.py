@@ -20,10 +20,17 @@ from ldpfl.contract.federation_privacy import (
     LedgerSection,
     SiloGuarantee,
 )
-from ldpfl.contract.release_guarantee import DP_SGD_SCOPE, FEDERATION_SCOPE, GuaranteePart, ReleaseGuarantee
+from ldpfl.contract.release_guarantee import (
+    CLEAR_EVALUATION_NOTE,
+    DP_SGD_SCOPE,
+    FEDERATION_SCOPE,
+    GuaranteePart,
+    ReleaseGuarantee,
+)
 from ldpfl.stage2_federate import ledger as lg
 from ldpfl.stage2_federate.client_privacy import ClientPrivacy
 from ldpfl.stage2_federate.dp_sgd_budget import DpSgdClient
+from ldpfl.stage2_federate.evaluation_noise import EvaluationNoise
 from ldpfl.stage2_federate.guarantee import federation_guarantee
 from ldpfl.stage2_federate.round_record import RoundRecord
 
@@ -45,8 +52,11 @@ def round_of(number: int, selected: tuple[int, ...], dropped: tuple[int, ...] = 
     return RoundRecord(number, 0.1, 0.9, 0.1, 0.9, selected, dropped, (), selected, (), (), False, (), 0.0)
 
 
-def dp(index: int) -> DpSgdClient:
-    return DpSgdClient(index, 1.2, 0.1, 0.1, 2, 1e-5, "replace-one", 500, 3.0, 20)
+NOISE = EvaluationNoise(50.0, 20, 1e-5, "replace-one", 3.0)
+
+
+def dp(index: int, evaluation: EvaluationNoise | None = NOISE) -> DpSgdClient:
+    return DpSgdClient(index, 1.2, 0.1, 0.1, 2, 1e-5, "replace-one", 500, 3.0, 20, evaluation)
 
 
 def test_client_privacy_round_trips_and_relabels_into_a_new_record() -> None:
@@ -82,7 +92,11 @@ def test_a_dp_sgd_section_and_the_guarantee_of_local_only_and_shared_silos() -> 
     assert LedgerSection.from_dict(json.loads(json.dumps(section.to_dict()))) == section
     guarantee = federation_guarantee(privacy, section)
     local, shared = guarantee.clients
-    assert local.local_only_files and local.epsilon == section.clients[0].epsilon_replace_one
+    row = section.clients[0]
+    assert isinstance(row, DpSgdLedgerRow) and row.evaluation_releases == 2
+    assert row.evaluation_epsilon == pytest.approx(NOISE.epsilon(2))  # sigma 50: far below the DP-SGD figure
+    assert local.local_only_files and local.epsilon == max(row.epsilon_replace_one, row.evaluation_epsilon)
+    assert local.evaluation_epsilon == row.evaluation_epsilon
     assert shared.epsilon == 80.0 and shared.epsilon_add_remove is None and shared.updates_only is not None
     assert shared.note is not None and "client 1's file is shareable" in shared.note
     assert guarantee.epsilon == 80.0 and guarantee.scope == FEDERATION_SCOPE and guarantee.epsilon_add_remove is None
@@ -93,6 +107,21 @@ def test_a_dp_sgd_section_and_the_guarantee_of_local_only_and_shared_silos() -> 
     assert FederationGuarantee.from_dict(json.loads(json.dumps(written))) == guarantee
     alone = federation_guarantee(privacy[:1], section)
     assert alone.scope == DP_SGD_SCOPE and alone.epsilon_add_remove == section.clients[0].epsilon_add_remove
+    assert [p.kind for p in alone.parts] == ["extractor", "evaluation"]
+
+
+def test_the_test_records_bound_a_silo_by_parallel_composition() -> None:
+    """The larger of the training and test records' figures; replies sent in clear make the silo's figure ∞."""
+    noisy = EvaluationNoise(0.5, 20, 1e-5, "replace-one", 3.0)  # little noise: the test records dominate
+    for evaluation, expected in ((noisy, noisy.epsilon(2)), (None, math.inf)):
+        privacy = [client(0, dp_sgd=dp(0, evaluation), local_only=True)]
+        section = lg.ledger_section([round_of(1, (0,)), round_of(2, (0,))], privacy)
+        guarantee = federation_guarantee(privacy, section)
+        row = section.clients[0]
+        assert isinstance(row, DpSgdLedgerRow) and expected > row.epsilon_add_remove
+        assert guarantee.epsilon == guarantee.epsilon_add_remove == pytest.approx(expected)
+        assert (CLEAR_EVALUATION_NOTE in guarantee.notes) == (evaluation is None)
+        assert FederationGuarantee.from_dict(json.loads(json.dumps(guarantee.to_dict()))) == guarantee
 
 
 def test_the_ledger_bounds_a_silo_only_where_it_is_smaller() -> None:
