@@ -39,21 +39,14 @@ from ldpfl.mechanisms import accounting
 from ldpfl.mechanisms.base import require_generator
 from ldpfl.mechanisms.validation import require_finite_positive
 
+from .round_record import SplitSums
+
 LOSS_BOUND = 10.0
 """Nats: each test record's cross-entropy is clipped to [0, LOSS_BOUND] before it is summed (the sum's range)."""
 SENSITIVITY = math.sqrt(2.0)
 """L2 sensitivity of (correct, loss sum / LOSS_BOUND) to one record, under either neighbouring relation."""
 CALIBRATION_STEPS = 60
 """Bisection steps of the calibration over ln σ (the bracket is at most 2^40 wide: well below 0.1 % at the end)."""
-
-
-@dataclass(frozen=True)
-class NoisedSums:
-    """One silo's released evaluation: the noisy, clamped sums over its test rows (``rows`` is public)."""
-
-    loss_sum: float
-    correct: int
-    rows: int
 
 
 @dataclass(frozen=True)
@@ -88,7 +81,7 @@ class EvaluationNoise:
         eps = self.epsilon(releases)
         return {relation: eps for relation in accounting.NEIGHBOURS}
 
-    def release(self, clipped_loss_sum: float, correct: int, rows: int, *, rng: np.random.Generator) -> NoisedSums:
+    def release(self, clipped_loss_sum: float, correct: int, rows: int, *, rng: np.random.Generator) -> SplitSums:
         """Return the noisy sums of one reply: N(0, σ²) on the count and N(0, (σL)²) on the clipped loss sum.
 
         ``clipped_loss_sum`` must be the sum of per-record losses clipped to [0, :data:`LOSS_BOUND`]
@@ -99,7 +92,7 @@ class EvaluationNoise:
         noise = rng.normal(0.0, self.sigma, size=2)
         count = int(np.clip(np.rint(correct + noise[0]), 0, rows))
         loss = float(np.clip(clipped_loss_sum + LOSS_BOUND * noise[1], 0.0, rows * LOSS_BOUND))
-        return NoisedSums(loss, count, int(rows))
+        return SplitSums(loss, count, int(rows))
 
 
 def spent(sigma: float, releases: int, delta: float) -> float:

@@ -143,8 +143,7 @@ def silo_evaluation(model: FederatedMLP, splits: Sequence[ClientSplit | Streamed
     noise = None if dp_sgd is None else dp_sgd.evaluation
     if noise is None:
         return SplitSums(*evaluation_sums(model, splits, batch_size))
-    released = noise.release(*evaluation_sums(model, splits, batch_size, loss_bound=LOSS_BOUND), rng=rng())
-    return SplitSums(released.loss_sum, released.correct, released.rows)
+    return noise.release(*evaluation_sums(model, splits, batch_size, loss_bound=LOSS_BOUND), rng=rng())
 
 
 def draw_dropouts(selected: Sequence[int], count: int, rng: np.random.Generator) -> list[int]:
