@@ -249,8 +249,10 @@ def evaluation_sums(model: FederatedMLP, splits: Sequence[ClientSplit | Streamed
     for split in splits:
         for inputs, labels in split.batches(batch_size):
             logits = model(inputs)
-            losses = F.cross_entropy(logits, labels, reduction="none")
-            loss_sum += float((losses if loss_bound is None else losses.clamp(max=loss_bound)).sum())
+            if loss_bound is None:
+                loss_sum += float(F.cross_entropy(logits, labels, reduction="sum"))
+            else:
+                loss_sum += float(F.cross_entropy(logits, labels, reduction="none").clamp(max=loss_bound).sum())
             correct += int((logits.argmax(dim=1) == labels).sum())
             total += int(labels.shape[0])
     return loss_sum, correct, total
