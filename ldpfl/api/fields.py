@@ -132,6 +132,7 @@ class FederationFields(TypedDict, total=False):
     noise_multiplier: float | None
     target_epsilon: float | None
     neighbours: str
+    eval_epsilon: float | None
     local_steps: int
     server_momentum: float
     max_update_norm: float | None
