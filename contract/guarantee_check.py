@@ -14,7 +14,7 @@ from typing import Any
 from ldpfl.contract.release_guarantee import (
     EXTRACTOR,
     ReleaseGuarantee,
-    basic_composition,
+    basic_guarantee,
     file_guarantee,
     file_parts,
     pld_events,
@@ -75,7 +75,7 @@ def check_stored(stored: ReleaseGuarantee, meta: ClientMetadata, *, records: int
     Without a DP-SGD part the parts are recomputed exactly (pure parts add; no accountant). With one, and unless
     ``recompute``, nothing is recomputed by the PLD accountant: the stored extractor part must record the file's
     own (σ, q, T, δ), its ε must lie in the valid bracket of DP-SGD alone, and the stored total in the bracket of
-    everything composed (capped by basic composition over the stored parts, as :func:`compose` caps it). A figure
+    everything composed (capped by basic composition over the stored parts, as :func:`guarantee_of` caps it). A figure
     below a lower bound is certainly understated; any disagreement is settled by the exact accountant. A stored
     figure between the lower bound and the exact one passes this check: ``recompute`` closes that gap (its width
     is about (T + parts) times the bracket's grid; ``GuaranteeCheck.lower`` and ``upper`` say how wide).
@@ -96,7 +96,7 @@ def check_stored(stored: ReleaseGuarantee, meta: ClientMetadata, *, records: int
 
     try:
         parts = file_parts(meta, records=records, diagnostic=diagnostic, dp_sgd=checked_sgd)
-        basic = basic_composition(tuple(parts))
+        basic = basic_guarantee(tuple(parts))
         found = pld_events(parts)
         if found is None:
             if not any(p.kind == EXTRACTOR and p.mechanism == "dp-sgd" for p in parts):

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from ldpfl.common.errors import LdpflError
+from ldpfl.mechanisms import accounting
 from ldpfl.mechanisms.krr import KRR
 from ldpfl.mechanisms.validation import MAX_EPSILON
 
@@ -155,7 +156,8 @@ class LabelRelease:
         (Dwork & Roth 2014, Theorem 3.14). With ``--release label`` the features are the predicted class, and
         the two k-RRs compose the same way (docs/privacy.md compares them with one k²-ary RR over the pair).
         """
-        return {"rule": "basic composition (ε add)", "epsilon": float(feature_epsilon) + self.epsilon,
+        total, _ = accounting.basic_composition([(float(feature_epsilon), 0.0), (self.epsilon, 0.0)])
+        return {"rule": "basic composition (ε add)", "epsilon": total,
                 "parts": [{"covers": "features", "epsilon": float(feature_epsilon)},
                           {"covers": "labels", "mechanism": self.mechanism, "epsilon": self.epsilon}]}
 

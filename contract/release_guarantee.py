@@ -297,12 +297,10 @@ def dp_sgd_epsilon(event: accounting.DpSgdEvent, delta: float) -> float:
     return accounting.epsilon([event], delta, neighbours=accounting.REPLACE_ONE)
 
 
-def basic_composition(parts: tuple[GuaranteePart, ...], scope: str = "") -> ReleaseGuarantee:
-    """Compose by basic composition (Dwork and Roth 2014, Theorem 3.16): ε and δ add; a part at ε = ∞ makes it ∞."""
-    if any(not math.isfinite(p.epsilon) for p in parts):
-        return ReleaseGuarantee(math.inf, 0.0, parts, scope, METHOD_BASIC)
-    return ReleaseGuarantee(math.fsum(p.epsilon for p in parts), math.fsum(p.delta for p in parts), parts, scope,
-                            METHOD_BASIC)
+def basic_guarantee(parts: tuple[GuaranteePart, ...], scope: str = "") -> ReleaseGuarantee:
+    """Return the guarantee of ``parts`` by the accountant's basic composition: ε and δ add; ∞ stays ∞."""
+    epsilon, delta = accounting.basic_composition((p.epsilon, p.delta) for p in parts)
+    return ReleaseGuarantee(epsilon, delta, parts, scope, METHOD_BASIC)
 
 
 def pld_events(parts: Sequence[GuaranteePart]) -> tuple[list[accounting.Event], float] | None:
@@ -321,10 +319,10 @@ def pld_events(parts: Sequence[GuaranteePart]) -> tuple[list[accounting.Event], 
     return [sgd[0].event, *(_pure_event(p) for p in pure if p.epsilon > 0)], sgd[0].delta
 
 
-def compose(parts: Sequence[GuaranteePart], *, scope: str) -> ReleaseGuarantee:
+def guarantee_of(parts: Sequence[GuaranteePart], *, scope: str) -> ReleaseGuarantee:
     """Return the per-record guarantee of all ``parts`` (see the module docstring for the method)."""
     parts = tuple(parts)
-    basic = basic_composition(parts, scope)
+    basic = basic_guarantee(parts, scope)
     found = pld_events(parts)
     if found is None:
         return basic
@@ -385,7 +383,7 @@ def file_guarantee(meta: ClientMetadata, *, records: int, history: Iterable[Rele
                    diagnostic: bool = False) -> ReleaseGuarantee:
     """Return the per-record guarantee of a client file (see :func:`file_parts`); a local-only file's says so."""
     scope = LOCAL_ONLY_SCOPE if getattr(meta, "local_only", False) else FILE_SCOPE
-    return compose(file_parts(meta, records=records, history=history, diagnostic=diagnostic), scope=scope)
+    return guarantee_of(file_parts(meta, records=records, history=history, diagnostic=diagnostic), scope=scope)
 
 
 def stored_or_computed(meta: ClientMetadata, *, records: int) -> ReleaseGuarantee:

@@ -8,7 +8,7 @@ instead of DP-SGD: Wu et al.'s Gaussian (``gaussian-wu``), PLDP-FL's PDPM (``pdp
 **Matched budget.** For each target ε (the same per-silo ε as the DP-SGD rows) the per-round ε is chosen by
 bisection so that the privacy ledger's total per silo over the rounds equals the target: the ledger's own
 release (``ledger.release_from_report`` of the mechanism's report) composed by the ledger's own accountant
-(``ledger.compose``), as the run will compose it; the run's ledger is then read back and recorded. Their ε
+(``ledger.ledger_entry``), as the run will compose it; the run's ledger is then read back and recorded. Their ε
 holds for any two values of a silo's whole update (local DP over the vector, Δ₂ its range), so it bounds the
 record-level ε under both neighbouring relations: it is recorded as ``epsilon_add_remove`` and
 ``epsilon_replace_one`` alike, an upper bound on each. Accuracy is the final global model's on the silos'
@@ -42,7 +42,7 @@ def ledger_total(name: str, per_round: float, rounds: int) -> float:
     [client] = build_client_perturbations(name, dim=DIM, epsilons=[per_round], target=resolve_target(name),
                                           rounds=rounds, **OPTIONS[name])
     release = ledger.release_from_report(client.mechanism.report())
-    total = ledger.compose(release, rounds).epsilon
+    total = ledger.ledger_entry(release, rounds).epsilon
     assert total is not None
     return float(total)
 

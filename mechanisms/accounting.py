@@ -210,6 +210,18 @@ def _checked(events: Iterable[Event], neighbours: str, method: str) -> tuple[Eve
     return events
 
 
+def basic_composition(parts: Iterable[tuple[float, float]]) -> tuple[float, float]:
+    """Return (ε, δ) of ``parts`` (ε, δ) composed by basic composition (Dwork & Roth 2014, Theorem 3.16): both add.
+
+    A part at ε = ∞ makes the whole ∞ (δ 0: nothing is promised). Valid for any parts, adaptively; the PLD
+    accountant (:func:`epsilon`) is tighter where it applies.
+    """
+    parts = tuple(parts)
+    if any(not math.isfinite(eps) for eps, _ in parts):
+        return math.inf, 0.0
+    return math.fsum(eps for eps, _ in parts), math.fsum(d for _, d in parts)
+
+
 def epsilon(events: Iterable[Event], delta: float, *, neighbours: str = REPLACE_ONE, method: str = PLD) -> float:
     """Return ε at ``delta`` of all ``events`` composed (adaptively) under ``neighbours`` by ``method``.
 
@@ -298,4 +310,5 @@ def calibrate_noise_multiplier(target_epsilon: float, delta: float, sampling_pro
 
 __all__ = ["ADD_REMOVE", "METHOD", "METHODS", "NEIGHBOURS", "NEIGHBOURS_TEXT", "PLD", "RDP", "REPLACE_ONE",
            "DpSgdEvent", "Event", "GaussianEvent", "PureEvent", "RandomizedResponseEvent", "ZcdpEvent",
-           "calibrate_noise_multiplier", "delta", "dp_sgd_epsilons", "epsilon", "require_neighbours"]
+           "basic_composition", "calibrate_noise_multiplier", "delta", "dp_sgd_epsilons", "epsilon",
+           "require_neighbours"]

@@ -131,7 +131,7 @@ def _gaussian_epsilon(release: GaussianRelease, rounds: int, accountant: str) ->
                               method=accounting.RDP if accountant == RDP else accounting.PLD)
 
 
-def compose(release: Release, rounds: int, *, accountant: str = RDP, client: Hashable = None) -> LedgerEntry:
+def ledger_entry(release: Release, rounds: int, *, accountant: str = RDP, client: Hashable = None) -> LedgerEntry:
     """Total privacy loss of ``rounds`` releases of ``release`` by one client.
 
     Parameters
@@ -152,7 +152,7 @@ def compose(release: Release, rounds: int, *, accountant: str = RDP, client: Has
     if rounds == 0:
         return LedgerEntry(client, 0, 0.0, 0.0, METHOD_NO_UPLOADS, ("the client never uploaded",))
     if isinstance(release, PureRelease):
-        total = math.inf if math.isinf(release.epsilon) else release.epsilon * rounds
+        total, _ = accounting.basic_composition([(release.epsilon, 0.0)] * rounds)
         return LedgerEntry(client, rounds, total, 0.0, METHOD_BASIC,
                            (f"{rounds} x per-round epsilon {release.epsilon:.6g} (pure LDP, basic composition)",))
     if isinstance(release, GaussianRelease):
@@ -192,7 +192,7 @@ def privacy_ledger(participation: Mapping[Hashable, int], releases: Release | Ma
     for client, rounds in participation.items():
         key = (per_client[client], _require_rounds(rounds))
         if key not in cache:
-            cache[key] = compose(key[0], key[1], accountant=accountant)
+            cache[key] = ledger_entry(key[0], key[1], accountant=accountant)
         entry = cache[key]
         out[client] = LedgerEntry(client, entry.rounds, entry.epsilon, entry.delta, entry.method, entry.notes)
     return out

@@ -31,11 +31,11 @@ def direct_pld_epsilon(noise_multiplier: float, rounds: int, delta: float) -> fl
     (38.758, 8.0, 1e-5, 1), (38.758, 8.0, 1e-5, 80), (9.69, 2.0, 1e-5, 20), (377.1, 40.0, 1e-3, 7)])
 def test_gaussian_totals_match_dp_accounting(sigma: float, sensitivity: float, delta: float, rounds: int) -> None:
     release = lg.GaussianRelease(sigma, sensitivity, delta)
-    entry = lg.compose(release, rounds, client=3)
+    entry = lg.ledger_entry(release, rounds, client=3)
     assert entry.epsilon == pytest.approx(direct_rdp_epsilon(sigma / sensitivity, rounds, delta), rel=1e-12)
     assert (entry.client, entry.rounds, entry.delta, entry.method) == (3, rounds, delta, lg.METHOD_RDP)
     continuous = lg.GaussianRelease(sigma, sensitivity, delta, discrete=False)
-    pld = lg.compose(continuous, rounds, accountant=lg.PLD)
+    pld = lg.ledger_entry(continuous, rounds, accountant=lg.PLD)
     assert pld.epsilon == pytest.approx(direct_pld_epsilon(sigma / sensitivity, rounds, delta), rel=1e-12)
     # PLD is tight, RDP an upper bound: the two agree in order and PLD is never larger.
     assert pld.epsilon <= entry.epsilon + 1e-9
@@ -44,22 +44,23 @@ def test_gaussian_totals_match_dp_accounting(sigma: float, sensitivity: float, d
 def test_gaussian_total_golden() -> None:
     """80 rounds of σ/Δ = 38.758/8 at δ = 1e-5 (gaussian, ε = 1 nominal per round): ε_total = 9.7321 by RDP
     (0.8220 for one round by RDP; PLD gives 9.0625 for the continuous Gaussian), far below 80 x one round."""
-    entry = lg.compose(lg.GaussianRelease(38.758442100843, 8.0, 1e-5), 80)
+    entry = lg.ledger_entry(lg.GaussianRelease(38.758442100843, 8.0, 1e-5), 80)
     assert entry.epsilon == pytest.approx(9.732111197, rel=1e-8)
-    assert lg.compose(lg.GaussianRelease(38.758442100843, 8.0, 1e-5), 1).epsilon == pytest.approx(0.82196887, rel=1e-7)
-    pld = lg.compose(lg.GaussianRelease(38.758442100843, 8.0, 1e-5, discrete=False), 80, accountant=lg.PLD)
+    one = lg.ledger_entry(lg.GaussianRelease(38.758442100843, 8.0, 1e-5), 1)
+    assert one.epsilon == pytest.approx(0.82196887, rel=1e-7)
+    pld = lg.ledger_entry(lg.GaussianRelease(38.758442100843, 8.0, 1e-5, discrete=False), 80, accountant=lg.PLD)
     assert pld.epsilon == pytest.approx(9.062516, rel=1e-5)
 
 
 def test_pure_basic_composition_by_hand() -> None:
-    entry = lg.compose(lg.PureRelease(0.25), 12)
+    entry = lg.ledger_entry(lg.PureRelease(0.25), 12)
     assert entry.epsilon == 3.0 and entry.delta == 0.0 and entry.method == lg.METHOD_BASIC
-    assert lg.compose(lg.PureRelease(math.inf), 2).epsilon == math.inf
-    assert lg.compose(lg.PureRelease(0.25), 0).epsilon == 0.0
+    assert lg.ledger_entry(lg.PureRelease(math.inf), 2).epsilon == math.inf
+    assert lg.ledger_entry(lg.PureRelease(0.25), 0).epsilon == 0.0
 
 
 def test_none_adds_nothing() -> None:
-    entry = lg.compose(lg.NoRelease(), 5)
+    entry = lg.ledger_entry(lg.NoRelease(), 5)
     assert entry.epsilon is None and entry.delta is None and entry.method == lg.METHOD_NONE
     assert "adds no noise" in entry.notes[0]
     assert entry.to_dict()["epsilon"] is None
@@ -84,11 +85,11 @@ def test_refusals() -> None:
     with pytest.raises(ValueError, match="releases must cover"):
         lg.privacy_ledger({0: 1, 1: 1}, {0: lg.PureRelease(1.0)})
     with pytest.raises(ValueError, match="rounds"):
-        lg.compose(lg.PureRelease(1.0), -1)
+        lg.ledger_entry(lg.PureRelease(1.0), -1)
     with pytest.raises(ValueError, match="accountant"):
-        lg.compose(lg.PureRelease(1.0), 1, accountant="moments")
+        lg.ledger_entry(lg.PureRelease(1.0), 1, accountant="moments")
     with pytest.raises(ValueError, match="accountant='rdp'"):
-        lg.compose(lg.GaussianRelease(1.0, 1.0, 1e-5), 1, accountant=lg.PLD)
+        lg.ledger_entry(lg.GaussianRelease(1.0, 1.0, 1e-5), 1, accountant=lg.PLD)
     with pytest.raises(ValueError, match="delta"):
         lg.GaussianRelease(1.0, 1.0, 0.0)
     with pytest.raises(ValueError, match="sigma"):
@@ -124,5 +125,5 @@ def test_one_round_of_the_ledger_is_the_reports_per_record_epsilon(name: str, pa
     """The same discrete Gaussian noise gets one ε: stage 1's report (ρ-zCDP through dp-accounting) and
     stage 2's ledger for one upload (dp-accounting's Gaussian event) agree up to float rounding of σ/Δ₂."""
     report = mech.create_mechanism(name, **params).report()
-    entry = lg.compose(lg.release_from_report(report), 1)
+    entry = lg.ledger_entry(lg.release_from_report(report), 1)
     assert entry.epsilon == pytest.approx(report.exact_epsilon_per_record, rel=1e-9)

@@ -55,7 +55,7 @@ def test_dp_sgd_with_private_labels_and_scores_equals_dp_accounting() -> None:
     parts = [rg.features_part("hybrid", "scores", scores_eps),
              rg.labels_part(krr_labels(label_eps, k)),
              rg.extractor_part(SGD, trained=True, records=7000, features_epsilon=scores_eps)]
-    guarantee = rg.compose(parts, scope="test")
+    guarantee = rg.guarantee_of(parts, scope="test")
     sgd = dp_accounting.SelfComposedDpEvent(
         dp_accounting.PoissonSampledDpEvent(0.02, dp_accounting.GaussianDpEvent(1.1)), 800)
     krr = dp_accounting.RandomizedResponseDpEvent(k / (math.exp(label_eps) + k - 1), k)
@@ -73,8 +73,8 @@ def test_a_class_released_by_krr_composes_as_krr_tighter_than_binary_rr() -> Non
     assert as_krr.event == rg.KrrEvent(eps, k) and as_krr.to_dict()["event"] == {"krr": eps, "num_classes": k}
     labels = rg.labels_part(krr_labels(eps, k))
     extractor = rg.extractor_part(SGD, trained=True, records=7000, features_epsilon=eps)
-    tight = rg.compose([as_krr, labels, extractor], scope="s")
-    loose = rg.compose([rg.features_part("krr", "label", eps), labels, extractor], scope="s")
+    tight = rg.guarantee_of([as_krr, labels, extractor], scope="s")
+    loose = rg.guarantee_of([rg.features_part("krr", "label", eps), labels, extractor], scope="s")
     sgd = dp_accounting.SelfComposedDpEvent(
         dp_accounting.PoissonSampledDpEvent(0.02, dp_accounting.GaussianDpEvent(1.1)), 800)
     krr = dp_accounting.RandomizedResponseDpEvent(k / (math.exp(eps) + k - 1), k)
@@ -106,8 +106,8 @@ def test_a_client_file_reads_its_privacy_attributes_into_records_once() -> None:
 
     spec = mechanisms.MechanismSpec.from_dict({"name": "krr", "parameters": {"epsilon": 1.0, "categories": 10}})
     report = spec.report()
-    guarantee = rg.compose([rg.features_part("krr", "label", 1.0, categories=10), rg.labels_part(krr_labels(1.0, 10))],
-                           scope="s")
+    guarantee = rg.guarantee_of([rg.features_part("krr", "label", 1.0, categories=10),
+                                 rg.labels_part(krr_labels(1.0, 10))], scope="s")
     meta = ClientMetadata(
         dataset="d", num_classes=10, client_index=0, client_count=1, partition={}, extractor="none", input_shape=(10,),
         integer_bits=0, fraction_bits=0, features=10, feature_format="float32", mechanism="krr",
@@ -128,9 +128,9 @@ def test_a_client_file_reads_its_privacy_attributes_into_records_once() -> None:
 
 def test_pure_parts_add_and_an_open_part_makes_it_infinite() -> None:
     krr = krr_labels(1.5, 10)
-    pure = rg.compose([rg.features_part("krr", "label", 2.0), rg.labels_part(krr)], scope="s")
+    pure = rg.guarantee_of([rg.features_part("krr", "label", 2.0), rg.labels_part(krr)], scope="s")
     assert (pure.epsilon, pure.delta, pure.method) == (3.5, 0.0, rg.METHOD_BASIC)
-    clear = rg.compose([rg.features_part("uer", "flatten", 39245.4), rg.labels_part(CLEAR_LABELS)], scope="s")
+    clear = rg.guarantee_of([rg.features_part("uer", "flatten", 39245.4), rg.labels_part(CLEAR_LABELS)], scope="s")
     assert clear.epsilon == math.inf and not clear.private
     assert clear.headline() == "release guarantee: epsilon = inf per record (not private: labels)"
     assert rg.ReleaseGuarantee.from_dict(json.loads(json.dumps(pure.to_dict()))) == pure
@@ -141,7 +141,7 @@ def test_a_non_private_extractor_is_bounded_by_group_privacy_only() -> None:
     parts = [rg.features_part("uer", "flatten", features_eps),
              rg.labels_part(krr_labels(label_eps, 10)),
              rg.extractor_part(None, trained=True, records=n, features_epsilon=features_eps)]
-    assert rg.compose(parts, scope="s").epsilon == pytest.approx(n * features_eps + label_eps)
+    assert rg.guarantee_of(parts, scope="s").epsilon == pytest.approx(n * features_eps + label_eps)
     assert rg.extractor_part(None, trained=False, records=n, features_epsilon=features_eps) is None
     assert rg.extractor_part(NONE, trained=True, records=n, features_epsilon=1.0) is None
 
@@ -160,7 +160,7 @@ def test_re_releases_add_their_values_and_labels_and_widen_the_group_bound() -> 
     parts = rg.file_parts(Meta(), records=10, history=earlier)
     by_kind = {p.kind: p.epsilon for p in parts}
     assert by_kind["re-release"] == 3.5 and by_kind["extractor"] == pytest.approx(9 * (2.0 + 3.0))
-    assert rg.compose(parts, scope="s").epsilon == pytest.approx(2.0 + 1.0 + 45.0 + 3.5)
+    assert rg.guarantee_of(parts, scope="s").epsilon == pytest.approx(2.0 + 1.0 + 45.0 + 3.5)
 
 
 # ----------------------------------------------------------------------------------------------------

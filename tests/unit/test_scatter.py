@@ -14,7 +14,7 @@ import pytest
 
 from ldpfl.common.errors import ParameterError
 from ldpfl.contract.extractor_training import ExtractorTraining
-from ldpfl.contract.release_guarantee import EXTRACTOR, FIXED_TEXT, compose, extractor_part, features_part
+from ldpfl.contract.release_guarantee import EXTRACTOR, FIXED_TEXT, extractor_part, features_part, guarantee_of
 from ldpfl.stage1_features.models import cnn
 from ldpfl.stage1_features.models.scatter import (
     SCATTER,
@@ -93,7 +93,7 @@ def test_the_extractor_part_is_zero_and_says_why() -> None:
     part = extractor_part(training, trained=False, records=300, features_epsilon=5.0)
     assert part is not None and part.kind == EXTRACTOR and part.epsilon == 0.0 and part.delta == 0.0
     assert FIXED_TEXT in part.covers and "J=2" in part.covers and "L=8" in part.covers
-    guarantee = compose([features_part("piecewise", "flatten", 2.0), part], scope="test")
+    guarantee = guarantee_of([features_part("piecewise", "flatten", 2.0), part], scope="test")
     assert guarantee.epsilon == 2.0 and guarantee.private
     raw_inputs = ExtractorTraining.from_json({"training": "none"})
     assert extractor_part(raw_inputs, trained=False, records=3, features_epsilon=1.0) is None
