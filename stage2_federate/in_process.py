@@ -52,7 +52,7 @@ class InProcessTransport:
         reports = []
         for cid, client in self.clients.items():
             test = silo_evaluation(model, [client.test], batch, dp_sgd.get(cid),
-                                   functools.partial(evaluation_generator, plan.randomness, len(self.clients),
+                                   functools.partial(evaluation_generator, plan.randomness,
                                                      self.position[cid], round_number))
             clean = None if self.clean_splits is None else \
                 SplitSums(*evaluation_sums(model, [self.clean_splits[cid]], batch))

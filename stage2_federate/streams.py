@@ -35,16 +35,16 @@ INIT_KEY = 2**31 + 1
 EVALUATION_KEY = 1  # a client's evaluation noise: its child (1, round); child 0 is its training torch Generator
 
 
-def evaluation_generator(randomness: mech.Randomness, clients: int, position: int, model_round: int
-                         ) -> np.random.Generator:
+def evaluation_generator(randomness: mech.Randomness, position: int, model_round: int) -> np.random.Generator:
     """Return client ``position``'s Generator for the noise of its evaluation of round ``model_round``'s model.
 
-    One fresh stream per (client, round), a child of the client's own sequence: no state to checkpoint, the same
-    draws on both engines and after a resume, whatever order the evaluations arrive in.
+    One fresh stream per (client, round), the child (1, round) of the client's own sequence (the root's child
+    ``position``, as :meth:`Streams.create`): no state to checkpoint, the same draws on both engines and after a
+    resume, whatever order the evaluations arrive in.
     """
-    sequence = randomness.child_sequences(clients)[position]
-    return randomness.stream(np.random.SeedSequence(sequence.entropy,
-                                                    spawn_key=(*sequence.spawn_key, EVALUATION_KEY, int(model_round))))
+    root = randomness.seed_sequence
+    return randomness.stream(np.random.SeedSequence(
+        root.entropy, spawn_key=(*root.spawn_key, int(position), EVALUATION_KEY, int(model_round))))
 
 
 @dataclass

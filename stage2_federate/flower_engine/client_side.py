@@ -226,7 +226,7 @@ class Trainer:
         sums: dict[str, tuple[float, int, int]] = {}
         if setup.dp_sgd is not None and setup.dp_sgd.evaluation is not None:
             noised = silo_evaluation(self.model, [client.test], config.eval_batch_size, setup.dp_sgd,
-                                     lambda: evaluation_generator(mech.make_randomness(config.seed), setup.clients,
+                                     lambda: evaluation_generator(mech.make_randomness(config.seed),
                                                                   setup.position, model_round))
             sums["test"] = (noised.loss_sum, noised.correct, noised.rows)
         splits: dict[str, list[ClientSplit | StreamedSplit]] = {} if sums else {"test": [client.test]}
