@@ -23,6 +23,12 @@ figure under replace-one is larger (at most twice, at a larger δ); the PLD acco
 Randomized response is defined under replace-one only (a removed record's own release is simply absent):
 :func:`epsilon` refuses it under add/remove.
 
+Gaussian releases alone (one :class:`GaussianEvent`, under PLD) are computed exactly instead: k releases at noise
+multiplier σ are one Gaussian at σ/√k (Dong, Roth & Su 2019, Corollary 3.3, as dp-accounting's PLD accountant
+composes them), whose δ(ε) is the analytic Gaussian's (Balle & Wang 2018, Theorem 8: dp-accounting's
+``GaussianPrivacyLoss``), inverted by dp-accounting's bisection to the smallest ε within 1e-9 above the true one.
+The PLD accountant's discretized figure lies within 1e-5 (relative) above it and took up to a minute for small σ.
+
 :func:`calibrate_noise_multiplier` finds the smallest σ whose T Poisson-sampled steps stay within a target ε
 (dp-accounting's ``calibrate_dp_mechanism``, a bisection over the same accountant).
 
@@ -222,6 +228,34 @@ def basic_composition(parts: Iterable[tuple[float, float]]) -> tuple[float, floa
     return math.fsum(eps for eps, _ in parts), math.fsum(d for _, d in parts)
 
 
+def _gaussian_alone(events: tuple[Event, ...], method: str) -> GaussianEvent | None:
+    """Return the one Gaussian event of ``events`` when it is all they release under PLD (exact path), else None."""
+    parts = [e for e in events if not _empty(e)]
+    return parts[0] if method == PLD and len(parts) == 1 and isinstance(parts[0], GaussianEvent) else None
+
+
+def _gaussian_loss(event: GaussianEvent, neighbours: str) -> Any:
+    """Return the analytic privacy loss of ``event``'s releases: one Gaussian of multiplier σ/√k (module doc)."""
+    from dp_accounting.pld import privacy_loss_mechanism as mechanism
+
+    adjacency = mechanism.AdjacencyType.REPLACE if neighbours == REPLACE_ONE else mechanism.AdjacencyType.REMOVE
+    return mechanism.GaussianPrivacyLoss(event.noise_multiplier / math.sqrt(event.count), adjacency_type=adjacency)
+
+
+def _gaussian_epsilon(event: GaussianEvent, delta: float, neighbours: str) -> float:
+    """Return the smallest ε (to 1e-9, from above) whose δ(ε) of ``event`` is at most ``delta``."""
+    from dp_accounting.pld import common
+
+    loss = _gaussian_loss(event, neighbours)
+    search = common.BinarySearchParameters(0.0, math.inf, initial_guess=1.0, tolerance=GAUSSIAN_TOLERANCE)
+    found = common.inverse_monotone_function(loss.get_delta_for_epsilon, delta, search)
+    return math.inf if found is None else float(found)
+
+
+GAUSSIAN_TOLERANCE = 1e-9
+"""Absolute tolerance of the exact Gaussian ε (:func:`_gaussian_epsilon`): at most this above the true ε."""
+
+
 def epsilon(events: Iterable[Event], delta: float, *, neighbours: str = REPLACE_ONE, method: str = PLD) -> float:
     """Return ε at ``delta`` of all ``events`` composed (adaptively) under ``neighbours`` by ``method``.
 
@@ -236,6 +270,9 @@ def epsilon(events: Iterable[Event], delta: float, *, neighbours: str = REPLACE_
         raise ValueError(f"delta must lie in [0, 1), got {delta!r}")
     if all(_empty(e) for e in events):
         return 0.0
+    gaussian = _gaussian_alone(events, method)
+    if gaussian is not None:
+        return _gaussian_epsilon(gaussian, float(delta), neighbours) if delta > 0 else math.inf
     return float(_composed(events, neighbours, method).get_epsilon(float(delta)))
 
 
@@ -244,6 +281,9 @@ def delta(events: Iterable[Event], epsilon: float, *, neighbours: str = REPLACE_
     events = _checked(events, neighbours, method)
     if all(_empty(e) for e in events):
         return 0.0
+    gaussian = _gaussian_alone(events, method)
+    if gaussian is not None:
+        return float(_gaussian_loss(gaussian, neighbours).get_delta_for_epsilon(float(epsilon)))
     return float(_composed(events, neighbours, method).get_delta(float(epsilon)))
 
 

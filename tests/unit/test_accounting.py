@@ -73,3 +73,37 @@ def test_refusals_name_the_parameter():
     with pytest.raises(ValueError, match="out of reach"):
         accounting.calibrate_noise_multiplier(1e-6, 1e-12, 1.0, 10)
     assert accounting.epsilon([accounting.DpSgdEvent(1.0, 0.1, 0)], 1e-5) == 0.0
+
+
+def _direct_gaussian(sigma: float, count: int, relation) -> pld.PLDAccountant:
+    accountant = pld.PLDAccountant(relation)
+    accountant.compose(dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(sigma), count))
+    return accountant
+
+
+@pytest.mark.parametrize(("sigma", "count"), [(0.8, 1), (5.0, 1), (34.0, 300), (60.0, 1000)])
+@pytest.mark.parametrize("neighbours", accounting.NEIGHBOURS)
+def test_gaussian_releases_alone_are_exact(sigma, count, neighbours):
+    """k Gaussian releases alone take the analytic path: at most 1e-5 (relative) below dp-accounting's
+    pessimistic PLD figure and never above it by more than the bisection's tolerance; δ(ε) likewise."""
+    relation = NR.REPLACE_ONE if neighbours == accounting.REPLACE_ONE else NR.ADD_OR_REMOVE_ONE
+    direct = _direct_gaussian(sigma, count, relation)
+    exact = accounting.epsilon([accounting.GaussianEvent(sigma, count)], 1e-5, neighbours=neighbours)
+    discretized = direct.get_epsilon(1e-5)
+    assert discretized * (1 - 1e-5) <= exact <= discretized + accounting.GAUSSIAN_TOLERANCE
+    # the analytic δ at the returned ε is within the target (the figure errs on the safe side)
+    assert accounting.delta([accounting.GaussianEvent(sigma, count)], exact, neighbours=neighbours) <= 1e-5
+    assert accounting.delta([accounting.GaussianEvent(sigma, count)], 1.0, neighbours=neighbours) == pytest.approx(
+        direct.get_delta(1.0), rel=1e-4, abs=1e-12)
+
+
+def test_a_gaussian_with_other_parts_is_composed_by_pld():
+    """The exact path is for Gaussian releases alone: with a DP-SGD part, dp-accounting's PLD composes both."""
+    events = [accounting.GaussianEvent(20.0, 10), accounting.DpSgdEvent(3.0, 0.1, 50)]
+    direct = pld.PLDAccountant(NR.ADD_OR_REMOVE_ONE)
+    direct.compose(dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(20.0), 10))
+    direct.compose(dp_accounting.SelfComposedDpEvent(
+        dp_accounting.PoissonSampledDpEvent(0.1, dp_accounting.GaussianDpEvent(3.0)), 50))
+    assert accounting.epsilon(events, 1e-5, neighbours=accounting.ADD_REMOVE) == pytest.approx(
+        direct.get_epsilon(1e-5), rel=1e-9)
+    assert accounting.epsilon([accounting.GaussianEvent(1.0)], 0.0) == math.inf
