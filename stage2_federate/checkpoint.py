@@ -34,6 +34,8 @@ CHECKPOINT_VERSION = 2
 # Options that may change when a run is resumed (they do not change what the run computes, or, for
 # ``rounds``, only how long it goes on).
 RESUMABLE_CHANGES = frozenset({"rounds", "device", "threads", "eval_batch_size", "eval_clean"})
+ADDED_FIELDS = {"eval_every": 1}
+"""Configuration fields added since checkpoint version 2, with the value a checkpoint without them ran with."""
 LOCAL_ENGINE = "local"
 """The engine of a checkpoint without an ``engine`` entry (the local engine writes none)."""
 _ENGINE_HOLDS = {LOCAL_ENGINE: "every client's random streams are in the checkpoint",
@@ -175,7 +177,7 @@ def load_checkpoint(path: Path, config: FederationConfig, *, engine: str = LOCAL
                          f"reads {CHECKPOINT_VERSION}")
     check_keys(path, payload)
     check_engine(path, payload, engine)
-    saved, now = payload["config"], config.to_dict()
+    saved, now = {**ADDED_FIELDS, **payload["config"]}, config.to_dict()
     differing = sorted(k for k in set(saved) | set(now) if k not in RESUMABLE_CHANGES and saved.get(k) != now.get(k))
     if differing:
         shown = "; ".join(f"{k}: checkpoint {saved.get(k)!r}, now {now.get(k)!r}" for k in differing)

@@ -120,6 +120,9 @@ class FederationConfig:
     # The test records' budget: each silo's evaluation replies get Gaussian noise calibrated to it over the run
     # (stage2_federate.evaluation_noise); None: the DP-SGD target (else what its planned steps spend); inf: clear.
     eval_epsilon: float | None = None
+    # The global model is evaluated after every eval_every-th round and after the last (``schedule``): fewer
+    # evaluation replies, so under DP-SGD less noise on each at the same ``eval_epsilon``.
+    eval_every: int = 1
     local_steps: int = 1
     server_momentum: float = 0.0
     # The server's defences against a faulty or hostile silo (issue 31; stage2_federate.reply_checks, strategies):
@@ -155,6 +158,7 @@ class FederationConfig:
         require_int_in_range("local epochs", self.local_epochs, 1)
         require_int_in_range("batch size", self.batch_size, 1)
         require_int_in_range("eval batch size", self.eval_batch_size, 1)
+        _named("eval_every", require_int_in_range, "`eval_every`", self.eval_every, 1)
         require_int_in_range("drop per round", self.drop_per_round, 0)
         if self.optimizer not in OPTIMIZERS:
             raise ValueError(f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {self.optimizer!r}")

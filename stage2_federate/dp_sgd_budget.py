@@ -20,6 +20,7 @@ from ldpfl.mechanisms import accounting
 
 from .evaluation_noise import EvaluationNoise, calibrate, matched
 from .round_record import RoundRecord
+from .schedule import evaluations
 
 LIBRARY = "opacus"
 
@@ -74,11 +75,12 @@ class DpSgdClient:
 
 def plan_client(client: int, records: int, *, clip: float, delta: float, neighbours: str, rounds: int,
                 local_steps: int, sample_rate: float | None, batch_size: int, noise_multiplier: float | None,
-                target_epsilon: float | None, eval_epsilon: float | None = None) -> DpSgdClient:
+                target_epsilon: float | None, eval_epsilon: float | None = None, eval_every: int = 1) -> DpSgdClient:
     """Resolve one silo's DP-SGD: q (``sample_rate``, else ``batch_size``/n capped at 1) and σ (given or calibrated).
 
-    Its evaluation noise is calibrated for one reply a round to ``eval_epsilon`` (None: the target; ∞: no noise,
-    the replies leave in clear); with neither, it is matched to one round of its DP-SGD (``evaluation_noise.matched``).
+    Its evaluation noise is calibrated for one reply per evaluated round (⌈R / ``eval_every``⌉ over the run:
+    ``schedule.evaluations``) to ``eval_epsilon`` (None: the target; ∞: no noise, the replies leave in clear); with
+    neither, it is matched to one round of its DP-SGD (``evaluation_noise.matched``).
 
     Raises
     ------
@@ -99,7 +101,8 @@ def plan_client(client: int, records: int, *, clip: float, delta: float, neighbo
         evaluation: EvaluationNoise | None = matched(sigma, q, int(local_steps), float(delta), neighbours=neighbours)
     else:
         budget = float(target_epsilon if eval_epsilon is None else eval_epsilon)  # type: ignore[arg-type]
-        evaluation = None if math.isinf(budget) else calibrate(budget, float(delta), int(rounds), neighbours=neighbours)
+        releases = evaluations(int(rounds), every=int(eval_every), rounds=int(rounds))
+        evaluation = None if math.isinf(budget) else calibrate(budget, float(delta), releases, neighbours=neighbours)
     return DpSgdClient(client, sigma, float(clip), q, int(local_steps), float(delta), neighbours, int(records),
                        None if target_epsilon is None else float(target_epsilon), planned, evaluation)
 

@@ -1,9 +1,10 @@
 """What a silo's evaluation replies release in a DP-SGD run, and the Gaussian noise that makes them private.
 
 In a DP-SGD run (``ldpfl federate --dp-sgd``) a silo's test records are its own clean records (local-only
-files), disjoint from the training records that DP-SGD protects. Each round, the silo reports the global
-model's summed cross-entropy and correct predictions on them (``round_record.SplitSums``). In clear, those
-sums are functions of clean records that no guarantee covers. Here they leave through the Gaussian mechanism:
+files), disjoint from the training records that DP-SGD protects. Each evaluated round (every round, or every
+K-th and the last with ``eval_every`` K: ``schedule``), the silo reports the global model's summed
+cross-entropy and correct predictions on them (``round_record.SplitSums``). In clear, those sums are
+functions of clean records that no guarantee covers. Here they leave through the Gaussian mechanism:
 
 * each record's cross-entropy is clipped to [0, L] (:data:`LOSS_BOUND` nats), so one record moves the pair
   (correct, loss sum / L) by at most 1 in each coordinate: an L2 sensitivity of √2 under replace-one and under
@@ -14,13 +15,13 @@ sums are functions of clean records that no guarantee covers. Here they leave th
   (``ldpfl.mechanisms.accounting.GaussianEvent``). The sensitivity is √2 under either relation, so the figure
   is the same under both: it is computed as dp-accounting's add/remove Gaussian (whose replace-one figure
   would assume a replacement moves the sums twice as far, which a bounded count cannot);
-* σ is calibrated so that every release the run may make (one a round) stays within the silo's target ε at
-  its δ (:func:`calibrate`); or, for a run whose DP-SGD σ was given rather than calibrated (it may be resumed
-  with more rounds), σ is fixed so that one reply costs what one round of DP-SGD costs by the central limit
-  theorem of Dong, Roth & Su (2019, Theorem 4: T steps of rate q and multiplier σ are about μ-GDP with
-  μ = q·√(T·(e^{1/σ²} − 1))) (:func:`matched`): independent of the number of rounds, each reply then spent
-  exactly as accounted however far the run goes. The silo rounds the count and clamps both sums to their ranges
-  (post-processing).
+* σ is calibrated so that every release the run may make (one per evaluated round: ⌈R / K⌉) stays within
+  the silo's target ε at its δ (:func:`calibrate`); or, for a run whose DP-SGD σ was given rather than
+  calibrated (it may be resumed with more rounds), σ is fixed so that one reply costs what one round of
+  DP-SGD costs by the central limit theorem of Dong, Roth & Su (2019, Theorem 4: T steps of rate q and
+  multiplier σ are about μ-GDP with μ = q·√(T·(e^{1/σ²} − 1))) (:func:`matched`): independent of the number
+  of rounds, each reply then spent exactly as accounted however far the run goes. The silo rounds the count
+  and clamps both sums to their ranges (post-processing).
 
 The split between training and test records is drawn by the plan from the record indices alone, so the two
 sets are disjoint whatever the records hold, and a silo's guarantee over all its records is the larger of the

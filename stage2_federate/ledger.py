@@ -334,6 +334,7 @@ def dp_sgd_ledger(rounds: Sequence[RoundRecord], privacy: Sequence[ClientPrivacy
     """
     as_of = len(rounds) if final else len(rounds) - len(rounds) % ACCOUNT_EVERY
     rounds = rounds[:as_of]
+    evaluated = sum(r.model_evaluated for r in rounds)  # each such round's model by every silo (one lost, too)
     rows = []
     for p in privacy:
         dp = p.dp_sgd
@@ -341,7 +342,6 @@ def dp_sgd_ledger(rounds: Sequence[RoundRecord], privacy: Sequence[ClientPrivacy
             raise ValueError(f"client {p.client} has no DP-SGD budget in a DP-SGD run")
         trained = rounds_trained(rounds, dp.client)
         both = dp.epsilons(trained)
-        evaluated = len(rounds)  # every round's model evaluated by every silo (a silo lost in one is counted too)
         rows.append(DpSgdLedgerRow(dp.client, trained, trained * dp.local_steps, both[dp.neighbours], dp.delta,
                                    both[accounting.REPLACE_ONE], both[accounting.ADD_REMOVE], dp.neighbours,
                                    dp.target_epsilon, dp.noise_multiplier, dp.sampling_probability, dp.clip,
@@ -352,8 +352,10 @@ def dp_sgd_ledger(rounds: Sequence[RoundRecord], privacy: Sequence[ClientPrivacy
              "silo's steps composed by one accountant (dp-accounting PLD), epsilon at its delta under replace-one "
              "and add-remove",
              "evaluation_*: each silo's evaluation replies on its test records (disjoint from its training "
-             "records), released with Gaussian noise (stage2_federate.evaluation_noise), one per round so far; "
-             "the same epsilon under both relations, inf where they left in clear")
+             "records), released with Gaussian noise (stage2_federate.evaluation_noise), "
+             + ("one per round so far" if evaluated == len(rounds) else
+                f"one per evaluated round so far ({evaluated} of the {len(rounds)} rounds: eval_every)")
+             + "; the same epsilon under both relations, inf where they left in clear")
     return LedgerSection(len(rounds), DP_SGD_COUNTED, "pld", True, tuple(rows), notes, dp_sgd=True, as_of_round=as_of)
 
 

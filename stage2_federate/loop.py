@@ -14,6 +14,11 @@ checkpoint written with the state as it was after round t, when round t + 1's re
 last round one evaluation closes the run. Evaluation draws no random numbers, so the order of the draws,
 and the result, do not depend on the transport.
 
+Only the rounds of the schedule are evaluated (``eval_every`` K: ``schedule.is_evaluated``, every K-th round and
+the last): another round's record is written as soon as it is trained, with NaN test figures
+(``RoundRecord.unevaluated``), and no evaluation travels with the next round's message. The schedule depends on
+the round and the run's ``rounds`` alone, so a resumed run keeps it.
+
 The server trusts no silo: every training reply and every evaluation a transport brings back is checked here
 (``reply_checks``) before anything uses it. A refused silo is named in the round's ``rejected`` with the
 server's reason, left out of the round, and does not count as trained for the failure policy; the honest
@@ -39,6 +44,7 @@ from .reply_checks import ReplyLimits, check_evaluations, check_training, reject
 from .round_record import ClientEvaluation, Evaluation, Rejection, RoundRecord, evaluation_of
 from .rounds import Broadcast, ClientResult, draw_dropouts, round_record, server_step
 from .run_outputs import RunWriter
+from .schedule import is_evaluated
 
 
 @dataclass(frozen=True)
@@ -137,7 +143,8 @@ def check_dp_sgd_extension(plan: FederationPlan, payload: dict[str, Any]) -> Non
     """Refuse to extend a DP-SGD run with a target ε past the rounds its σ was calibrated for.
 
     σ of each silo was calibrated for ``rounds × local_steps`` steps of the run as it started; more rounds would
-    spend more than ``target_epsilon``; likewise its evaluation noise for one reply a round at ``eval_epsilon``.
+    spend more than ``target_epsilon``; likewise its evaluation noise for the replies of the run's evaluated rounds
+    (``schedule.evaluations``) at ``eval_epsilon``.
     (With a given ``noise_multiplier`` and no ``eval_epsilon`` the run may go on: the ledger reports what it spends.)
     """
     config = plan.config
@@ -189,12 +196,16 @@ class _Trained:
             raise RuntimeError(f"round {self.record.round}'s model was not evaluated")
         return self.record.evaluated(evaluation, time.perf_counter() - self.started)
 
+    def unevaluated(self) -> RoundRecord:
+        return self.record.unevaluated(time.perf_counter() - self.started)
+
 
 def run_rounds(plan: FederationPlan, transport: Transport, writer: RunWriter, history: list[RoundRecord], *,
                start: int, min_clients: int = 0, on_kept: Callable[[RoundRecord], None] | None = None) -> None:
     """Play rounds ``start`` to ``plan.config.rounds``, appending each completed record to ``history``.
 
-    Each completed round is written (``writer.keep``: checkpoint, metrics), then given to ``on_kept``.
+    Each completed round is written (``writer.keep``: checkpoint, metrics), then given to ``on_kept``; only the
+    rounds of the schedule (``schedule.is_evaluated``) are evaluated, the others written when trained.
     ``min_clients``: the failure policy (0: none); a round in which fewer selected clients trained ends
     the run with :class:`TooFewClientsError`.
     """
@@ -206,8 +217,9 @@ def run_rounds(plan: FederationPlan, transport: Transport, writer: RunWriter, hi
 
     epsilons = {cid: p.epsilon for cid, p in plan.perturbations.items()}
     limits, clean = reply_limits(plan), plan.config.eval_clean
+    every, rounds = plan.config.eval_every, plan.config.rounds
     pending: _Trained | None = None
-    for round_number in range(start, plan.config.rounds + 1):
+    for round_number in range(start, rounds + 1):
         started = time.perf_counter()
         selected = plan.strategy.select(round_number, plan.streams.server)
         broadcast = Broadcast.of(plan.model)
@@ -227,7 +239,10 @@ def run_rounds(plan: FederationPlan, transport: Transport, writer: RunWriter, hi
                               server=server, epsilons=epsilons, lost=training.lost if transport.can_lose else None,
                               notes=notes, rejected=rejected)
         pending = _Trained(record, Snapshot.of(plan.model, plan.streams, plan.momentum.velocity), started)
-        if not transport.pipelined:
+        if not is_evaluated(round_number, every=every, rounds=rounds):
+            keep(pending.unevaluated(), pending.state)
+            pending = None
+        elif not transport.pipelined:
             replies = transport.evaluate(round_number, Broadcast.of(plan.model), without=frozenset())
             keep(pending.evaluated(checked_evaluation(replies, limits, clean=clean)), pending.state)
             pending = None

@@ -111,31 +111,33 @@ def history_figure(rounds: Sequence[RoundRecord], title: str = "", caption: str 
 
     Beside the global model's pooled test figure, each silo's own test rows (``per_client``) are drawn as a thin
     line, so a silo the model serves badly (a poisoned or dominated one) stands apart from the pooled figure.
+    The test figures are drawn over the evaluated rounds only (``eval_every``), the training figures over all.
     """
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
     from matplotlib.ticker import MaxNLocator
 
-    def series(key: str) -> list[float]:
-        values = [getattr(r, key) for r in rounds]
+    def series(key: str, records: Sequence[RoundRecord]) -> list[float]:
+        values = [getattr(r, key) for r in records]
         return [math.nan if v is None else float(v) for v in values]
 
-    x = [r.round for r in rounds]
+    tested = [r for r in rounds if r.model_evaluated]
+    x, x_tested = [r.round for r in rounds], [r.round for r in tested]
     figure = Figure(figsize=(10, 4), dpi=100)
     FigureCanvasAgg(figure)
     for axis, metric, label in zip(figure.subplots(1, 2), ("accuracy", "loss"), ("Accuracy", "Cross-entropy loss"),
                                    strict=True):
-        silos = per_client_series(rounds, metric)
+        silos = per_client_series(tested, metric)
         for position, (client, values) in enumerate(silos.items()):
             own = len(silos) <= PER_SILO_LABELS
-            axis.plot(x, values, linewidth=0.8, alpha=0.7, color=f"C{position % 10}" if own else "0.6",
+            axis.plot(x_tested, values, linewidth=0.8, alpha=0.7, color=f"C{position % 10}" if own else "0.6",
                       label=f"silo {client} (its test rows)" if own else ("each silo's test rows" if not position
                                                                           else None))
-        axis.plot(x, series(f"test_{metric}"), marker="o", linewidth=2.2, color="black",
+        axis.plot(x_tested, series(f"test_{metric}", tested), marker="o", linewidth=2.2, color="black",
                   label="test (global model, pooled)")
         if any(r.clean_test_loss is not None or r.clean_test_accuracy is not None for r in rounds):  # as the rows
-            axis.plot(x, series(f"clean_test_{metric}"), marker="s", label="clean test (local files)")
-        axis.plot(x, series(f"train_{metric}"), marker=".", linestyle="--", color="0.35",
+            axis.plot(x_tested, series(f"clean_test_{metric}", tested), marker="s", label="clean test (local files)")
+        axis.plot(x, series(f"train_{metric}", rounds), marker=".", linestyle="--", color="0.35",
                   label="train (mean over clients)")
         axis.set_xlabel("round")
         axis.xaxis.set_major_locator(MaxNLocator(integer=True))

@@ -317,7 +317,8 @@ def plan_dp_sgd(config: FederationConfig, clients: Sequence[ClientSize]) -> dict
                                      neighbours=config.neighbours, rounds=config.rounds,
                                      local_steps=config.local_steps, sample_rate=config.dp_sample_rate,
                                      batch_size=config.batch_size, noise_multiplier=config.noise_multiplier,
-                                     target_epsilon=config.target_epsilon, eval_epsilon=config.eval_epsilon)
+                                     target_epsilon=config.target_epsilon, eval_epsilon=config.eval_epsilon,
+                                     eval_every=config.eval_every)
                 for c in clients}
     except ValueError as error:
         raise ParameterError(f"`dp_sgd`: {error}") from None

@@ -9,7 +9,9 @@ client cannot be lost, so the local engine's rows have no ``lost``).
 wrong dtype or shape, not finite, past the update-norm bound; metrics or evaluation sums out of range), with the
 server's reason: such a silo is left out of the round, never aggregated nor counted in the figures.
 ``per_client`` holds the global model's loss and accuracy on each silo's test rows (the union figures are
-``test_loss`` and ``test_accuracy``).
+``test_loss`` and ``test_accuracy``). A round whose model is not evaluated (``eval_every``: ``schedule``) has
+NaN test figures (``null`` in ``metrics.json``, empty in ``metrics.csv``), no ``per_client`` and
+``"model_evaluated": false`` in its row; an evaluated round's row has no such key.
 """
 
 from __future__ import annotations
@@ -117,6 +119,7 @@ class RoundRecord:
     lost: tuple[int, ...] | None = None  # None: the transport cannot lose a client
     rejected: tuple[Rejection, ...] = ()  # (silo, the server's reason): replies refused in the round
     per_client: tuple[ClientScore, ...] = ()  # the global model on each silo's test rows
+    model_evaluated: bool = True  # False: the round's model was not evaluated (``eval_every``), test figures NaN
 
     def evaluated(self, evaluation: Evaluation, seconds: float) -> RoundRecord:
         """Return this record with the evaluation of its model and the round's duration."""
@@ -126,15 +129,25 @@ class RoundRecord:
                                    notes=self.notes + evaluation.notes, seconds=seconds,
                                    rejected=self.rejected + evaluation.rejected, per_client=evaluation.per_client)
 
+    def unevaluated(self, seconds: float) -> RoundRecord:
+        """Return this record as a round whose model is not evaluated (NaN test figures), with its duration."""
+        return dataclasses.replace(self, test_loss=math.nan, test_accuracy=math.nan, clean_test_loss=None,
+                                   clean_test_accuracy=None, per_client=(), seconds=seconds, model_evaluated=False)
+
     def to_dict(self) -> dict[str, Any]:
         """Return the row as written (the keys in the order of ``metrics.json``; absent parts left out)."""
         row: dict[str, Any] = {
             "round": self.round, "train_loss": self.train_loss, "train_accuracy": self.train_accuracy,
-            "test_loss": self.test_loss, "test_accuracy": self.test_accuracy, "selected": list(self.selected),
-            "dropped": list(self.dropped), "excluded": list(self.excluded), "aggregated": list(self.aggregated),
-            "weights": list(self.weights), "client_epsilons": list(self.client_epsilons),
-            "kept_previous_model": self.kept_previous_model, "notes": list(self.notes),
+            "test_loss": self.test_loss, "test_accuracy": self.test_accuracy,
         }
+        if not self.model_evaluated:
+            row["model_evaluated"] = False
+        row.update({
+            "selected": list(self.selected), "dropped": list(self.dropped), "excluded": list(self.excluded),
+            "aggregated": list(self.aggregated), "weights": list(self.weights),
+            "client_epsilons": list(self.client_epsilons), "kept_previous_model": self.kept_previous_model,
+            "notes": list(self.notes),
+        })
         if self.omega is not None:
             row["omega"] = self.omega
         row["seconds"] = self.seconds
@@ -161,7 +174,8 @@ class RoundRecord:
             clean_test_accuracy=row.get("clean_test_accuracy"), lost=None if lost is None else tuple(lost),
             rejected=tuple((int(r["client"]), str(r["reason"])) for r in row.get("rejected", ())),
             per_client=tuple(ClientScore(int(p["client"]), p["test_loss"], p["test_accuracy"], int(p["test_rows"]))
-                             for p in row.get("per_client", ())))
+                             for p in row.get("per_client", ())),
+            model_evaluated=bool(row.get("model_evaluated", True)))
 
     def warning(self) -> str | None:
         """Return one line on what went wrong in the round (clients excluded, no upload, model kept), if anything."""

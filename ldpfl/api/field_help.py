@@ -136,9 +136,12 @@ FEDERATION_HELP: Mapping[str, str] = MappingProxyType({
     "neighbours": ("`dp_sgd`: the relation `target_epsilon` is stated under (the project's replace-one, or the "
                    "DP-SGD literature's add-remove); both figures are reported."),
     "eval_epsilon": ("`dp_sgd`: each silo's epsilon for its test records (at `delta`): its evaluation replies "
-                     "leave with Gaussian noise calibrated for one a round, per-record loss clipped to 10 nats. "
-                     "Default: `target_epsilon`; with `noise_multiplier`, one reply costs one DP-SGD round (the "
-                     "run may go on); inf: in clear (test records NOT protected)."),
+                     "leave with Gaussian noise calibrated for one per evaluated round (`eval_every`), per-record "
+                     "loss clipped to 10 nats. Default: `target_epsilon`; with `noise_multiplier`, one reply costs "
+                     "one DP-SGD round (the run may go on); inf: in clear (test records NOT protected)."),
+    "eval_every": ("K: evaluate the global model after every K-th round and after the last only, "
+                   "ceil(`rounds`/K) evaluations (the other rounds' test figures are empty). Under `dp_sgd` each "
+                   "evaluation reply then carries less noise at the same `eval_epsilon`."),
     "local_steps": "`dp_sgd`: DP-SGD steps of each silo per round (they replace `local_epochs`).",
     "server_momentum": "Server momentum beta (FedAvgM, Hsu et al. 2019): v <- beta v + (aggregate - W), W <- W + v.",
     "max_update_norm": ("The server refuses a silo's upload whose update (upload - global model, or the uploaded "

@@ -133,6 +133,7 @@ class FederationFields(TypedDict, total=False):
     target_epsilon: float | None
     neighbours: str
     eval_epsilon: float | None
+    eval_every: int
     local_steps: int
     server_momentum: float
     max_update_norm: float | None

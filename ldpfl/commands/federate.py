@@ -117,6 +117,7 @@ Examples:
 @option("--noise-multiplier", type=click.FloatRange(min=0.0, min_open=True))
 @option("--neighbours", type=click.Choice(["replace-one", "add-remove"]), show_default=True)
 @option("--eval-epsilon", type=click.FloatRange(min=0.0, min_open=True))
+@option("--eval-every", type=int, metavar="K", show_default=True)
 @option("--local-steps", type=click.IntRange(min=1), show_default=True)
 @option("--server-momentum", type=click.FloatRange(0.0, 1.0, max_open=True), show_default=True)
 @option("--max-update-norm", type=click.FloatRange(min=0.0, min_open=True))
