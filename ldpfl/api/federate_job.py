@@ -69,7 +69,8 @@ class FederateResult:
     rounds : tuple of mapping
         Each round's record, as in ``metrics.json`` (selected, dropped, weights, losses, accuracies, ...).
     test_accuracy : tuple of float or None
-        The global model's accuracy on the clients' released test splits, per round.
+        The global model's accuracy on the clients' released test splits, per round; None where it has none (a
+        round whose model was not evaluated: ``eval_every``).
     final_accuracy : float or None
         The last round's test accuracy.
     resumed_from_round : int or None
@@ -246,10 +247,15 @@ def _result(run_dir: Path, engine: Engine, config: FederationConfig, record: Fed
     history = tuple(dict(r) for r in record.history)
     guarantees = {p.client: p.release_guarantee for p in record.privacy if p.release_guarantee is not None}
     return FederateResult(run_dir, engine, config, outputs, history,
-                          tuple(None if r.get("test_accuracy") is None else float(r["test_accuracy"]) for r in history),
+                          tuple(_figure(r.get("test_accuracy")) for r in history),
                           None if record.final_accuracy is None else float(record.final_accuracy),
                           record.resumed_from_round, tuple(record.warnings), record.privacy_ledger, guarantees,
                           record)
+
+
+def _figure(value: object) -> float | None:
+    """Return a round's figure as a float, None where it has none (null in metrics.json, NaN in memory)."""
+    return float(value) if isinstance(value, int | float) and not math.isnan(value) else None
 
 
 __all__ = ["ENGINES", "Engine", "FederateResult", "FederationOutputs", "federate"]

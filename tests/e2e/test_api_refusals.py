@@ -118,6 +118,7 @@ FEDERATE_CASES: list[tuple[list[str], dict[str, Any]]] = [
      {"perturbation": "pdpm", "budget_presets": ("pldp-tau1", "pldp-tau2")}),
     (["--dp-sgd", "--target-epsilon", "1", "--delta", "1/n"], {"dp_sgd": True, "target_epsilon": 1.0,
                                                                "delta": "1/n"}),
+    (["--eval-every", "0"], {"eval_every": 0}),
 ]
 
 

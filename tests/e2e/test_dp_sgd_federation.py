@@ -2,17 +2,22 @@
 
 The ledger's figures are dp-accounting's own for the σ, q and steps each silo took; a resumed run restores the
 accountant (its figures equal an uninterrupted run's); a run calibrated for a target cannot be extended past
-it; the silos' evaluation replies carry the Gaussian noise their test records' figure accounts for; bad
-combinations are refused in one line with nothing written.
+it; the silos' evaluation replies carry the Gaussian noise their test records' figure accounts for, and with
+``--eval-every K`` only every K-th round's and the last's (the noise calibrated for those, the training unchanged,
+a resumed run on the same schedule, ``ldpfl inspect`` reading the run); bad combinations are refused in one line
+with nothing written.
 """
 
 from __future__ import annotations
 
 import json
+import math
+import shutil
 from pathlib import Path
 
 import dp_accounting
 import pytest
+import torch
 from cli_checks import command, one_error_line
 from dp_accounting import pld
 from federate_files import write_run
@@ -20,6 +25,9 @@ from federate_files import write_run
 import ldpfl
 from ldpfl.mechanisms import FLOAT32
 from ldpfl.stage2_federate import evaluation_noise as noise
+from ldpfl.stage2_federate.config import FederationConfig
+from ldpfl.stage2_federate.federation import run_federation
+from ldpfl.stage2_federate.model_file import read_model
 
 federate = command("federate")
 DP = dict(hidden=(), dp_sgd=True, device="cpu", seed=3, lr=2.0)
@@ -125,6 +133,96 @@ def test_a_run_with_an_evaluation_budget_is_not_extended(float_run, tmp_path):
     assert "evaluation noise was calibrated for 2 rounds" in line
 
 
+EVERY_THIRD = dict(rounds=7, eval_every=3, target_epsilon=2.0, **DP)
+"""``--eval-every 3 --rounds 7``: the global model is evaluated after rounds 3, 6 and 7."""
+
+
+@pytest.fixture(scope="module")
+def every_third(float_run, tmp_path_factory) -> Path:
+    """A copy of the run with an ``EVERY_THIRD`` federation in its own ``federation/`` (where inspect reads it)."""
+    run = shutil.copytree(float_run, tmp_path_factory.mktemp("every") / "run")
+    ldpfl.federate(run, **EVERY_THIRD)
+    return run
+
+
+def _without_timing(rounds: list[dict]) -> list[dict]:
+    return [{k: v for k, v in r.items() if k != "seconds"} for r in rounds]
+
+
+def test_eval_every_evaluates_every_kth_round_and_the_last_with_less_noise(every_third):
+    metrics = json.loads((every_third / "federation" / "metrics.json").read_text())
+    rounds = metrics["rounds"]
+    assert [r["round"] for r in rounds if r["test_accuracy"] is not None] == [3, 6, 7]
+    for r in rounds:
+        evaluated = r["round"] in (3, 6, 7)
+        assert (r["test_loss"] is not None) == evaluated and ("per_client" in r) == evaluated
+        assert r.get("model_evaluated", True) == evaluated and 0.0 <= (r["test_accuracy"] or 0.0) <= 1.0
+    assert metrics["config"]["eval_every"] == 3
+    three, seven = (noise.calibrate(2.0, 1e-5, n, neighbours="replace-one") for n in (3, 7))  # K = 3, K = 1
+    for row in metrics["privacy_ledger"]["clients"]:
+        assert row["evaluation_releases"] == 3 and row["steps"] == 7
+        assert row["evaluation_sigma"] == three.sigma < seven.sigma
+        assert row["evaluation_epsilon"] == pytest.approx(three.epsilon(3)) and row["evaluation_epsilon"] <= 2.0
+    assert "3 of the 7 rounds" in metrics["privacy_ledger"]["notes"][1]
+    csv_rows = (every_third / "federation" / "metrics.csv").read_text().splitlines()[1:]
+    assert [line.split(",")[4] != "" for line in csv_rows] == [t in (3, 6, 7) for t in range(1, 8)]
+
+
+def test_skipping_evaluations_leaves_the_training_and_the_evaluated_figures_unchanged(float_run, tmp_path):
+    """Evaluation in clear draws nothing: K = 3 gives K = 1's rounds, model and figures where it evaluates."""
+    common = dict(rounds=5, eval_epsilon=math.inf, target_epsilon=2.0, **DP)
+    every = ldpfl.federate(float_run, out=tmp_path / "every", **common)
+    some = ldpfl.federate(float_run, out=tmp_path / "some", eval_every=3, **common)
+    for a, b in zip(every.rounds, some.rounds, strict=True):
+        if b["round"] in (3, 5):
+            assert a == {**b, "seconds": a["seconds"]}
+        else:
+            keys = [k for k in a if not k.startswith("test_") and k not in ("per_client", "seconds")]
+            assert {k: a[k] for k in keys} == {k: b[k] for k in keys} and math.isnan(b["test_accuracy"])
+    assert some.test_accuracy == (None, None, every.test_accuracy[2], None, every.test_accuracy[4])
+    assert some.final_accuracy == every.final_accuracy == every.rounds[-1]["test_accuracy"]
+    ledgers = [_metrics(r)["privacy_ledger"]["clients"] for r in (every, some)]
+    assert [[row.pop("evaluation_releases") for row in rows] for rows in ledgers] == [[5] * 4, [2] * 4]
+    assert ledgers[0] == ledgers[1]  # the same DP-SGD figures; the evaluation in clear (inf) either way
+    a, b = (read_model(r.outputs.model).state_dict for r in (every, some))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+@pytest.mark.parametrize("cut", [3, 4])
+def test_a_resumed_run_keeps_the_evaluation_schedule(every_third, float_run, tmp_path, cut):
+    """Interrupted after an evaluated (3) or an unevaluated (4) round, then resumed: the uninterrupted run's rows."""
+    config = FederationConfig(**EVERY_THIRD)
+
+    def stop(row: dict) -> None:
+        if row["round"] == cut:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_federation(float_run, config, out_dir=tmp_path / "cut", progress=False, on_round=stop)
+    resumed = run_federation(float_run, config, out_dir=tmp_path / "cut", resume=True, progress=False)
+    assert resumed.resumed_from_round == cut
+    whole = json.loads((every_third / "federation" / "metrics.json").read_text())
+    again = json.loads((tmp_path / "cut" / "metrics.json").read_text())
+    assert _without_timing(again["rounds"]) == _without_timing(whole["rounds"])
+    assert again["privacy_ledger"] == whole["privacy_ledger"]
+
+
+def test_inspect_reads_a_run_evaluated_every_third_round(every_third):
+    inspect = command("inspect")
+    text = inspect(every_third)
+    assert text.exit_code == 0, text.output
+    metrics = json.loads((every_third / "federation" / "metrics.json").read_text())
+    accuracies = {r["round"]: r["test_accuracy"] for r in metrics["rounds"]}
+    assert f"federation  7 rounds, final test accuracy {accuracies[7]:.4f}" in text.output
+    assert "over 3 noised evaluations" in text.output
+    shown = inspect(every_third, "--json")
+    assert shown.exit_code == 0, shown.output
+    federation = json.loads(shown.stdout)["federation"]
+    assert federation["final_test_accuracy"] == accuracies[7] and federation["problem"] is None
+    assert federation["best_test_accuracy"] == max(accuracies[t] for t in (3, 6, 7))
+    assert federation["test_accuracy_per_round"] == [[t, accuracies[t]] for t in range(1, 8)]
+
+
 @pytest.mark.parametrize(("flags", "fragment"), [
     (["--dp-sgd"], "exactly one of"),
     (["--dp-sgd", "--target-epsilon", "1", "--noise-multiplier", "1"], "not both"),
@@ -137,6 +235,8 @@ def test_a_run_with_an_evaluation_budget_is_not_extended(float_run, tmp_path):
     (["--eval-epsilon", "1"], "apply to dp-sgd only"),
     (["--dp-sgd", "--target-epsilon", "1", "--eval-clean"], "eval-clean"),
     (["--dp-sgd", "--target-epsilon", "1", "--eval-epsilon", "0"], "eval-epsilon"),
+    (["--dp-sgd", "--target-epsilon", "1", "--eval-every", "0"], "eval-every must be an integer >= 1, got 0"),
+    (["--eval-every", "x"], "eval-every"),
 ])
 def test_bad_dp_sgd_combinations_are_one_line_and_write_nothing(float_run, tmp_path, flags, fragment):
     out = tmp_path / "fed"

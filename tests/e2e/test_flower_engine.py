@@ -344,23 +344,30 @@ def test_simulation_equals_the_local_engine_and_resumes(flower, three_clients, t
 
 @pytest.mark.slow
 def test_dp_sgd_on_the_simulation_equals_the_local_engine(flower, three_clients, tmp_path, marked) -> None:
-    """`--dp-sgd` with server momentum: the same rounds, accuracies and per-silo ledger on both engines."""
+    """`--dp-sgd` with server momentum: the same rounds, accuracies and per-silo ledger on both engines.
+
+    With `--eval-every 2` over 3 rounds: round 1 is not evaluated (round 2's messages carry no evaluation),
+    round 2's model is evaluated with round 3's messages, and the last by the closing exchange.
+    """
     from click.testing import CliRunner
 
     from ldpfl.cli import cli
 
     dp = dict(perturbation="none", client_epsilons=None, aggregation="fedavg", dp_sgd=True, noise_multiplier=1.2,
-              local_steps=2, server_momentum=0.9, lr=1.0, drop_per_round=0)
+              local_steps=2, server_momentum=0.9, lr=1.0, drop_per_round=0, eval_every=2)
     local_out = tmp_path / "local"
-    local = local_history(three_clients, local_out, rounds=2, **dp)
+    local = local_history(three_clients, local_out, rounds=3, **dp)
+    assert [r["round"] for r in local if not math.isnan(r["test_accuracy"])] == [2, 3]
     out = tmp_path / "flower"
     result = CliRunner().invoke(cli, [
         "federate", str(three_clients), "--engine", "flower", "--clients-per-round", "2", "--hidden", "16",
-        "--device", "cpu", "--seed", "1", "--rounds", "2", "--dp-sgd", "--noise-multiplier", "1.2",
-        "--local-steps", "2", "--server-momentum", "0.9", "--lr", "1", "--out", str(out), "--json"])
+        "--device", "cpu", "--seed", "1", "--rounds", "3", "--eval-every", "2", "--dp-sgd", "--noise-multiplier",
+        "1.2", "--local-steps", "2", "--server-momentum", "0.9", "--lr", "1", "--out", str(out), "--json"])
     assert result.exit_code == 0, result.output
     metrics = json.loads((out / "metrics.json").read_text())
     assert_same_rounds(metrics["rounds"], local)
+    assert [r.get("model_evaluated", True) for r in metrics["rounds"]] == [False, True, True]
+    assert "per_client" not in metrics["rounds"][0] and len(metrics["rounds"][1]["per_client"]) == 3
     local_metrics = json.loads((local_out / "metrics.json").read_text())
     assert metrics["privacy_ledger"]["clients"] == local_metrics["privacy_ledger"]["clients"]
     assert metrics["release_guarantee"]["clients"] == local_metrics["release_guarantee"]["clients"]

@@ -33,6 +33,7 @@ from ldpfl.stage2_federate.dp_sgd_budget import DpSgdClient
 from ldpfl.stage2_federate.evaluation_noise import EvaluationNoise
 from ldpfl.stage2_federate.guarantee import federation_guarantee
 from ldpfl.stage2_federate.round_record import RoundRecord
+from ldpfl.stage2_federate.schedule import evaluations, is_evaluated
 
 
 def file_guarantee(epsilon: float) -> ReleaseGuarantee:
@@ -108,6 +109,20 @@ def test_a_dp_sgd_section_and_the_guarantee_of_local_only_and_shared_silos() -> 
     alone = federation_guarantee(privacy[:1], section)
     assert alone.scope == DP_SGD_SCOPE and alone.epsilon_add_remove == section.clients[0].epsilon_add_remove
     assert [p.kind for p in alone.parts] == ["extractor", "evaluation"]
+
+
+def test_a_dp_sgd_ledger_counts_only_the_evaluated_rounds_releases() -> None:
+    """``--eval-every 3`` over 7 rounds: the silos' evaluation replies are those of rounds 3, 6 and 7 alone."""
+    privacy = [client(0, dp_sgd=dp(0), local_only=True)]
+    rounds = [round_of(t, (0,)) if is_evaluated(t, every=3, rounds=7) else round_of(t, (0,)).unevaluated(0.0)
+              for t in range(1, 8)]
+    for done, releases in ((2, 0), (5, 1), (6, 2), (7, 3)):
+        row = lg.ledger_section(rounds[:done], privacy).clients[0]
+        assert isinstance(row, DpSgdLedgerRow) and row.rounds == done
+        assert row.evaluation_releases == releases == evaluations(done, every=3, rounds=7)
+        assert row.evaluation_epsilon == NOISE.epsilon(releases)
+    assert "one per evaluated round so far (3 of the 7 rounds" in lg.ledger_section(rounds, privacy).notes[1]
+    assert "one per round so far;" in lg.ledger_section([round_of(1, (0,))], privacy).notes[1]  # as before
 
 
 def test_the_test_records_bound_a_silo_by_parallel_composition() -> None:
