@@ -133,8 +133,8 @@ def test_a_run_with_an_evaluation_budget_is_not_extended(float_run, tmp_path):
     assert "evaluation noise was calibrated for 2 rounds" in line
 
 
-EVERY_THIRD = dict(rounds=7, eval_every=3, target_epsilon=2.0, **DP)
-"""``--eval-every 3 --rounds 7``: the global model is evaluated after rounds 3, 6 and 7."""
+EVERY_THIRD = dict(rounds=7, eval_every=3, noise_multiplier=1.5, eval_epsilon=2.0, **DP)
+"""``--eval-every 3 --rounds 7``: the global model is evaluated after rounds 3, 6 and 7 (σ given: no calibration)."""
 
 
 @pytest.fixture(scope="module")
@@ -170,7 +170,7 @@ def test_eval_every_evaluates_every_kth_round_and_the_last_with_less_noise(every
 
 def test_skipping_evaluations_leaves_the_training_and_the_evaluated_figures_unchanged(float_run, tmp_path):
     """Evaluation in clear draws nothing: K = 3 gives K = 1's rounds, model and figures where it evaluates."""
-    common = dict(rounds=5, eval_epsilon=math.inf, target_epsilon=2.0, **DP)
+    common = dict(rounds=5, eval_epsilon=math.inf, noise_multiplier=1.5, **DP)
     every = ldpfl.federate(float_run, out=tmp_path / "every", **common)
     some = ldpfl.federate(float_run, out=tmp_path / "some", eval_every=3, **common)
     for a, b in zip(every.rounds, some.rounds, strict=True):

@@ -150,6 +150,21 @@ def test_resume_refuses_a_different_configuration(packed_run, tmp_path) -> None:
         run_federation(packed_run, FederationConfig(**FAST), out_dir=tmp_path / "none", resume=True, progress=False)
 
 
+def test_a_checkpoint_from_before_eval_every_resumes_and_keeps_its_schedule(packed_run, tmp_path) -> None:
+    """A checkpoint whose configuration has no ``eval_every`` evaluated every round: it resumes as K = 1 only."""
+    run(packed_run, tmp_path / "out", rounds=1)
+    path = tmp_path / "out" / "checkpoint.pt"
+    payload = torch.load(path, weights_only=True)
+    del payload["config"]["eval_every"]  # as written before the option existed
+    torch.save(payload, path)
+    with pytest.raises(ValueError, match=r"configuration differs \(eval_every: checkpoint 1, now 2\)"):
+        run_federation(packed_run, FederationConfig(**{**FAST, "rounds": 2, "eval_every": 2}),
+                       out_dir=tmp_path / "out", resume=True, progress=False)
+    resumed = run_federation(packed_run, FederationConfig(**{**FAST, "rounds": 2}), out_dir=tmp_path / "out",
+                             resume=True, progress=False)
+    assert resumed.resumed_from_round == 1 and all(math.isfinite(r["test_accuracy"]) for r in resumed.history)
+
+
 def test_non_finite_update_is_excluded_and_logged(packed_run, tmp_path, monkeypatch) -> None:
     calls = {"n": 0}
     original = round_steps.train_local
