@@ -91,8 +91,8 @@ def split_of(x: np.ndarray, y: np.ndarray, rows: np.ndarray) -> ClientSplit:
     return ClientSplit(torch.from_numpy(np.ascontiguousarray(x[rows])), torch.from_numpy(y[rows]), WIDTH, False)
 
 
-def dp_client(index: int, records: int, sigma: float, steps: int) -> DpSgdClient:
-    return DpSgdClient(index, sigma, CLIP, Q, steps, DELTA, accounting.ADD_REMOVE, records)
+def dp_client(index: int, records: int, sigma: float, steps: int, *, q: float = Q, clip: float = CLIP) -> DpSgdClient:
+    return DpSgdClient(index, sigma, clip, q, steps, DELTA, accounting.ADD_REMOVE, records)
 
 
 def sigma_for(epsilon: float) -> float:
@@ -112,15 +112,17 @@ def run_alone(x, y, splits, sigma: float, lr: float, seed: int) -> list[torch.nn
     return models
 
 
-def run_federated(x, y, splits, sigma: float, lr: float, seed: int) -> torch.nn.Module:
+def run_federated(x, y, splits, sigma: float, lr: float, seed: int, *, q: float = Q, rounds: int = ROUNDS,
+                  clip: float = CLIP, server_momentum: float = MOMENTUM) -> torch.nn.Module:
+    """FedAvg of the silos, one DP-SGD step each a round (q, C and the rounds: the front's unless given)."""
     gen = torch.Generator().manual_seed(seed)
     model = build_model(WIDTH, (), CLASSES, generator=gen)
     data = [split_of(x, y, s["train"]) for s in splits]
-    clients = [dp_client(i, len(s["train"]), sigma, 1) for i, s in enumerate(splits)]
+    clients = [dp_client(i, len(s["train"]), sigma, 1, q=q, clip=clip) for i, s in enumerate(splits)]
     rngs = [np.random.default_rng([seed, i, 2]) for i in range(SILOS)]
-    momentum = ServerMomentum(MOMENTUM)
+    momentum = ServerMomentum(server_momentum)
     vector = get_vector(model).numpy()
-    for _round in range(ROUNDS):
+    for _round in range(rounds):
         uploads = []
         for i in range(SILOS):
             set_vector(model, torch.from_numpy(vector.copy()))
