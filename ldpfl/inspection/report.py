@@ -59,9 +59,10 @@ class FederationSummary:
         return self.test_accuracy[-1] if self.test_accuracy else None
 
     def to_dict(self) -> dict[str, Any]:
-        """Return a JSON-ready summary: rounds, final and best accuracy, accuracy per round."""
+        """Return a JSON-ready summary: rounds, those with a test figure (``eval_every``), final and best accuracy."""
         acc = [a for a in self.test_accuracy if a is not None]
-        return {"rounds": len(self.rounds), "final_test_accuracy": self.final_accuracy,
+        return {"rounds": len(self.rounds), "evaluated_rounds": len(acc),
+                "final_test_accuracy": self.final_accuracy,
                 "best_test_accuracy": max(acc) if acc else None, "problem": self.problem,
                 "release_guarantee": None if self.guarantee is None else guarantee_summary(self.guarantee),
                 "test_accuracy_per_round": [[r, a] for r, a in zip(self.rounds, self.test_accuracy, strict=True)]}

@@ -239,8 +239,9 @@ def run_lines(result: Inspection) -> list[str]:
     lines += _release_history_lines(result)
     if result.federation is not None and not result.federation.problem:
         fed = result.federation.to_dict()
-        lines.append(f"  federation  {fed['rounds']} rounds, final test accuracy {_fmt(fed['final_test_accuracy'])}, "
-                     f"best {_fmt(fed['best_test_accuracy'])}")
+        evaluated = "" if fed["evaluated_rounds"] == fed["rounds"] else f" ({fed['evaluated_rounds']} evaluated)"
+        lines.append(f"  federation  {fed['rounds']} rounds{evaluated}, final test accuracy "
+                     f"{_fmt(fed['final_test_accuracy'])}, best {_fmt(fed['best_test_accuracy'])}")
         lines += _stage2_ledger_lines(result.federation.ledger)
         lines += _federation_guarantee_lines(result.federation.guarantee)
     lines += [f"  note: {n}" for n in result.notes]

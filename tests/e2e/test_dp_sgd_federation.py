@@ -213,12 +213,13 @@ def test_inspect_reads_a_run_evaluated_every_third_round(every_third):
     assert text.exit_code == 0, text.output
     metrics = json.loads((every_third / "federation" / "metrics.json").read_text())
     accuracies = {r["round"]: r["test_accuracy"] for r in metrics["rounds"]}
-    assert f"federation  7 rounds, final test accuracy {accuracies[7]:.4f}" in text.output
+    assert f"federation  7 rounds (3 evaluated), final test accuracy {accuracies[7]:.4f}" in text.output
     assert "over 3 noised evaluations" in text.output
     shown = inspect(every_third, "--json")
     assert shown.exit_code == 0, shown.output
     federation = json.loads(shown.stdout)["federation"]
     assert federation["final_test_accuracy"] == accuracies[7] and federation["problem"] is None
+    assert federation["rounds"] == 7 and federation["evaluated_rounds"] == 3
     assert federation["best_test_accuracy"] == max(accuracies[t] for t in (3, 6, 7))
     assert federation["test_accuracy_per_round"] == [[t, accuracies[t]] for t in range(1, 8)]
 
