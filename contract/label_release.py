@@ -166,34 +166,4 @@ CLEAR_LABELS = LabelRelease()
 """The release of a file whose labels are the true classes."""
 
 
-# Functions over a release or its JSON form (earlier callers held the attribute as a mapping).
-
-
-def check_label_release(value: LabelRelease | Mapping[str, Any] | None) -> LabelRelease:
-    """Return the validated release of a ``label_release`` attribute (:meth:`LabelRelease.from_json`).
-
-    Raises
-    ------
-    LabelReleaseError
-        As :meth:`LabelRelease.from_json`.
-    """
-    return LabelRelease.from_json(value)
-
-
-def label_epsilon(value: LabelRelease | Mapping[str, Any] | None) -> float:
-    """Return the exact ε per record of the label release: ∞ for clear labels."""
-    return LabelRelease.from_json(value).epsilon
-
-
-def transition_matrix(value: LabelRelease | Mapping[str, Any] | None) -> np.ndarray | None:
-    """Return T (k × k, float64), T[i, j] = P(released j | true i); ``None`` for clear labels (T = I)."""
-    return LabelRelease.from_json(value).transition_matrix()
-
-
-def composed_epsilon(feature_epsilon: float, value: LabelRelease | Mapping[str, Any] | None) -> dict[str, Any]:
-    """Return the per-record ε of features and label (:meth:`LabelRelease.composed_epsilon`)."""
-    return LabelRelease.from_json(value).composed_epsilon(feature_epsilon)
-
-
-__all__ = ["CLEAR", "CLEAR_LABELS", "KRR_LABELS", "LabelRelease", "LabelReleaseError", "check_label_release",
-           "composed_epsilon", "label_epsilon", "label_mechanism", "transition_matrix"]
+__all__ = ["CLEAR", "CLEAR_LABELS", "KRR_LABELS", "LabelRelease", "LabelReleaseError", "label_mechanism"]

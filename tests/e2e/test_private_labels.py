@@ -20,10 +20,7 @@ from ldpfl.contract.label_release import (
     CLEAR_LABELS,
     LabelRelease,
     LabelReleaseError,
-    check_label_release,
-    composed_epsilon,
     label_mechanism,
-    transition_matrix,
 )
 from ldpfl.contract.layout import PARTITION_FILE
 from ldpfl.contract.plan import SharedPlan
@@ -33,6 +30,11 @@ from ldpfl.stage1_features.export.config import ExportConfig
 from ldpfl.stage1_features.export.run import run_export
 
 Z_TOL = 4.5
+
+
+def _matrix(value):
+    """T of a label release in any of its forms (the record, its JSON, None for clear labels)."""
+    return LabelRelease.from_json(value).transition_matrix()
 K = 10
 QUICK = {"dataset": "mnist5k", "extractor": "none", "mechanism": "pdpm", "clients": 2,
          "mechanism_params": {"epsilon": 2.0, "safe_range_length": 2.0}}
@@ -158,15 +160,15 @@ def test_export_config_names_label_epsilon():
 
 def test_transition_matrix_is_the_sampled_krr():
     krr = label_mechanism(2.0, 4)
-    matrix = transition_matrix(LabelRelease.krr(krr).to_json())
+    matrix = _matrix(LabelRelease.krr(krr).to_json())
     assert matrix.shape == (4, 4) and np.allclose(matrix.sum(axis=1), 1.0, atol=1e-12)
     assert np.all(np.diag(matrix) == krr.p_keep) and matrix[0, 1] == krr.p_other
-    assert transition_matrix(None) is None and transition_matrix(CLEAR_LABELS) is None
+    assert _matrix(None) is None and _matrix(CLEAR_LABELS) is None
     bad = LabelRelease.krr(krr).to_json() | {"epsilon": 3.0}
     with pytest.raises(LabelReleaseError, match="epsilon"):
-        check_label_release(bad)
+        LabelRelease.from_json(bad)
     with pytest.raises(LabelReleaseError, match="p_keep"):
-        check_label_release(LabelRelease.krr(krr).to_json() | {"p_keep": 0.9})
+        LabelRelease.from_json(LabelRelease.krr(krr).to_json() | {"p_keep": 0.9})
 
 
 def test_label_release_is_one_frozen_record_with_one_json_form():
@@ -180,7 +182,7 @@ def test_label_release_is_one_frozen_record_with_one_json_form():
     assert LabelRelease.from_json(None) is CLEAR_LABELS and CLEAR_LABELS.clear and CLEAR_LABELS.epsilon == math.inf
     assert LabelRelease.from_json({"mechanism": "clear"}) == CLEAR_LABELS == LabelRelease.for_epsilon(None, 4)
     assert CLEAR_LABELS.to_json() == {"mechanism": "clear"} and CLEAR_LABELS.transition_matrix() is None
-    assert np.array_equal(release.transition_matrix(), transition_matrix(LabelRelease.krr(krr).to_json()))
+    assert np.array_equal(release.transition_matrix(), _matrix(LabelRelease.krr(krr).to_json()))
     with pytest.raises(dataclasses.FrozenInstanceError):
         release.epsilon = 1.0  # type: ignore[misc]
     for bad, key in ((LabelRelease.krr(krr).to_json() | {"epsilon": 3.0}, "epsilon"), ([1], "JSON object"),
@@ -191,10 +193,10 @@ def test_label_release_is_one_frozen_record_with_one_json_form():
 
 def test_composition_adds_the_two_epsilons():
     labels = LabelRelease.krr(label_mechanism(1.0, K)).to_json()
-    total = composed_epsilon(2.0, labels)
+    total = LabelRelease.from_json(labels).composed_epsilon(2.0)
     assert total["epsilon"] == pytest.approx(2.0 + labels["epsilon"])
     assert [p["covers"] for p in total["parts"]] == ["features", "labels"]
-    assert composed_epsilon(2.0, CLEAR_LABELS)["epsilon"] == math.inf
+    assert LabelRelease.from_json(CLEAR_LABELS).composed_epsilon(2.0)["epsilon"] == math.inf
 
 
 def test_plan_carries_label_epsilon_and_keeps_old_fingerprints(tmp_path):
@@ -285,7 +287,7 @@ def test_resolution_of_the_correction_from_the_files():
 
     krr = LabelRelease.krr(label_mechanism(1.0, K))
     auto = resolve_label_noise("auto", [("a", krr), ("b", LabelRelease.from_json(krr.to_json()))])
-    assert auto.correction == "forward" and np.array_equal(auto.matrix(), transition_matrix(krr))
+    assert auto.correction == "forward" and np.array_equal(auto.matrix(), _matrix(krr))
     assert resolve_label_noise("backward", [("a", krr)]).correction == "backward"
     assert resolve_label_noise("none", [("a", krr)]) is None
     assert resolve_label_noise("auto", [("a", CLEAR_LABELS), ("b", None)]) is None
@@ -313,7 +315,7 @@ def test_the_flower_client_step_receives_and_uses_t(runs):
     plan = server_side.plan_from_summaries(config, summaries)
     setup = ClientSetup.from_json(plan.setups[0].to_json())
     assert setup.label_noise is not None and setup.label_noise.correction == "forward"
-    assert np.array_equal(setup.label_noise.matrix(), transition_matrix(clients[0].metadata.label_release))
+    assert np.array_equal(setup.label_noise.matrix(), _matrix(clients[0].metadata.label_release))
     assert plan.training.label_noise == setup.label_noise  # the same record, through its JSON on the wire
     results = {}
     for correction in ("forward", "none"):
@@ -342,7 +344,7 @@ def test_the_local_engine_trains_with_t_from_the_files(runs, tmp_path):
         else:
             assert resolved["correction"] == ("forward" if correction == "auto" else "backward")
             labels = read_client_file(out / "client_000.h5").metadata.label_release
-            assert np.allclose(resolved["transition"], transition_matrix(labels), rtol=0, atol=0)
+            assert np.allclose(resolved["transition"], _matrix(labels), rtol=0, atol=0)
         finals[correction] = result.history[-1]["train_loss"]
     assert len({round(v, 9) for v in finals.values()}) == 3  # the three losses differ
 
