@@ -10,6 +10,7 @@ with nothing written.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import shutil
@@ -40,6 +41,7 @@ def float_run(tmp_path_factory) -> Path:
                      feature_format=FLOAT32)
 
 
+@functools.cache  # silos that took as many steps share σ, q and δ: one dp-accounting PLD each
 def _direct(sigma: float, q: float, steps: int, delta: float, relation) -> float:
     accountant = pld.PLDAccountant(relation)
     accountant.compose(dp_accounting.SelfComposedDpEvent(

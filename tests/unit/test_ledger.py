@@ -36,7 +36,10 @@ def test_gaussian_totals_match_dp_accounting(sigma: float, sensitivity: float, d
     assert (entry.client, entry.rounds, entry.delta, entry.method) == (3, rounds, delta, lg.METHOD_RDP)
     continuous = lg.GaussianRelease(sigma, sensitivity, delta, discrete=False)
     pld = lg.ledger_entry(continuous, rounds, accountant=lg.PLD)
-    assert pld.epsilon == pytest.approx(direct_pld_epsilon(sigma / sensitivity, rounds, delta), rel=1e-12)
+    # the Gaussian alone is accounted exactly (the analytic Gaussian: mechanisms.accounting), within 1e-5 below
+    # dp-accounting's pessimistic PLD discretization and never above it
+    direct = direct_pld_epsilon(sigma / sensitivity, rounds, delta)
+    assert direct * (1 - 1e-5) <= pld.epsilon <= direct + 1e-9
     # PLD is tight, RDP an upper bound: the two agree in order and PLD is never larger.
     assert pld.epsilon <= entry.epsilon + 1e-9
 
