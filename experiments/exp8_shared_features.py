@@ -1,7 +1,8 @@
 """The front that decides (issue 34): does a silo gain by joining, on shared ScatterNet features with DP-SGD?
 
 Fashion-MNIST's 60,000 training records are split among 10 silos (IID, Dirichlet β = 0.5 and β = 0.1 over the
-labels: ``stage1_features.export.partition.make_partition``); each silo keeps 90 % of its records for training,
+labels, or ``shards-1``: DP-FedAW's split, every silo two label-sorted shards: ``stage1_features.export.partition
+.make_partition``); each silo keeps 90 % of its records for training,
 5 % for validation (hyperparameter choice) and 5 % as its own held-out records. Every record is mapped by the
 weight-free ScatterNet (``stage1_features.models.scatter``: kymatio J = 2, L = 8, GroupNorm(27); no privacy
 cost), and a linear head is trained with record-level DP-SGD (``stage2_federate.dp_sgd.train_dp_sgd``: Opacus
@@ -76,9 +77,10 @@ def features(cache: Path, dataset: str) -> tuple[np.ndarray, np.ndarray]:
 def silo_splits(labels: np.ndarray, pool: np.ndarray, partition: str, seed: int) -> list[dict[str, np.ndarray]]:
     """Each silo's train / validation / held-out rows (90 / 5 / 5 %) of the ``pool`` rows."""
     rng = np.random.default_rng(10_000 + seed)
-    kind, _, beta = partition.partition("-")
-    part = make_partition(labels[pool], SILOS, kind=kind, rng=rng, beta=float(beta or 0.5),
-                          min_samples=10 if len(pool) > 10_000 else 5)
+    kind, _, parameter = partition.partition("-")  # dirichlet-β; shards-U: a fraction U of 2-shard silos
+    option = {"unb": float(parameter or 0.5)} if kind == "shards" else {"beta": float(parameter or 0.5)}
+    part = make_partition(labels[pool], SILOS, kind=kind, rng=rng, min_samples=10 if len(pool) > 10_000 else 5,
+                          **option)
     out = []
     for rows in part.clients:
         rows = rng.permutation(pool[rows])
