@@ -26,8 +26,6 @@ import exp8_shared_features as front
 import numpy as np
 import torch
 
-from ldpfl.mechanisms import accounting
-
 EPSILON = 3.0
 JOBS: list[dict] = [
     {"setting": "federated", "q": 0.1365, "rounds": 300, "lr": 4},  # the front's federated row (seed 0)
@@ -51,7 +49,7 @@ def run(job: dict, x, y, splits) -> tuple[torch.nn.Module, float]:
     seed = job.get("seed", 0)
     if job["setting"] == "federated":
         q, rounds = job["q"], job["rounds"]
-        sigma = accounting.calibrate_noise_multiplier(EPSILON, front.DELTA, q, rounds, neighbours=accounting.ADD_REMOVE)
+        sigma = front.sigma_for(EPSILON, q=q, steps=rounds)
         model = front.run_federated(x, y, splits, sigma, job["lr"], seed, q=q, rounds=rounds,
                                     clip=job.get("clip", front.CLIP),
                                     server_momentum=job.get("server_momentum", front.MOMENTUM))

@@ -11,9 +11,9 @@ functions of clean records that no guarantee covers. Here they leave through the
   add/remove alike (the number of rows is public: the plan declares each split's size);
 * each coordinate gets N(0, σ²) noise (the loss in units of L), drawn from the silo's own evaluation stream;
   R such releases compose to exactly one Gaussian mechanism of noise multiplier σ/(√2·√R) (Dong, Roth & Su
-  2019, Corollary 3.3: μ-GDP composes as √(Σμ²)), accounted by the one accountant
-  (``ldpfl.mechanisms.accounting.GaussianEvent``). The sensitivity is √2 under either relation, so the figure
-  is the same under both: it is computed as dp-accounting's add/remove Gaussian (whose replace-one figure
+  2019, Corollary 3.3: μ-GDP composes as √(Σμ²)), which the one accountant composes
+  (``ldpfl.mechanisms.accounting.GaussianEvent`` of R releases). The sensitivity is √2 under either relation,
+  so the figure is the same under both: it is computed as dp-accounting's add/remove Gaussian (whose replace-one figure
   would assume a replacement moves the sums twice as far, which a bounded count cannot);
 * σ is calibrated so that every release the run may make (one per evaluated round: ⌈R / K⌉) stays within
   the silo's target ε at its δ (:func:`calibrate`); or, for a run whose DP-SGD σ was given rather than
@@ -97,10 +97,10 @@ class EvaluationNoise:
 
 
 def spent(sigma: float, releases: int, delta: float) -> float:
-    """ε at ``delta`` of ``releases`` replies with noise σ: one Gaussian of multiplier σ/(√2·√R) (see above)."""
+    """ε at ``delta`` of ``releases`` replies: R Gaussians of multiplier σ/√2, composed by the accountant (above)."""
     if releases == 0:
         return 0.0
-    event = accounting.GaussianEvent(sigma / (SENSITIVITY * math.sqrt(releases)))
+    event = accounting.GaussianEvent(sigma / SENSITIVITY, releases)
     return accounting.epsilon([event], delta, neighbours=accounting.ADD_REMOVE)
 
 
