@@ -16,13 +16,14 @@ from pathlib import Path
 import h5py
 import numpy as np
 
+from ldpfl.contract import released_statistics
 from ldpfl.contract.memory import format_bytes, memory_shortfall
 from ldpfl.contract.schema import MAX_ROWS, MAX_SPLIT_BYTES, SPLITS, ClientMetadata, FormatError
 from ldpfl.contract.small_files import not_regular_reason
 from ldpfl.mechanisms.base import PACKED_BITS
 
 KNOWN_FILTERS = {h5py.h5z.FILTER_FLETCHER32: "fletcher32"}
-ALLOWED_GROUPS = {"train", "test", "stats"}
+ALLOWED_GROUPS = {"train", "test", "stats", released_statistics.GROUP}
 
 
 def short_error(error: BaseException, limit: int = 200) -> str:
@@ -133,6 +134,12 @@ def check_structure(path: str | os.PathLike[str], handle: h5py.File, metadata: C
             if stats["input_bit_density"].shape != (metadata.feature_width,):
                 raise FormatError(path, "dataset 'stats/input_bit_density' has the wrong shape")
             _check_storage(path, "stats/input_bit_density", stats["input_bit_density"])
+    released_statistics.check_group(path, handle, metadata)
+    if released_statistics.GROUP in handle:
+        for name in released_statistics.DATASETS:
+            full = f"{released_statistics.GROUP}/{name}"
+            _check_dataset(path, full, handle[full])
+            _check_storage(path, full, handle[full])
     return rows
 
 

@@ -29,6 +29,7 @@ from typing import Any
 import h5py
 import numpy as np
 
+from ldpfl.contract import released_statistics
 from ldpfl.contract.client_reader import open_client_file
 from ldpfl.contract.schema import SPLITS, ClientMetadata
 from ldpfl.mechanisms.base import FLOAT32, PACKED_BITS, Mechanism
@@ -147,8 +148,9 @@ def privacy_problems(metadata: ClientMetadata, mechanism: Mechanism | None
 def unprotected_datasets(handle: h5py.File) -> list[str]:
     """Return the datasets of an open client file that carry no Fletcher-32 checksum."""
     names = [f"{s}/{n}" for s in SPLITS for n in ("labels", "features")]
-    if "stats" in handle:
-        names += [f"stats/{n}" for n in handle["stats"]]
+    for group in ("stats", released_statistics.GROUP):
+        if group in handle:
+            names += [f"{group}/{n}" for n in handle[group]]
     return [name for name in names if not handle[name].fletcher32]
 
 
@@ -163,11 +165,16 @@ def checksum_problems(handle: h5py.File) -> list[str]:
 def file_problems(handle: h5py.File, metadata: ClientMetadata) -> list[str]:
     """Return every contradiction of an open, structurally valid client file (empty: usable).
 
-    The checks of this module: mechanism, privacy report, checksums.
+    The checks of this module: mechanism, privacy report, checksums; and a ``stats:K`` release's own
+    (``released_statistics.statistics_problems``: its noise against its ε, its synthetic rows against its
+    statistics and key).
     """
     _, mechanism, problems = mechanism_problems(metadata)
     problems += privacy_problems(metadata, mechanism)[2]
-    return problems + checksum_problems(handle)
+    problems += checksum_problems(handle)
+    if not problems:
+        problems += released_statistics.statistics_problems(handle, metadata)
+    return problems
 
 
 def float_value_problem(block: np.ndarray, mechanism: Any | None) -> tuple[int, int, str] | None:

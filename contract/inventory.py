@@ -29,6 +29,9 @@ DATASETS: Mapping[str, str] = {
     "train/features": RANDOMIZED, "test/features": RANDOMIZED,  # the file's mechanism: part "features"
     "train/labels": RANDOMIZED, "test/labels": RANDOMIZED,  # label_release: part "labels" (krr, or clear: ε = ∞)
     "stats/input_bit_density": RANDOMIZED,  # only with store_input_density: part "diagnostic", ε = ∞
+    # a stats:K release (issue 40): the noisy statistics (part "features": gaussian-stats) and a public key
+    "released_statistics/sums": RANDOMIZED, "released_statistics/counts": RANDOMIZED,
+    "released_statistics/moments": RANDOMIZED, "released_statistics/synthetic_key": PUBLIC,
 }
 """Datasets of a shareable client file (groups ``train``, ``test`` and ``stats`` hold nothing else)."""
 

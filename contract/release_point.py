@@ -8,6 +8,9 @@ A client file's ``release`` attribute names what stage 1 randomized and stored f
 * ``scores``: the CNN's class probabilities p, mapped to [-1, 1]^k by 2p - 1.
 * ``label``: the CNN's predicted class, stored as k float32 values (a one-hot row, or the k values a
   categorical mechanism outputs).
+* ``stats:K`` (issue 40): no record is released; the silo releases once the noisy per-class sums, counts and
+  second moments of its records projected to K values (``gaussian-stats``), and the file's rows are synthetic
+  records drawn from them (K values each).
 
 Each release point is registered once here (:data:`RELEASES`): its name, whether it takes a size, the mechanism
 domains it takes, the help text and the note its privacy report carries. The CLI's help, the error messages and
@@ -26,8 +29,11 @@ FLATTEN = "flatten"
 BOTTLENECK = "bottleneck"
 SCORES = "scores"
 LABEL = "label"
+STATS = "stats"
 MIN_BOTTLENECK = 4
 MAX_BOTTLENECK = 128
+MAX_STATS_WIDTH = 4096
+"""The largest projection of a ``stats:K`` release: its second moments are K² float64 values (128 MiB)."""
 
 
 @dataclass(frozen=True)
@@ -46,6 +52,8 @@ class ReleaseKind:
         What a record releases, for ``--release``'s help (after its usage: `` (...): ...`` or ``: ...``).
     note : str or None
         The note of its privacy report (``{units}`` and ``{classes}`` filled in); None for LDPFL's flatten features.
+    sizes : tuple of int
+        The smallest and largest K of a sized kind.
     """
 
     name: str
@@ -53,6 +61,7 @@ class ReleaseKind:
     domains: tuple[str, ...]
     summary: str
     note: str | None = None
+    sizes: tuple[int, int] = (MIN_BOTTLENECK, MAX_BOTTLENECK)
 
     @property
     def usage(self) -> str:
@@ -77,6 +86,14 @@ for _kind in (
     ReleaseKind(LABEL, False, ("category", "any"), ": the CNN's predicted class (one-hot, width k)",
                 "release label: each record is the client CNN's predicted class, as a one-hot row of {classes} "
                 "values"),
+    ReleaseKind(STATS, True, ("statistics",),
+                f" (1 <= K <= {MAX_STATS_WIDTH}, K <= r; an extractor no record trained: scatter or none): no "
+                "record; the noisy per-class sums, counts and second moments of the records projected to K values, "
+                "released once, and synthetic records drawn from them",
+                "release stats:{units}: no record is released; one release of the noisy per-class sums, class "
+                "counts and second moments of the records projected to {units} values and clipped; the rows are "
+                "synthetic records drawn from them (post-processing)",
+                (1, MAX_STATS_WIDTH)),
 ):
     RELEASES.add(_kind.name, _kind)
 
@@ -104,17 +121,17 @@ class ReleasePoint:
         """Check the kind and K (``ValueError`` quoting the value and the range)."""
         if self.kind not in RELEASES:
             raise ValueError(f"release must be one of {_choices()}; got {self.kind!r}")
-        if release_kind(self.kind).sized:
-            if isinstance(self.units, bool) or not isinstance(self.units, int) \
-                    or not MIN_BOTTLENECK <= self.units <= MAX_BOTTLENECK:
-                raise ValueError(f"bottleneck:K needs an integer K in [{MIN_BOTTLENECK}, {MAX_BOTTLENECK}], "
-                                 f"got {self.units!r}")
+        kind = release_kind(self.kind)
+        if kind.sized:
+            low, high = kind.sizes
+            if isinstance(self.units, bool) or not isinstance(self.units, int) or not low <= self.units <= high:
+                raise ValueError(f"{self.kind}:K needs an integer K in [{low}, {high}], got {self.units!r}")
         elif self.units is not None:
             raise ValueError(f"release {self.kind!r} takes no size, got {self.kind}:{self.units}")
 
     def __str__(self) -> str:
-        """Return the attribute text: ``flatten``, ``bottleneck:16``, ``scores`` or ``label``."""
-        return f"{self.kind}:{self.units}" if self.kind == BOTTLENECK else self.kind
+        """Return the attribute text: ``flatten``, ``bottleneck:16``, ``scores``, ``label`` or ``stats:256``."""
+        return f"{self.kind}:{self.units}" if self.units is not None else self.kind
 
     @property
     def is_flatten(self) -> bool:
@@ -122,30 +139,29 @@ class ReleasePoint:
         return self.kind == FLATTEN
 
     def width(self, flatten_width: int, num_classes: int) -> int:
-        """Return the values per record: r (flatten), K (bottleneck) or k (scores, label)."""
+        """Return the values per record: r (flatten), K (bottleneck, stats) or k (scores, label)."""
         if self.kind == FLATTEN:
             return int(flatten_width)
-        if self.kind == BOTTLENECK:
-            assert self.units is not None
+        if self.units is not None:
             return self.units
         return int(num_classes)
 
 
 def parse_release(text: str) -> ReleasePoint:
-    """Parse ``flatten``, ``bottleneck:K``, ``scores`` or ``label`` (``ValueError`` on anything else)."""
+    """Parse ``flatten``, ``bottleneck:K``, ``scores``, ``label`` or ``stats:K`` (``ValueError`` otherwise)."""
     if not isinstance(text, str):
         raise ValueError(f"release must be a string, got {text!r}")
     kind, sep, size = text.strip().partition(":")
     kind = kind.strip().lower()
-    if kind == BOTTLENECK:
+    if kind in RELEASES and release_kind(kind).sized:
+        low, high = release_kind(kind).sizes
         if not sep:
-            raise ValueError("release bottleneck needs its size: bottleneck:K, e.g. bottleneck:16")
+            raise ValueError(f"release {kind} needs its size: {kind}:K, e.g. {kind}:{max(low, 16)}")
         try:
             units = int(size.strip())
         except ValueError:
-            raise ValueError(f"bottleneck:K needs an integer K in [{MIN_BOTTLENECK}, {MAX_BOTTLENECK}], "
-                             f"got {size.strip()!r}") from None
-        return ReleasePoint(BOTTLENECK, units)
+            raise ValueError(f"{kind}:K needs an integer K in [{low}, {high}], got {size.strip()!r}") from None
+        return ReleasePoint(kind, units)
     if sep:
         if kind in RELEASES:
             raise ValueError(f"release {kind!r} takes no size, got {text!r}")

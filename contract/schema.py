@@ -40,13 +40,14 @@ from ldpfl.mechanisms.report import PrivacyReport
 from ldpfl.mechanisms.spec import ENCODING_KEYS, MechanismSpec
 
 SCHEMA = "ldpfl-features"
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 """Written by this code. Version 2 stores the derived boolean ``private`` as int8 0/1 (version 1: numpy bool);
 version 3 adds the attributes ``release`` and ``local_only`` (and the optional ``class_names``,
 ``plan_fingerprint``); version 4 adds ``label_release``, ``extractor_training`` and ``release_guarantee``
 (issue 22: one per-record guarantee over everything the file releases); version 5 adds ``generator``, the bit
-generator the noise came from (issue 23: ``AES-CTR`` or ``ChaCha20`` unseeded, ``PCG64`` seeded)."""
-SUPPORTED_SCHEMA_VERSIONS = (1, 2, 3, 4, 5)
+generator the noise came from (issue 23: ``AES-CTR`` or ``ChaCha20`` unseeded, ``PCG64`` seeded); version 6 adds the
+group ``/released_statistics`` of a ``stats:K`` release (issue 40: ``ldpfl.contract.released_statistics``)."""
+SUPPORTED_SCHEMA_VERSIONS = (1, 2, 3, 4, 5, 6)
 """Read by this code (client files and manifests)."""
 SPLITS = ("train", "test")
 

@@ -9,6 +9,7 @@ from . import (  # noqa: F401  (importing a mechanism's module registers it)
     duchi,
     fedaw,
     gaussian,
+    gaussian_statistics,  # issue 40: the one-shot release of noisy sufficient statistics
     gaussian_wu,
     hybrid,  # issue 17 LDP mechanisms: duchi, hybrid, krr, laplace, oue_label, piecewise
     identity,

@@ -293,6 +293,33 @@ def dp_sgd_epsilons(event: DpSgdEvent, delta: float) -> dict[str, float]:
 
 
 @functools.lru_cache(maxsize=256)
+def calibrate_gaussian(target_epsilon: float, delta: float) -> float:
+    """Return the smallest noise multiplier σ/Δ₂ (to 1e-9 relative) of one Gaussian release within (ε, δ).
+
+    The exact analytic Gaussian (Balle & Wang 2018, Theorem 8; dp-accounting's ``GaussianPrivacyLoss``): δ(ε)
+    falls as σ grows, so dp-accounting's bisection inverts it. Δ₂ is the distance of the neighbouring inputs
+    under whichever relation the caller states (the add/remove and replace-one curves of a Gaussian of
+    sensitivity Δ₂ are the same: the caller scales Δ₂ per relation).
+    """
+    from dp_accounting.pld import common
+    from dp_accounting.pld import privacy_loss_mechanism as mechanism
+
+    require_finite_positive("target_epsilon", target_epsilon)
+    if isinstance(delta, bool) or not isinstance(delta, int | float) or not 0.0 < delta < 1.0:
+        raise ValueError(f"delta must lie in (0, 1), got {delta!r}")
+
+    def spent_delta(sigma: float) -> float:
+        return float(mechanism.GaussianPrivacyLoss(sigma).get_delta_for_epsilon(float(target_epsilon)))
+
+    search = common.BinarySearchParameters(1e-6, MAX_NOISE_MULTIPLIER, initial_guess=1.0, tolerance=1e-12)
+    found = common.inverse_monotone_function(spent_delta, float(delta), search)
+    if found is None:
+        raise ValueError(f"target_epsilon {target_epsilon:g} at delta {delta:g} is out of reach of one Gaussian "
+                         f"release (even noise multiplier {MAX_NOISE_MULTIPLIER:g} spends more)")
+    return float(found)
+
+
+@functools.lru_cache(maxsize=256)
 def calibrate_noise_multiplier(target_epsilon: float, delta: float, sampling_probability: float, steps: int, *,
                                neighbours: str = REPLACE_ONE) -> float:
     """Return the smallest σ (to 0.1 %) whose T = ``steps`` Poisson-sampled DP-SGD steps are within ``target_epsilon``.
@@ -350,5 +377,5 @@ def calibrate_noise_multiplier(target_epsilon: float, delta: float, sampling_pro
 
 __all__ = ["ADD_REMOVE", "METHOD", "METHODS", "NEIGHBOURS", "NEIGHBOURS_TEXT", "PLD", "RDP", "REPLACE_ONE",
            "DpSgdEvent", "Event", "GaussianEvent", "PureEvent", "RandomizedResponseEvent", "ZcdpEvent",
-           "basic_composition", "calibrate_noise_multiplier", "delta", "dp_sgd_epsilons", "epsilon",
-           "require_neighbours"]
+           "basic_composition", "calibrate_gaussian", "calibrate_noise_multiplier", "delta", "dp_sgd_epsilons",
+           "epsilon", "require_neighbours"]

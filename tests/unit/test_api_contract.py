@@ -26,8 +26,8 @@ NOT_FLOAT16 = {"clip": 0.3, "safe_range_length": 0.6, "sensitivity": 0.6}
 def declared(name: str, small_mechanism, sample_input, **params):
     """The mechanism with its record parameter declared as the sample's width, and that sample."""
     cls = mech.mechanism_class(name)
-    if cls.RECORD_PARAMETER == "dim" and mech.create_mechanism(name).record_size() is None:
-        params.setdefault("dim", sample_input(mech.create_mechanism(name)).shape[-1])
+    if cls.RECORD_PARAMETER in ("dim", "width") and mech.create_mechanism(name).record_size() is None:
+        params.setdefault(cls.RECORD_PARAMETER, sample_input(mech.create_mechanism(name)).shape[-1])
     m = small_mechanism(name, **params)
     return m, sample_input(m)
 

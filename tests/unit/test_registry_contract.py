@@ -39,7 +39,7 @@ def test_contract(name: str, small_mechanism, sample_input) -> None:
     m = small_mechanism(name)
     cls = mech.mechanism_class(name)
     assert type(m) is cls and m.NAME == name and cls.SOURCE and cls.SUMMARY
-    assert cls.DOMAIN in ("bits", "real", "category", "bounded", "any")
+    assert cls.DOMAIN in ("bits", "real", "category", "bounded", "statistics", "any")
     with pytest.raises(dataclasses.FrozenInstanceError):
         m.epsilon = 3.0  # frozen, whatever the fields are
 

@@ -1,0 +1,150 @@
+"""The ``/released_statistics`` group of a ``stats:K`` client file (issue 40): its layout, reading and checks.
+
+A ``stats:K`` file (``release`` attribute ``stats:K``, mechanism ``gaussian-stats``) holds what its silo released
+once, beside the synthetic rows of ``/train``:
+
+```
+/released_statistics/sums           float64 (c, K)   noisy per-class sums of the clipped projected records
+/released_statistics/counts         float64 (c,)     noisy class counts
+/released_statistics/moments        float64 (K, K)   noisy second moments (symmetric)
+/released_statistics/synthetic_key  int64 (1,)       the public key the synthetic records were drawn with
+```
+
+The noise scales are not stored twice: they follow from the mechanism's recorded parameters (ε, δ, C, the
+shares), which the privacy report also records (``sigma_*``). :func:`statistics_problems` is what ``inspect``
+flags and what ``federate``/``gather`` refuse:
+
+* the noise the parameters imply gives back the recorded ε under both relations (eq. 1 of
+  ``sufficient_statistics`` inverted: μ² = C²/σ_S² + 1/σ_N² + C⁴/σ_M²);
+* the synthetic rows and labels are those the recorded statistics and key give (float32 rows within a relative
+  1e-4 of the recomputation: the Cholesky factor and the products go through BLAS, whose rounding may differ
+  between machines).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import h5py
+import numpy as np
+
+from ldpfl.contract.release_point import STATS, parse_release
+from ldpfl.contract.schema import ClientMetadata, FormatError
+from ldpfl.mechanisms import accounting
+from ldpfl.mechanisms import sufficient_statistics as stats
+from ldpfl.mechanisms.gaussian_statistics import GaussianStatistics, Released
+
+GROUP = "released_statistics"
+DATASETS = ("sums", "counts", "moments", "synthetic_key")
+ROW_TOLERANCE = 1e-4
+"""Relative tolerance of a synthetic row against its recomputation (BLAS rounding; float32 storage: 6e-8)."""
+
+
+def is_statistics_file(metadata: ClientMetadata) -> bool:
+    """Return whether the file is a ``stats:K`` release (its rows synthetic, its statistics in the group)."""
+    return parse_release(metadata.release).kind == STATS
+
+
+def mechanism_of(metadata: ClientMetadata) -> GaussianStatistics:
+    """Return the file's ``gaussian-stats`` mechanism, built from its recorded parameters."""
+    mechanism = metadata.mechanism_spec().build()
+    if not isinstance(mechanism, GaussianStatistics):
+        raise ValueError(f"a stats release names mechanism {metadata.mechanism!r}, expected 'gaussian-stats'")
+    return mechanism
+
+
+def expected_shapes(metadata: ClientMetadata) -> dict[str, tuple[int, ...]]:
+    """Return each dataset's shape for c = ``num_classes`` and K = ``features``."""
+    c, k = metadata.num_classes, metadata.features
+    return {"sums": (c, k), "counts": (c,), "moments": (k, k), "synthetic_key": (1,)}
+
+
+def check_group(path: Path, handle: h5py.File, metadata: ClientMetadata) -> None:
+    """Refuse (``FormatError``) a group that a stats file lacks, another file holds, or that has other shapes."""
+    present = GROUP in handle
+    if not is_statistics_file(metadata):
+        if present:
+            raise FormatError(path, f"group {GROUP!r} in a file whose release is {metadata.release!r}, not stats:K")
+        return
+    if not present or not isinstance(handle[GROUP], h5py.Group):
+        raise FormatError(path, f"a {metadata.release} file needs the group {GROUP!r}")
+    group = handle[GROUP]
+    if set(group) != set(DATASETS):
+        raise FormatError(path, f"group {GROUP!r} holds {sorted(group)}, expected {sorted(DATASETS)}")
+    for name, shape in expected_shapes(metadata).items():
+        dset = group[name]
+        if not isinstance(dset, h5py.Dataset) or dset.shape != shape:
+            raise FormatError(path, f"dataset '{GROUP}/{name}' has shape {getattr(dset, 'shape', None)}, expected "
+                                    f"{shape}")
+        kind = "iu" if name == "synthetic_key" else "f"
+        if dset.dtype.kind not in kind:
+            raise FormatError(path, f"dataset '{GROUP}/{name}' has dtype {dset.dtype}")
+
+
+def read_release(handle: h5py.File, metadata: ClientMetadata) -> Released:
+    """Return the file's release: its statistics, the noise its parameters imply, and the synthetic key."""
+    group = handle[GROUP]
+    released = stats.Statistics(np.asarray(group["sums"][...], dtype=np.float64),
+                                np.asarray(group["counts"][...], dtype=np.float64),
+                                np.asarray(group["moments"][...], dtype=np.float64))
+    return Released(released, mechanism_of(metadata).scales(metadata.features), int(group["synthetic_key"][0]))
+
+
+def write_release(file: h5py.File, released: Released) -> None:
+    """Write ``released`` into a new group of an open (temporary) file, Fletcher-32 checksummed."""
+    group = file.create_group(GROUP)
+    values = {"sums": released.statistics.sums, "counts": released.statistics.counts,
+              "moments": released.statistics.moments}
+    for name, data in values.items():
+        array = np.asarray(data, dtype=np.float64)
+        group.create_dataset(name, data=array, fletcher32=True, chunks=array.shape)
+    group.create_dataset("synthetic_key", data=np.array([released.synthetic_key], dtype=np.int64),
+                         fletcher32=True, chunks=(1,))
+
+
+def epsilon_from_noise(scales: stats.NoiseScales, clip: float, delta: float) -> dict[str, float]:
+    """Return ε under each relation of the noise ``scales`` at clip C: μ from eq. 1, replace-one from eq. 2."""
+    mu = math.sqrt(clip**2 / scales.sums**2 + 1 / scales.counts**2 + clip**4 / scales.moments**2)
+    shares = (clip**2 / scales.sums**2 / mu**2, 1 / scales.counts**2 / mu**2, clip**4 / scales.moments**2 / mu**2)
+    total = sum(shares)
+    return stats.epsilons(mu, delta, (shares[0] / total, shares[1] / total, shares[2] / total))
+
+
+def statistics_problems(handle: h5py.File, metadata: ClientMetadata) -> list[str]:
+    """Return one line per disagreement of a stats file with itself (none: an empty list)."""
+    if not is_statistics_file(metadata):
+        return []
+    mechanism = mechanism_of(metadata)
+    released = read_release(handle, metadata)
+    problems = []
+    recomputed = epsilon_from_noise(released.scales, mechanism.clip_for(metadata.features), mechanism.delta)
+    target = recomputed[mechanism.neighbours]
+    if not math.isclose(target, mechanism.epsilon, rel_tol=1e-6, abs_tol=1e-6):
+        problems.append(f"the noise the parameters give spends epsilon {target:.6g} ({mechanism.neighbours}), "
+                        f"not the recorded {mechanism.epsilon:g}")
+    report = metadata.privacy_report
+    if report.exact_epsilon_per_record is not None and not math.isclose(
+            recomputed[accounting.REPLACE_ONE], report.exact_epsilon_per_record, rel_tol=1e-6):
+        problems.append(f"the noise gives epsilon {recomputed[accounting.REPLACE_ONE]:.6g} replace-one, the report "
+                        f"records {report.exact_epsilon_per_record:.6g}")
+    rows, labels = mechanism.synthetic(released)
+    stored_rows = handle["train/features"]
+    if stored_rows.shape[0] != len(rows):
+        problems.append(f"train holds {stored_rows.shape[0]} rows; the recorded statistics and synthetic key give "
+                        f"{len(rows)}")
+        return problems
+    stored = np.asarray(stored_rows[...], dtype=np.float64)
+    if not np.array_equal(np.asarray(handle["train/labels"][...]), labels):
+        problems.append("train/labels differ from the labels the recorded statistics and synthetic key give")
+    scale = max(float(np.max(np.abs(rows), initial=0.0)), 1e-30)
+    worst = float(np.max(np.abs(stored - rows), initial=0.0)) / scale
+    if worst > ROW_TOLERANCE:
+        bad = int(np.argmax(np.max(np.abs(stored - rows), axis=1)))
+        problems.append(f"train/features row {bad} differs from the synthetic record the recorded statistics and "
+                        f"key give (by {worst:.2g} of the largest value)")
+    return problems
+
+
+__all__ = ["DATASETS", "GROUP", "ROW_TOLERANCE", "check_group", "epsilon_from_noise", "expected_shapes",
+           "is_statistics_file", "mechanism_of", "read_release", "statistics_problems", "write_release"]

@@ -1,0 +1,182 @@
+"""``gaussian-stats``: one release of a dataset's noisy sufficient statistics, and synthetic records drawn from it.
+
+The mechanism of ``ldpfl export --release stats:K`` (issue 40). Its maths is in
+:mod:`ldpfl.mechanisms.sufficient_statistics` (what is released, its sensitivity and accounting) and
+:mod:`ldpfl.mechanisms.statistics_model` (what the release says: the class-conditional Gaussian, synthetic
+records). Unlike the per-record mechanisms, it randomizes a *dataset*: a record's whole influence is on the three
+released statistics, and a synthetic record is post-processing of them.
+
+:meth:`GaussianStatistics.release_records` releases labelled records (stage 1 calls it per silo); the generic
+:meth:`GaussianStatistics.randomize` releases a batch as one class and returns as many synthetic rows, so the
+registry's contract holds. ε is the target under ``neighbours`` (default add/remove, the DP-SGD literature's);
+the report's exact per-record ε is the replace-one figure (the project's convention), the add/remove one beside it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from . import accounting
+from . import statistics_model as model
+from . import sufficient_statistics as stats
+from .base import FLOAT32, Mechanism, param, require_generator
+from .clipping import clip_l2_norm
+from .registry import register
+from .report import PrivacyReport
+from .validation import require_epsilon, require_finite_positive, require_open_unit_interval, require_real_array
+
+CLIP_FRACTION = 0.6
+"""The default clip C = 0.6·√k: a GroupNorm'd ScatterNet record of r values has norm ≤ √r, so its projection on
+k of r orthonormal directions about √k; 0.6 was chosen on MNIST-5k's validation records (docs/RESULTS.md
+section 10) and clips nearly every record (a normalization)."""
+STATISTICS_DOMAIN = "statistics"
+SYNTHETIC_KEY_BOUND = 2**63
+"""The synthetic records' public key is drawn uniformly below this from the silo's stream, after the noise."""
+
+
+@dataclass(frozen=True)
+class Released:
+    """One release: the noisy statistics, the noise it carries, and the public key of its synthetic records."""
+
+    statistics: stats.Statistics
+    scales: stats.NoiseScales
+    synthetic_key: int
+
+
+@register
+@dataclass(frozen=True)
+class GaussianStatistics(Mechanism):
+    """Per-class sums, class counts and second moments of clipped records, each with Gaussian noise, once."""
+
+    NAME: ClassVar[str] = "gaussian-stats"
+    SOURCE: ClassVar[str] = ("sufficient-statistics perturbation (Dwork, Talwar, Thakurta, Zhang 2014), exact "
+                             "analytic Gaussian accounting (Balle & Wang 2018)")
+    DOMAIN: ClassVar[str] = STATISTICS_DOMAIN
+    SUMMARY: ClassVar[str] = ("one release of noisy per-class sums, counts and second moments; synthetic records "
+                              "drawn from them")
+    FEATURE_FORMAT: ClassVar[str] = FLOAT32
+    RECORD_PARAMETER: ClassVar[str | None] = "width"
+
+    epsilon: float = param(1.0, "target epsilon of the whole release, under `neighbours`")
+    delta: float = param(1e-5, "delta of the whole release")
+    width: int | None = param(None, "k, the projected values per record (the release's size)")
+    clip: float | None = param(None, "L2 clip C of a projected record (default 0.6*sqrt(k))")
+    sums_share: float = param(stats.SHARES[0], "share of the budget (mu^2) spent on the per-class sums")
+    counts_share: float = param(stats.SHARES[1], "share of the budget spent on the class counts")
+    moments_share: float = param(stats.SHARES[2], "share of the budget spent on the second moments")
+    projection_key: int = param(0, "public key of the random orthonormal projection (numpy PCG64)")
+    shrinkage: float = param(model.SHRINKAGE, "ridge of the estimated covariance, in noise edges")
+    neighbours: str = param(accounting.ADD_REMOVE, "the relation epsilon is stated under: add-remove or replace-one")
+
+    def __post_init__(self) -> None:
+        """Validate ε, δ, k, C, the shares, the key, the shrinkage and the relation."""
+        require_epsilon(self.epsilon)
+        require_open_unit_interval("delta", self.delta)
+        if self.width is not None and (isinstance(self.width, bool) or not isinstance(self.width, int)
+                                       or self.width < 1):
+            raise ValueError(f"width must be an integer >= 1, got {self.width!r}")
+        if self.clip is not None:
+            require_finite_positive("clip", self.clip)
+        stats.require_shares(self.shares)
+        if isinstance(self.projection_key, bool) or not isinstance(self.projection_key, int) \
+                or self.projection_key < 0:
+            raise ValueError(f"projection_key must be an integer >= 0, got {self.projection_key!r}")
+        if not math.isfinite(self.shrinkage) or self.shrinkage < 0:
+            raise ValueError(f"shrinkage must be a finite number >= 0, got {self.shrinkage!r}")
+        accounting.require_neighbours(self.neighbours)
+
+    @property
+    def shares(self) -> tuple[float, float, float]:
+        """(s_S, s_N, s_M): the budget μ² split among sums, counts and second moments."""
+        return (self.sums_share, self.counts_share, self.moments_share)
+
+    def clip_for(self, width: int) -> float:
+        """Return C for records of ``width`` values: the given clip, else 0.6·√width."""
+        return float(self.clip) if self.clip is not None else CLIP_FRACTION * math.sqrt(width)
+
+    @property
+    def mu(self) -> float:
+        """μ, the add/remove Gaussian-DP figure the target (ε, δ) allows (exact analytic Gaussian)."""
+        return stats.calibrate_mu(self.epsilon, self.delta, neighbours=self.neighbours, shares=self.shares)
+
+    def scales(self, width: int) -> stats.NoiseScales:
+        """Return each part's σ for records of ``width`` values (eq. 1 of sufficient_statistics)."""
+        return stats.noise_scales(self.mu, self.clip_for(width), self.shares)
+
+    def epsilons(self) -> dict[str, float]:
+        """Return the release's ε under each relation at δ."""
+        return stats.epsilons(self.mu, self.delta, self.shares)
+
+    def release_records(self, z: np.ndarray, labels: np.ndarray, classes: int, *,
+                        rng: np.random.Generator) -> Released:
+        """Clip projected records ``z`` (n, k), release their statistics with noise from ``rng``, draw the key."""
+        rng = require_generator(rng)
+        width = int(np.shape(z)[1])
+        clipped = clip_l2_norm(z, self.clip_for(width))
+        scales = self.scales(width)
+        noisy = stats.release(stats.statistics(clipped, labels, classes), scales, rng)
+        return Released(noisy, scales, int(rng.integers(SYNTHETIC_KEY_BOUND)))
+
+    def synthetic(self, released: Released) -> tuple[np.ndarray, np.ndarray]:
+        """Return the synthetic records (float64) and labels the release gives (a function of it and its key)."""
+        fitted = model.estimate(released.statistics, released.scales, shrinkage=self.shrinkage)
+        return model.synthetic_records(fitted, released.synthetic_key)
+
+    def randomize(self, x: np.ndarray, *, rng: np.random.Generator) -> np.ndarray:
+        """Release the batch ``x`` as one class and return as many synthetic rows (shape and dtype kept).
+
+        The rows are drawn from the release's class-conditional Gaussian (round(N) of them, then cut or
+        repeated cyclically to the batch's size, which keeps the shape without looking at n again).
+        """
+        x = require_real_array(x)
+        if x.ndim == 0:
+            raise ValueError(f"{self.NAME} takes records on the last axis of a batch-first array, got a 0-d value")
+        if self.width is not None and x.shape[-1] != self.width:
+            raise ValueError(f"{self.NAME} was declared with width = {self.width} values per record, got records of "
+                             f"{x.shape[-1]} values (shape {x.shape})")
+        rows = x.reshape(-1, x.shape[-1])
+        if len(rows) == 0:
+            return np.array(x, copy=True)
+        released = self.release_records(rows, np.zeros(len(rows), dtype=np.int64), 1, rng=rng)
+        synthetic, _ = self.synthetic(released)
+        if len(synthetic) == 0:
+            synthetic = released.statistics.sums[:1] / max(float(released.statistics.counts[0]), 1.0)
+        picked = synthetic[np.arange(len(rows)) % len(synthetic)]
+        return picked.reshape(x.shape).astype(x.dtype)
+
+    def report(self) -> PrivacyReport:
+        """Report the release's ε under both relations (exact analytic Gaussian), σ of each part and the clip."""
+        figures = self.epsilons()
+        width = self.width
+        scales = None if width is None else self.scales(width)
+        sigmas = {} if scales is None else {"sigma_sums": scales.sums, "sigma_counts": scales.counts,
+                                            "sigma_moments": scales.moments}
+        return PrivacyReport(
+            mechanism=self.NAME, source=self.SOURCE, parameters=self.parameters(),
+            nominal_epsilon=self.epsilon, nominal_delta=self.delta,
+            exact_epsilon_per_coordinate=figures[accounting.REPLACE_ONE],
+            exact_epsilon_per_record=figures[accounting.REPLACE_ONE],
+            exact_delta=self.delta, coordinate="statistic", record="record (its clipped projection and its label)",
+            sigma=None if scales is None else scales.moments, sensitivity=None if width is None else
+            self.clip_for(width) ** 2,
+            probabilities={"mu_add_remove": self.mu, "epsilon_add_remove": figures[accounting.ADD_REMOVE],
+                           "epsilon_replace_one": figures[accounting.REPLACE_ONE],
+                           "replace_one_factor": stats.replace_one_factor(self.shares), **sigmas},
+            notes=(
+                "one release of the per-class sums (sensitivity C), class counts (1) and second moments (C^2, "
+                "Frobenius) of the projected records clipped to L2 norm C, each with Gaussian noise; labels are "
+                "covered (the statistics are per class); synthetic records are post-processing",
+                f"exact epsilon {figures[accounting.ADD_REMOVE]:.4g} under add/remove and "
+                f"{figures[accounting.REPLACE_ONE]:.4g} under replace-one at delta {self.delta:g} (analytic "
+                "Gaussian, Balle & Wang 2018; replace-one moves the release by mu_r = "
+                f"{stats.replace_one_factor(self.shares):.4f} mu)",
+                "continuous Gaussian noise from the silo's CSPRNG stream (as DP-SGD's), not the lattice sampler",
+            ),
+        )
+
+
+__all__ = ["CLIP_FRACTION", "STATISTICS_DOMAIN", "GaussianStatistics", "Released"]
