@@ -20,8 +20,10 @@ import numpy as np
 from ldpfl.common.errors import ParameterError
 from ldpfl.contract.atomic import disk_full, link_durably, replace_durably, temporary_path
 from ldpfl.contract.digest import sha256_file
+from ldpfl.contract.released_statistics import write_release
 from ldpfl.contract.schema import SPLITS, ClientMetadata
 from ldpfl.mechanisms.base import PACKED_BITS
+from ldpfl.mechanisms.gaussian_statistics import Released
 
 CHUNK_BYTES = 1 << 20
 
@@ -102,6 +104,10 @@ class ClientFileWriter:
             raise ValueError(f"input_bit_density must have shape ({self.metadata.feature_width},), got {density.shape}")
         self._file.require_group("stats").create_dataset("input_bit_density", data=density, fletcher32=True,
                                                          chunks=density.shape)
+
+    def write_released_statistics(self, released: Released) -> None:
+        """Store the ``/released_statistics`` group of a ``stats:K`` release (``contract.released_statistics``)."""
+        write_release(self._file, released)
 
     def write_rows(self, split: str, start: int, features: np.ndarray, labels: np.ndarray) -> None:
         """Write ``features`` (packed bits or float32, as the metadata says) and ``labels`` at row ``start``."""

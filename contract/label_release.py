@@ -6,6 +6,10 @@ k-ary randomized response of each true label (``ldpfl export --label-epsilon E``
     {"mechanism": "krr", "epsilon": exact ε, "nominal_epsilon": E, "num_classes": k,
      "p_keep": P(released = true), "p_other_each": P(released = one given other class)}
 
+A ``stats:K`` release (issue 40) holds synthetic records drawn from per-class statistics: its labels are the
+synthetic records' own, post-processing of the noisy per-class statistics (``{"mechanism": "statistics"}``), so
+the label part adds nothing (the statistics part covers the true labels) and there is no label noise to correct.
+
 ``p_keep`` and ``p_other_each`` are the probabilities the sampler uses (``mechanisms.krr.KRR``), so the
 exact ε is ln(p_keep / p_other_each) and the transition matrix of the label noise is
 T[i, j] = P(released j | true i) = p_keep if i = j, else p_other_each (:func:`transition_matrix`).
@@ -31,6 +35,7 @@ from ldpfl.mechanisms.validation import MAX_EPSILON
 
 CLEAR = "clear"
 KRR_LABELS = "krr"
+STATISTICS_LABELS = "statistics"
 ROW_TOLERANCE = 1e-9
 """A transition matrix's rows must sum to 1 within this."""
 KRR_KEYS = ("epsilon", "nominal_epsilon", "num_classes", "p_keep", "p_other_each")
@@ -73,6 +78,11 @@ class LabelRelease:
         """True for the true labels (ε = ∞)."""
         return self.mechanism == CLEAR
 
+    @property
+    def synthetic(self) -> bool:
+        """True for the labels of synthetic records drawn from released per-class statistics (no label noise)."""
+        return self.mechanism == STATISTICS_LABELS
+
     @classmethod
     def krr(cls, mechanism: KRR) -> LabelRelease:
         """Return the release of labels randomized by ``mechanism``: its exact ε and sampled probabilities."""
@@ -93,8 +103,8 @@ class LabelRelease:
         return label_mechanism(self.nominal_epsilon, self.num_classes)
 
     def transition_matrix(self) -> np.ndarray | None:
-        """Return T (k × k, float64), T[i, j] = P(released j | true i); ``None`` for clear labels (T = I)."""
-        if self.clear:
+        """Return T (k × k, float64), T[i, j] = P(released j | true i); ``None`` for clear or synthetic labels."""
+        if self.clear or self.synthetic:
             return None
         assert self.num_classes is not None and self.p_keep is not None and self.p_other_each is not None
         k = self.num_classes
@@ -104,8 +114,8 @@ class LabelRelease:
 
     def to_json(self) -> dict[str, Any]:
         """Return the ``label_release`` attribute (the one writer of the record's JSON form)."""
-        if self.clear:
-            return {"mechanism": CLEAR}
+        if self.clear or self.synthetic:
+            return {"mechanism": self.mechanism}
         return {"mechanism": KRR_LABELS, "epsilon": self.epsilon, "nominal_epsilon": self.nominal_epsilon,
                 "num_classes": self.num_classes, "p_keep": self.p_keep, "p_other_each": self.p_other_each}
 
@@ -126,9 +136,11 @@ class LabelRelease:
         mechanism = value.get("mechanism")
         if mechanism == CLEAR:
             return CLEAR_LABELS
+        if mechanism == STATISTICS_LABELS:
+            return SYNTHETIC_LABELS
         if mechanism != KRR_LABELS:
-            raise LabelReleaseError(f"label_release mechanism must be {CLEAR!r} or {KRR_LABELS!r}, got "
-                                    f"{mechanism!r}")
+            raise LabelReleaseError(f"label_release mechanism must be {CLEAR!r}, {KRR_LABELS!r} or "
+                                    f"{STATISTICS_LABELS!r}, got {mechanism!r}")
         for key in KRR_KEYS:
             if key not in value:
                 raise LabelReleaseError(f"label_release of mechanism krr lacks the key {key!r}")
@@ -164,6 +176,9 @@ class LabelRelease:
 
 CLEAR_LABELS = LabelRelease()
 """The release of a file whose labels are the true classes."""
+SYNTHETIC_LABELS = LabelRelease(STATISTICS_LABELS, 0.0)
+"""The labels of a ``stats:K`` file's synthetic records: post-processing of its statistics (ε 0 of their own)."""
 
 
-__all__ = ["CLEAR", "CLEAR_LABELS", "KRR_LABELS", "LabelRelease", "LabelReleaseError", "label_mechanism"]
+__all__ = ["CLEAR", "CLEAR_LABELS", "KRR_LABELS", "STATISTICS_LABELS", "SYNTHETIC_LABELS", "LabelRelease",
+           "LabelReleaseError", "label_mechanism"]

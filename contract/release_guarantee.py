@@ -238,6 +238,10 @@ def labels_part(release: LabelRelease) -> GuaranteePart:
     """Return the label part: in clear (ε = ∞; also when the file does not record it) or k-RR at its exact ε."""
     if release.clear:
         return GuaranteePart(LABELS, "the record's true label, in clear", "clear", math.inf)
+    if release.synthetic:
+        return GuaranteePart(LABELS, "the synthetic records' labels: post-processing of the noisy per-class "
+                             "statistics, whose part covers the record's label", "statistics", 0.0, 0.0,
+                             PureEpsilonEvent(0.0))
     k = release.num_classes
     assert k is not None
     return GuaranteePart(LABELS, f"the record's label, k-ary randomized response over k = {k} classes", "krr",

@@ -42,8 +42,12 @@ ROW_TOLERANCE = 1e-4
 
 
 def is_statistics_file(metadata: ClientMetadata) -> bool:
-    """Return whether the file is a ``stats:K`` release (its rows synthetic, its statistics in the group)."""
-    return parse_release(metadata.release).kind == STATS
+    """Return whether the file is a shareable ``stats:K`` release (rows synthetic, statistics in the group).
+
+    The silo's local-only clean test file of such a release (``keep_clean_test``) has the release's width but
+    no statistics.
+    """
+    return parse_release(metadata.release).kind == STATS and not metadata.local_only
 
 
 def mechanism_of(metadata: ClientMetadata) -> GaussianStatistics:
@@ -65,7 +69,7 @@ def check_group(path: Path, handle: h5py.File, metadata: ClientMetadata) -> None
     present = GROUP in handle
     if not is_statistics_file(metadata):
         if present:
-            raise FormatError(path, f"group {GROUP!r} in a file whose release is {metadata.release!r}, not stats:K")
+            raise FormatError(path, f"group {GROUP!r} in a file that is not a shared stats:K release")
         return
     if not present or not isinstance(handle[GROUP], h5py.Group):
         raise FormatError(path, f"a {metadata.release} file needs the group {GROUP!r}")

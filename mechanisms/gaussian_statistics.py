@@ -111,15 +111,26 @@ class GaussianStatistics(Mechanism):
         """Return the release's ε under each relation at δ."""
         return stats.epsilons(self.mu, self.delta, self.shares)
 
+    def clipped(self, z: np.ndarray) -> np.ndarray:
+        """Return projected records ``z`` (n, k) clipped to L2 norm C (float64): the release's feature map."""
+        z = np.asarray(z, dtype=np.float64)
+        return clip_l2_norm(z, self.clip_for(int(z.shape[-1])))
+
+    def clean_statistics(self, z: np.ndarray, labels: np.ndarray, classes: int) -> stats.Statistics:
+        """Return the statistics of projected records ``z`` (n, k) clipped to C (a batch's: they add up)."""
+        return stats.statistics(self.clipped(z), labels, classes)
+
+    def release(self, clean: stats.Statistics, *, rng: np.random.Generator) -> Released:
+        """Return ``clean`` (of records clipped to C) with the noise drawn from ``rng``, then the synthetic key."""
+        rng = require_generator(rng)
+        scales = self.scales(clean.width)
+        noisy = stats.release(clean, scales, rng)
+        return Released(noisy, scales, int(rng.integers(SYNTHETIC_KEY_BOUND)))
+
     def release_records(self, z: np.ndarray, labels: np.ndarray, classes: int, *,
                         rng: np.random.Generator) -> Released:
         """Clip projected records ``z`` (n, k), release their statistics with noise from ``rng``, draw the key."""
-        rng = require_generator(rng)
-        width = int(np.shape(z)[1])
-        clipped = clip_l2_norm(z, self.clip_for(width))
-        scales = self.scales(width)
-        noisy = stats.release(stats.statistics(clipped, labels, classes), scales, rng)
-        return Released(noisy, scales, int(rng.integers(SYNTHETIC_KEY_BOUND)))
+        return self.release(self.clean_statistics(z, labels, classes), rng=rng)
 
     def synthetic(self, released: Released) -> tuple[np.ndarray, np.ndarray]:
         """Return the synthetic records (float64) and labels the release gives (a function of it and its key)."""

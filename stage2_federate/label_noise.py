@@ -95,7 +95,7 @@ def resolve_label_noise(correction: str, releases: Sequence[tuple[str, LabelRele
             raise ValueError(f"client files do not share one label release: {name} has {_comparable(value)}, "
                              f"{first_name} has {_comparable(first)}; export every client with the same "
                              "--label-epsilon")
-    if first.clear:
+    if first.clear or first.synthetic:
         if correction in (FORWARD, BACKWARD):
             raise ParameterError(f"`label_noise_correction` {correction} needs randomized labels; the files' labels "
                                  "are clear (export with --label-epsilon)")

@@ -25,6 +25,8 @@ from typing import Any, Unpack
 from ldpfl.common.errors import ParameterError
 from ldpfl.contract.names import check_name, child_path
 from ldpfl.contract.plan import SharedPlan, read_plan
+from ldpfl.contract.release_point import STATS
+from ldpfl.mechanisms.gaussian_statistics import GaussianStatistics
 from ldpfl.stage1_features.export.config import DEFAULT_MECHANISM_PARAMS, ExportConfig, require_own_data
 from ldpfl.stage1_features.export.from_models import read_source_run, source_conflicts
 from ldpfl.stage1_features.export.results import ExportResult
@@ -102,6 +104,12 @@ def config_from_fields(fields: ExportFields, plan: SharedPlan | StrPath | None =
     values["mechanism_params"] = {**DEFAULT_MECHANISM_PARAMS, **dict(given.get("mechanism_params") or {})}
     if given.get("local_only") and "mechanism" not in given:
         values["mechanism"] = "none"  # local-only files hold the clean features
+    if str(given.get("release", "")).strip().lower().startswith(f"{STATS}:") and plan is None:
+        if "mechanism" not in given:
+            values["mechanism"] = GaussianStatistics.NAME  # the one release of noisy statistics (issue 40)
+        if "epsilon" not in (given.get("mechanism_params") or {}):
+            raise ParameterError("`release` stats:K spends its budget once: give it as `epsilon` (--epsilon), "
+                                 "under add/remove unless `neighbours` says replace-one")
     data = given.get("data")
     if data is not None and (plan is None or "dataset" in given):  # with a plan: the plan's name by default
 

@@ -37,7 +37,9 @@ def export_text(result: ExportResult) -> str:
               f"{_accuracy(c.local_accuracy):>9}  {c.file:<16} {c.status}" for c in result.clients]
     lines.append(f"privacy: {describe_privacy(result.privacy)}")
     labels = result.label_release
-    if not labels.clear:
+    if labels.synthetic:
+        lines.append("labels: those of the synthetic records (post-processing of the per-class statistics)")
+    elif not labels.clear:
         lines.append(f"labels: k-RR, exact ε = {labels.epsilon:.6g} per record (p_keep {labels.p_keep:.4g}); "
                      "it adds to the features' ε")
     else:

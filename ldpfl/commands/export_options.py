@@ -43,6 +43,9 @@ scatter_options = options(option("--scatter-j", "scatter_j", type=int, show_defa
 
 mechanism_options = options(
     click.option("--epsilon", type=float, default=None, help="Nominal privacy budget ε" + _iv_d("epsilon")),
+    click.option("--delta", type=float, default=None,
+                 help="δ of a mechanism that takes one (gaussian-stats: the whole release's)  [default: the "
+                      "mechanism's, 1e-5]"),
     click.option("--alpha", type=float, default=None, help=alpha_help()),
     click.option("-m", "--integer-bits", type=int, default=None, help="m, integer bits" + _iv_d("integer_bits")),
     click.option("-n", "--fraction-bits", type=int, default=None, help="n, fraction bits" + _iv_d("fraction_bits")))
@@ -71,7 +74,7 @@ own_data_options = options(
                       "settings or data that contradict it."))
 
 release_options = options(
-    click.option("--release", default="flatten", show_default=True, metavar="flatten|bottleneck:K|scores|label",
+    click.option("--release", default="flatten", show_default=True, metavar="flatten|bottleneck:K|scores|label|stats:K",
                  help=release_help()),
     option("--from-models", type=click.Path(exists=True, file_okay=False, path_type=str), metavar="RUN_DIR"),
     option("--keep-clean-test", is_flag=True),
@@ -80,7 +83,7 @@ release_options = options(
 
 def mechanism_fields(values: dict[str, Any]) -> dict[str, Any]:
     """Pop the mechanism's options from ``values``; return the parameters they give (``mechanism_params``)."""
-    params = {key: value for key in DEDICATED if (value := values.pop(key, None)) is not None}
+    params = {key: value for key in (*DEDICATED, "delta") if (value := values.pop(key, None)) is not None}
     for text in values.pop("params", ()):
         key, sep, raw = text.partition("=")
         key = key.strip().replace("-", "_")

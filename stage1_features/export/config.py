@@ -18,6 +18,7 @@ from ldpfl import mechanisms
 from ldpfl.common.errors import ParameterError
 from ldpfl.contract.label_release import label_mechanism
 from ldpfl.contract.plan import SharedPlan
+from ldpfl.contract.release_point import STATS
 from ldpfl.stage1_features.export import release as releases
 from ldpfl.stage1_features.export.partition import PARTITION_KINDS
 from ldpfl.stage1_features.models import cnn
@@ -171,7 +172,24 @@ class ExportConfig:
             _check_label_epsilon(self.label_epsilon)
             object.__setattr__(self, "label_epsilon", float(self.label_epsilon))
         self._check_local_only()
+        self._check_statistics_release(point)
         self._check_ray()
+
+    def _check_statistics_release(self, point: releases.ReleasePoint) -> None:
+        """``release`` stats:K (issue 40): no CNN, no per-record option; the extractor must be one no record trained."""
+        if point.kind != STATS:
+            return
+        given = [name for name, value in (("label_epsilon", self.label_epsilon), ("noise_aware", self.noise_aware),
+                                          ("from_models", self.from_models), ("cnn_epsilon", self.cnn_epsilon),
+                                          ("local_only", self.local_only), ("save_models", self.save_models),
+                                          ("store_input_density", self.store_input_density)) if value]
+        if given:
+            raise ParameterError(f"`release` {point} releases statistics once (labels included), through an "
+                                 f"extractor no record trained: leave out {', '.join(f'`{g}`' for g in given)}")
+        if self.extractor != cnn.AUTO and cnn.is_cnn(self.extractor):
+            raise ParameterError(f"`release` {point} needs an extractor no record trained (scatter, or none on "
+                                 f"tables): `extractor` {self.extractor!r} is trained on the silo's records, so its "
+                                 "weights would leave with the statistics unaccounted")
 
     def _check_ray(self) -> None:
         """``ray_address`` and each client task's resources; Ray itself is looked for, not imported."""

@@ -34,6 +34,7 @@ from ldpfl.stage1_features.export.errors import ExportError
 from ldpfl.stage1_features.export.partition import holdout_split
 from ldpfl.stage1_features.export.release import clean_layout, local_layout, release_values, stored_layout
 from ldpfl.stage1_features.export.silo import load_export_data
+from ldpfl.stage1_features.export.statistics_release import export_statistics, is_statistics_release
 from ldpfl.stage1_features.export.stored import model_file_name
 from ldpfl.stage1_features.export.worker_guard import die_with_parent, require_parent
 from ldpfl.stage1_features.export.write import BATCH_ROWS, BitDensity, raw_feature_batches, write_split
@@ -238,6 +239,11 @@ def export_client(task: ClientTask, dataset: Any = None) -> ClientOutcome:
 
         batches = raw_batches
 
+    if is_statistics_release(point):  # stats:K (issue 40): one release of the records' statistics, no rows
+        record, local_record = export_statistics(task, dataset, splits, labels, batches, release_rng,
+                                                 training_record, write_clean_test=write_clean_test,
+                                                 progress_bar=progress_bar)
+        return ClientOutcome(task.index, record, None, None, time.perf_counter() - start, None, local_record)
     spec = task.spec()
     assert spec.features is not None  # resolved with the release's width by the plan
     layout = local_layout() if task.local_only else stored_layout(point, spec)
@@ -287,7 +293,7 @@ def release_labels(label_release: LabelRelease, labels: Mapping[str, np.ndarray]
     With ``label_release`` krr the draws come from the release stream's own child (``Generator.spawn``),
     which leaves the release stream's draws, and so the features, unchanged.
     """
-    if label_release.clear:
+    if label_release.clear or label_release.synthetic:  # synthetic: the stats release labels its own records
         return dict(labels)
     if label_release.num_classes != num_classes:
         raise ValueError(f"label_release is for {label_release.num_classes} classes, the data has {num_classes}")

@@ -43,6 +43,7 @@ TINY = ["--dataset", "mnist5k", "--limit", "120", "--clients", "2", "--epochs", 
     ("flatten", ReleasePoint("flatten")), ("bottleneck:16", ReleasePoint("bottleneck", 16)),
     (" Bottleneck:4 ", ReleasePoint("bottleneck", 4)), ("scores", ReleasePoint("scores")),
     ("label", ReleasePoint("label")), ("bottleneck:128", ReleasePoint("bottleneck", 128)),
+    ("stats:256", ReleasePoint("stats", 256)), ("STATS:1", ReleasePoint("stats", 1)),
 ])
 def test_release_points_parse_and_print(text: str, point: ReleasePoint) -> None:
     assert parse_release(text) == point
@@ -53,6 +54,7 @@ def test_release_points_parse_and_print(text: str, point: ReleasePoint) -> None:
     ("bottleneck", "needs its size"), ("bottleneck:0", r"K in \[4, 128\], got 0"),
     ("bottleneck:-3", r"K in \[4, 128\], got -3"), ("bottleneck:3", "got 3"), ("bottleneck:129", "got 129"),
     ("bottleneck:x", "got 'x'"), ("scores:3", "takes no size"), ("logits", "one of flatten"),
+    ("stats", "stats needs its size"), ("stats:0", r"K in \[1, 4096\], got 0"), ("stats:4097", "got 4097"),
 ])
 def test_bad_release_points_are_refused(text: str, message: str) -> None:
     with pytest.raises(ValueError, match=message):
@@ -68,7 +70,9 @@ def test_each_release_takes_the_mechanisms_of_its_domains() -> None:
     flatten = release_mechanisms(parse_release("flatten"))
     assert {"uer", "moue", "oue", "rr", "pdpm", "gaussian", "none"} <= set(flatten)
     assert not {"krr", "oue-label", "duchi", "piecewise"} & set(flatten)
-    for point in ("flatten", "bottleneck:8", "scores", "label"):
+    assert release_mechanisms(parse_release("stats:16")) == ["gaussian-stats"]
+    assert "gaussian-stats" not in flatten + bounded
+    for point in ("flatten", "bottleneck:8", "scores", "label", "stats:16"):
         for name in mechanisms.mechanism_names():
             fits = name in release_mechanisms(parse_release(point))
             if not fits:
@@ -215,13 +219,13 @@ def test_eval_clean_without_local_files_is_one_line(tmp_path: Path) -> None:
 
 
 def test_release_points_and_their_help_come_from_one_registry() -> None:
-    assert RELEASE_KINDS == ("flatten", "bottleneck", "scores", "label")
+    assert RELEASE_KINDS == ("flatten", "bottleneck", "scores", "label", "stats")
     text = release_help()
     for name, kind in RELEASES.items():
         assert f"{kind.usage}" in text and kind.domains == RELEASE_DOMAINS[name]
     for mechanism in mechanisms.mechanism_names("category") + mechanisms.mechanism_names("bounded"):
         assert mechanism in text  # every mechanism a low-dimensional release takes is named
-    with pytest.raises(ValueError, match="release must be one of flatten, bottleneck:K, scores, label; got 'logits'"):
+    with pytest.raises(ValueError, match="release must be one of flatten, bottleneck:K, scores, label, stats:K; got 'logits'"):
         parse_release("logits")
     with pytest.raises(ValueError, match="is already registered"):
         RELEASES.add("label", release_kind("label"))
