@@ -48,13 +48,15 @@ EXPORT_HELP: Mapping[str, str] = MappingProxyType({
                             "/stats/input_bit_density, for 'ldpfl inspect'. WARNING: this aggregate is NOT covered "
                             "by the LDP guarantee; do not release such files."),
     "clients_parallel": ("Export this many clients at once, in separate processes. Same partition and randomness as "
-                         "sequential; CNN features may differ in float rounding (fewer threads each). One per core "
+                         "sequential; with `seed` the same files (each CNN trains with one thread), without it CNN "
+                         "features may differ in float rounding (fewer threads each). One per core "
                          "is fastest for the paper's CNNs (2 cores: 16 % more samples/s than 1 process with 2 "
                          "threads, bench/cnn_training.py)."),
     "ray_address": ("Run each client as a task on a Ray cluster: auto (the cluster started here with ray start), "
                     "local (a Ray on this machine for this run) or host:port. The same files as a local run; this "
                     "process writes them (docs/cluster.md)."),
-    "ray_cpus_per_client": "`ray_address`: CPUs each client's task declares (and its TensorFlow threads).",
+    "ray_cpus_per_client": ("`ray_address`: CPUs each client's task declares (and its TensorFlow threads; one with "
+                            "`seed`)."),
     "ray_gpus_per_client": "`ray_address`: GPUs each client's task declares.",
     "keras_backend": ("Keras 3 backend that trains and runs the CNNs  [default: tensorflow; jax under `cnn_epsilon`, "
                       "which needs it]. TensorFlow is the fastest on CPU here (torch 16-23 % and jax 52-57 % slower "
@@ -71,7 +73,9 @@ EXPORT_HELP: Mapping[str, str] = MappingProxyType({
                    "(epsilon = inf if shipped)."),
     "overwrite": "Redo every client (removes this run's client files, models, manifest and partition first).",
     "seed": ("Reproducible run, for tests and research only: output seeded this way has NO privacy against anyone "
-             "who can guess the seed. Never stored. Default: the OS CSPRNG."),
+             "who can guess the seed. Never stored. Default: the OS CSPRNG. It also trains each client's CNN with "
+             "one CPU thread, so sequential, `clients_parallel` and Ray runs write the same files; not across GPUs, "
+             "Keras backends or CPU types."),
     "from_models": ("Release the records of an earlier export RUN_DIR again, from its saved client CNNs (exported "
                     "with `save_models`), its partition and hold-out splits, instead of training. Its data settings "
                     "apply (leave `dataset`, `clients`, `epochs`, ... out). A second release spends the records' "

@@ -18,6 +18,7 @@ from ldpfl import mechanisms
 from ldpfl.common.errors import ParameterError
 from ldpfl.contract.file_checks import float32_overflow
 from ldpfl.contract.label_release import CLEAR_LABELS, LabelRelease
+from ldpfl.mechanisms.randomness import SEEDED
 from ldpfl.mechanisms.report import format_epsilon
 from ldpfl.stage1_features.export import from_models, silo
 from ldpfl.stage1_features.export.config import COMPARED_FIELDS, ExportConfig
@@ -34,6 +35,7 @@ from ldpfl.stage1_features.export.release import (
 from ldpfl.stage1_features.export.silo import silo_partition
 from ldpfl.stage1_features.models import cnn
 from ldpfl.stage1_features.models.dp_training import check_dp_extractor
+from ldpfl.stage1_features.models.keras_backend import SEEDED_THREADS
 
 OPTIONAL_COMPARED = {"release": "flatten", "from_models": None, "keep_clean_test": False, "noise_aware": False,
                      "label_epsilon": None, "local_only": False,
@@ -79,6 +81,22 @@ class ExportPlan:
         width = self.spec.feature_width
         assert width is not None  # the spec is resolved with r
         return width
+
+    @property
+    def uses_keras(self) -> bool:
+        """Return whether the clients train or run a Keras CNN (a CNN extractor, ``from_models``' CNNs, DP-SGD)."""
+        return cnn.is_cnn(self.extractor) or self.source is not None or self.config.dp_budget() is not None
+
+    @property
+    def seeded_threads(self) -> int | None:
+        """Return the CPU threads a seed fixes for each client's CNN on every executor, or None (issue 40).
+
+        ``SEEDED_THREADS`` in a seeded run that uses Keras; None without a seed (each executor's fastest
+        count) or without a CNN (nothing rounds with the thread count).
+        """
+        if self.uses_keras and self.randomness.mode == SEEDED:
+            return SEEDED_THREADS
+        return None
 
     @property
     def feature_format(self) -> str:

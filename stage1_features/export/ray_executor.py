@@ -4,7 +4,9 @@ The driver (the process that runs ``run_export``) keeps everything a local expor
 resuming, the manifest and the progress bar. Only the clients move: each is one Ray task
 (``ray_task.export_client_files``) that declares its resources (``ray_cpus_per_client`` CPUs, and GPUs
 where ``ray_gpus_per_client`` is given) and exports the client from the same child stream of the root as a
-local run, so a seeded export on Ray writes the same bytes as a seeded local one.
+local run, so a seeded export on Ray writes the same bytes as a seeded local one. Its CNN trains with
+``ray_cpus_per_client`` threads, or, in a seeded run, the one thread every executor then uses
+(``keras_backend.SEEDED_THREADS``, issue 40).
 
 **Files: the driver writes them.** A task returns each finished file's bytes; the driver writes them into
 the run directory through a temporary name and a rename that never replaces a client file
@@ -44,7 +46,6 @@ from ldpfl.stage1_features.export.plan import ExportPlan
 from ldpfl.stage1_features.export.ray_task import ClientFiles, NodeSetup, export_client_files
 from ldpfl.stage1_features.export.stored import MODEL_SUFFIX
 from ldpfl.stage1_features.export.worker import ClientOutcome, ClientTask
-from ldpfl.stage1_features.models import cnn
 
 AUTO = "auto"
 LOCAL = "local"
@@ -101,9 +102,10 @@ def run_on_ray(tasks: list[ClientTask], config: ExportConfig, plan: ExportPlan,
     """
     assert config.ray_address is not None  # run_export calls this with an address only
     run_dir = Path(tasks[0].run_dir)
-    uses_keras = cnn.is_cnn(plan.extractor) or plan.source is not None or config.dp_budget() is not None
-    setup = NodeSetup(package_version(), config.ray_cpus_per_client, uses_keras,
-                      config.keras_backend if uses_keras else None, config.device)
+    uses_keras = plan.uses_keras
+    setup = NodeSetup(package_version(), plan.seeded_threads or config.ray_cpus_per_client, uses_keras,
+                      config.keras_backend if uses_keras else None, config.device,
+                      pinned=plan.seeded_threads is not None)  # a seed fixes the CNN's threads (issue 40)
     with connected(config.ray_address) as ray:
         remote = ray.remote(export_client_files)
         pending = {remote.options(num_cpus=config.ray_cpus_per_client, num_gpus=config.ray_gpus_per_client,

@@ -25,7 +25,7 @@ from pathlib import Path
 from ldpfl.contract.version import package_version
 from ldpfl.stage1_features.export.errors import ExportError
 from ldpfl.stage1_features.export.worker import ClientOutcome, ClientTask, export_client, init_worker
-from ldpfl.stage1_features.models.keras_backend import select_device, select_keras_backend
+from ldpfl.stage1_features.models.keras_backend import pin_threads, select_device, select_keras_backend
 
 TMP_PREFIX = "ldpfl-ray-"
 _TMP_RE = re.compile(rf"^{re.escape(TMP_PREFIX)}(\d+)-")
@@ -40,6 +40,7 @@ class NodeSetup:
     uses_keras: bool
     keras_backend: str | None
     device: str
+    pinned: bool = False  # a seeded run: the CNN must train with ``threads`` threads, not this worker's own (issue 40)
 
 
 @dataclass(frozen=True)
@@ -89,6 +90,10 @@ def export_client_files(task: ClientTask, setup: NodeSetup) -> ClientFiles:
         select_keras_backend(setup.keras_backend)
         select_device(setup.keras_backend, setup.device)
     init_worker(setup.threads, setup.uses_keras)
+    if setup.pinned and not pin_threads(setup.threads):
+        raise ExportError(f"a seeded export trains each CNN with {setup.threads} thread(s), and this Ray worker's "
+                          f"{setup.keras_backend} already runs with others (an earlier export of this driver): "
+                          "run the seeded export from a new process")
     sweep_stale()
     work = Path(tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{os.getpid()}-"))
     try:

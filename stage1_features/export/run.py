@@ -43,11 +43,16 @@ Decisions (documented here because the paper is silent):
   not take is dropped; a non-default value it does not take is an error.
 * **CNN reproducibility**: Keras' global seed is set from the client's training stream in the process
   that trains it, and training then is bit-reproducible for a given ``--seed``, machine, TensorFlow build
-  and TensorFlow thread count (checked across processes). ``--clients-parallel K`` gives each worker
-  cpu_count // K intra-op threads, and a different thread count changes the float rounding of the CNN
-  (on a tiny model: flatten features up to 0.02 apart, same accuracy), so the *bits* of CNN-based files
-  can differ from a sequential run; the partition, hold-out and randomization streams are the same.
-  With ``--extractor none`` parallel and sequential files hold identical data (tested).
+  and TensorFlow thread count (checked across processes). Another thread count rounds differently (a
+  sequential export on 2 cores, 2 threads, differed from ``--clients-parallel 2``, 1 thread each, in
+  0.05-1.7 % of the feature values), so **a seed fixes the threads too** (issue 40): a seeded export
+  trains and runs every client's CNN with ``keras_backend.SEEDED_THREADS`` (1) intra-op and inter-op
+  threads, sequentially, in ``--clients-parallel`` workers and in Ray tasks alike, and writes the same files
+  on each (tested). A sequential one sets them in this process where TensorFlow has not started yet (they
+  stay for the life of the process); where it already runs with other threads, the clients train in one
+  spawned worker instead. Without a seed each worker keeps cpu_count // K threads (Ray:
+  ``ray_cpus_per_client``) and a sequential export the backend's default. A seed cannot fix the rounding
+  of a GPU, of another Keras backend, TensorFlow build or CPU instruction set (a Ray node of another kind).
 """
 
 
@@ -102,7 +107,13 @@ from ldpfl.stage1_features.export.worker import (
     progress_bar,
 )
 from ldpfl.stage1_features.models import cnn, dp_training
-from ldpfl.stage1_features.models.keras_backend import keras_backend, select_device, select_keras_backend
+from ldpfl.stage1_features.models.keras_backend import (
+    SEEDED_THREADS,
+    keras_backend,
+    pin_threads,
+    select_device,
+    select_keras_backend,
+)
 
 
 def run_export(config: ExportConfig, out_dir: str | os.PathLike[str], *, progress: bool = True,
@@ -143,6 +154,8 @@ def run_export(config: ExportConfig, out_dir: str | os.PathLike[str], *, progres
         assert config.keras_backend is not None  # filled in by ExportConfig
         select_keras_backend(config.keras_backend)  # before Keras is imported here or in spawned workers
         select_device(keras_backend(), config.device)
+        if config.seed is not None and config.dp_budget() is not None and config.ray_address is None:
+            pin_threads(SEEDED_THREADS)  # make_plan builds the DP CNN, and XLA takes its threads as jax loads
     plan = make_plan(config)
     config = plan.config  # from_models: with the source run's data settings
     source = plan.source
@@ -230,7 +243,10 @@ def run_export(config: ExportConfig, out_dir: str | os.PathLike[str], *, progres
             if config.ray_address is not None and tasks:  # each client a Ray task; files come back here
                 run_on_ray(tasks, config, plan, finished, bar)
             elif config.clients_parallel > 1 and len(tasks) > 1:
-                _run_parallel(tasks, config, plan, finished, bar)
+                _run_parallel(tasks, plan, finished, bar, min(config.clients_parallel, len(tasks)))
+            elif tasks and plan.seeded_threads is not None and not pin_threads(plan.seeded_threads):
+                # this process's TensorFlow already runs with other threads: a fresh worker has the seed's (issue 40)
+                _run_parallel(tasks, plan, finished, bar, 1)
             else:
                 for task in tasks:
                     bar.set_postfix_str(f"client {task.index}")
@@ -289,9 +305,12 @@ def fresh_holdouts_of(plan: ExportPlan, clients: list[np.ndarray]) -> list[tuple
 POLL_SECONDS = 0.25  # how often the parent of a parallel export looks for a Ctrl-C between finished clients
 
 
-def _run_parallel(tasks: list[ClientTask], config: ExportConfig, plan: ExportPlan,
-                  finished: Callable[[ClientOutcome], None], bar: Any) -> None:
-    """Clients in ``config.clients_parallel`` spawned processes (TensorFlow does not survive fork)."""
+def _run_parallel(tasks: list[ClientTask], plan: ExportPlan, finished: Callable[[ClientOutcome], None], bar: Any,
+                  workers: int) -> None:
+    """Clients in ``workers`` spawned processes (TensorFlow does not survive fork).
+
+    Each has cpu_count // workers threads, or those a seed fixes (``plan.seeded_threads``, issue 40).
+    """
     import multiprocessing
     from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
 
@@ -300,8 +319,7 @@ def _run_parallel(tasks: list[ClientTask], config: ExportConfig, plan: ExportPla
     quiet_tracker = "ignore::UserWarning:multiprocessing.resource_tracker"
     if quiet_tracker not in sys.warnoptions:
         sys.warnoptions.append(quiet_tracker)
-    workers = min(config.clients_parallel, len(tasks))
-    threads = max(1, (os.cpu_count() or 1) // workers)
+    threads = plan.seeded_threads or max(1, (os.cpu_count() or 1) // workers)
     # Ctrl-C reaches the whole process group. SIGINT is ignored while the workers are spawned (the first
     # ``workers`` submissions spawn them all): they inherit SIG_IGN through exec (Python keeps an ignored SIGINT
     # ignored), so none can get a KeyboardInterrupt before its initializer ignores SIGINT (worker_guard); the
@@ -313,7 +331,7 @@ def _run_parallel(tasks: list[ClientTask], config: ExportConfig, plan: ExportPla
     try:
         executor = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
                                        initializer=init_worker,
-                                       initargs=(threads, cnn.is_cnn(plan.extractor), os.getpid(), tasks[0].run_dir))
+                                       initargs=(threads, plan.uses_keras, os.getpid(), tasks[0].run_dir))
         pending = {executor.submit(export_client, task) for task in tasks[:workers]}
     except BaseException:
         if main:

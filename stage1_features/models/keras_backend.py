@@ -3,6 +3,9 @@
 Keras picks its backend once per process, from ``KERAS_BACKEND``, when it is first imported; spawned export
 workers inherit the variable. TensorFlow is the default: the fastest backend for the paper's CNNs on CPU
 (bench/cnn_training.py). Nothing here imports a backend before ``import_keras`` is called.
+
+A CNN's float rounding depends on how many CPU threads its backend splits each op over, so a seeded export
+fixes them (:data:`SEEDED_THREADS`, :func:`pin_threads`; issue 40).
 """
 
 from __future__ import annotations
@@ -16,6 +19,14 @@ from typing import Any
 from ldpfl.common.errors import ParameterError
 
 KERAS_BACKENDS = ("tensorflow", "torch", "jax")  # Keras 3's backends; TensorFlow is the default
+SEEDED_THREADS = 1
+"""CPU threads (intra-op, and inter-op) of every client's CNN in a seeded export, on every executor (issue 40).
+
+Training rounds differently with another thread count (a sequential export on 2 cores differed from a
+``--clients-parallel 2`` one in 0.05-1.7 % of the feature values), so a seed fixes it: one thread, as each
+worker of ``--clients-parallel`` K = cores already had. What a seed cannot fix: a GPU (its kernels, not the
+threads, decide the rounding), another Keras backend, another TensorFlow build or CPU instruction set.
+"""
 DEVICES = ("auto", "cpu", "cuda")
 """``--device``: auto (the backend's own choice: a GPU it can see, else the CPU), the CPU, or a CUDA GPU."""
 
@@ -121,8 +132,7 @@ def import_keras(threads: int | None = None) -> Any:
     os.environ["KERAS_BACKEND"] = backend
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     if backend == "jax" and threads is not None and "jax" not in sys.modules:  # XLA reads its flags at start-up
-        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + f" --xla_cpu_multi_thread_eigen={threads > 1}"
-                                   f" intra_op_parallelism_threads={int(threads)}").strip()
+        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + _xla_thread_flags(threads)).strip()
     with native_stderr_silenced():
         import keras
 
@@ -139,7 +149,7 @@ def import_keras(threads: int | None = None) -> Any:
         if threads is not None:
             try:
                 tf.config.threading.set_intra_op_parallelism_threads(int(threads))
-                tf.config.threading.set_inter_op_parallelism_threads(max(1, min(2, int(threads))))
+                tf.config.threading.set_inter_op_parallelism_threads(_inter_op_threads(threads))
             except RuntimeError:  # TensorFlow already initialized in this process: keep its settings
                 pass
     elif backend == "torch":
@@ -152,3 +162,33 @@ def import_keras(threads: int | None = None) -> Any:
             torch.backends.cudnn.benchmark = False
             torch.use_deterministic_algorithms(True)
     return keras
+
+
+def pin_threads(threads: int) -> bool:
+    """Give this process's Keras backend ``threads`` CPU threads where it still can; return whether it has them.
+
+    TensorFlow fixes its thread pools when it runs its first op, and XLA (jax) reads its flags when jax is
+    imported: where either already started with other settings, nothing changes and this returns False (the
+    caller then trains in a fresh process). torch takes a new count at any time. Setting them lasts for the
+    life of the process: TensorFlow cannot be given its default threads back.
+    """
+    import_keras(threads)
+    backend = keras_backend()
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        return (tf.config.threading.get_intra_op_parallelism_threads() == int(threads)
+                and tf.config.threading.get_inter_op_parallelism_threads() == _inter_op_threads(threads))
+    if backend == "torch":
+        import torch
+
+        return bool(torch.get_num_threads() == int(threads))
+    return _xla_thread_flags(threads) in os.environ.get("XLA_FLAGS", "")  # set by import_keras before jax loaded
+
+
+def _inter_op_threads(threads: int) -> int:
+    return max(1, min(2, int(threads)))
+
+
+def _xla_thread_flags(threads: int) -> str:
+    return f"--xla_cpu_multi_thread_eigen={int(threads) > 1} intra_op_parallelism_threads={int(threads)}"
