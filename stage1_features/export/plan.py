@@ -17,7 +17,8 @@ import numpy as np
 from ldpfl import mechanisms
 from ldpfl.common.errors import ParameterError
 from ldpfl.contract.file_checks import float32_overflow
-from ldpfl.contract.label_release import CLEAR_LABELS, LabelRelease
+from ldpfl.contract.label_release import CLEAR_LABELS, SYNTHETIC_LABELS, LabelRelease
+from ldpfl.contract.release_point import STATS
 from ldpfl.mechanisms.randomness import SEEDED
 from ldpfl.mechanisms.report import format_epsilon
 from ldpfl.stage1_features.export import from_models, silo
@@ -142,7 +143,10 @@ def make_plan(config: ExportConfig) -> ExportPlan:
     options = config.extractor_options(extractor)
     r = cnn.flatten_width(extractor, tuple(dataset.input_shape), options)
     point = parse_release(config.release)
-    if not point.is_flatten and not cnn.is_cnn(extractor):
+    if point.kind == STATS and cnn.is_cnn(extractor):  # issue 40: the weights would be a function of the records
+        raise ParameterError(f"`release` {point} needs an extractor no record trained (scatter, or none on tables): "
+                             f"`extractor` {extractor!r} is trained on the silo's records")
+    if not point.is_flatten and point.kind != STATS and not cnn.is_cnn(extractor):
         raise ParameterError(f"`release` {point} is a layer of the client CNN; `extractor` {extractor!r} trains "
                              "none (use mnist-cnn or cifar-cnn)")
     if point.units is not None and point.units > r:
@@ -172,8 +176,9 @@ def make_plan(config: ExportConfig) -> ExportPlan:
         raise ParameterError(f"`label_epsilon` = {config.label_epsilon} contradicts the plan ({planned_labels})")
     privacy = spec.report().with_randomness(randomness.mode, randomness.generator_name)
     notes = release_notes(point, dataset.num_classes)
-    labels = LabelRelease.for_epsilon(config.label_epsilon, dataset.num_classes)
-    if not labels.clear:  # issue 22 item 2: k-RR of each label, its own stream
+    labels = (SYNTHETIC_LABELS if point.kind == STATS
+              else LabelRelease.for_epsilon(config.label_epsilon, dataset.num_classes))
+    if not labels.clear and not labels.synthetic:  # issue 22 item 2: k-RR of each label, its own stream
         notes = (*notes, label_note(privacy.exact_epsilon_per_record, labels, point))
     if notes:
         privacy = dataclasses.replace(privacy, notes=(*privacy.notes, *notes))

@@ -97,6 +97,7 @@ from ldpfl.stage1_features.export.run_dir import (
     prepare_run_dir,
     remove_stale,
 )
+from ldpfl.stage1_features.export.statistics_release import check_clients, is_statistics_release
 from ldpfl.stage1_features.export.stored import load_holdouts, save_partition
 from ldpfl.stage1_features.export.worker import (
     ClientOutcome,
@@ -167,6 +168,10 @@ def run_export(config: ExportConfig, out_dir: str | os.PathLike[str], *, progres
     else:
         fresh_clients, fresh_desc = make_client_partition(plan)
         fresh_holdouts = fresh_holdouts_of(plan, fresh_clients)
+    statistics_notes = []
+    if is_statistics_release(plan.release):  # issue 40: δ < 1/n of every client, before anything is written
+        statistics_notes = check_clients(plan.spec, plan.dataset.y, [train for train, _ in fresh_holdouts],
+                                         int(plan.dataset.num_classes))
     run_dir = prepare_run_dir(out_dir)
     notes = []
     if source is not None:
@@ -179,6 +184,7 @@ def run_export(config: ExportConfig, out_dir: str | os.PathLike[str], *, progres
         notes.append(DENSITY_WARNING)
     if config.local_only:
         notes.append(LOCAL_ONLY_WARNING)
+    notes += statistics_notes
     with locked(run_dir):
         remove_stale(run_dir)
         if config.overwrite:

@@ -225,7 +225,8 @@ def test_release_points_and_their_help_come_from_one_registry() -> None:
         assert f"{kind.usage}" in text and kind.domains == RELEASE_DOMAINS[name]
     for mechanism in mechanisms.mechanism_names("category") + mechanisms.mechanism_names("bounded"):
         assert mechanism in text  # every mechanism a low-dimensional release takes is named
-    with pytest.raises(ValueError, match="release must be one of flatten, bottleneck:K, scores, label, stats:K; got 'logits'"):
+    with pytest.raises(ValueError,
+                       match="release must be one of flatten, bottleneck:K, scores, label, stats:K; got 'logits'"):
         parse_release("logits")
     with pytest.raises(ValueError, match="is already registered"):
         RELEASES.add("label", release_kind("label"))
