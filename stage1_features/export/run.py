@@ -170,7 +170,8 @@ def run_export(config: ExportConfig, out_dir: str | os.PathLike[str], *, progres
         fresh_holdouts = fresh_holdouts_of(plan, fresh_clients)
     statistics_notes = []
     if is_statistics_release(plan.release):  # issue 40: δ < 1/n of every client, before anything is written
-        statistics_notes = check_clients(plan.spec, plan.dataset.y, [train for train, _ in fresh_holdouts],
+        statistics_notes = check_clients(plan.spec, plan.dataset.y, {i: fresh_holdouts[i][0]
+                                                                     for i in config.exported_clients()},
                                          int(plan.dataset.num_classes))
     run_dir = prepare_run_dir(out_dir)
     notes = []

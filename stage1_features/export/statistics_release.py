@@ -59,8 +59,8 @@ def statistics_mechanism(spec: Any) -> GaussianStatistics:
     return mechanism
 
 
-def check_clients(spec: Any, labels: np.ndarray, train_rows: list[np.ndarray], classes: int) -> list[str]:
-    """Refuse a δ of 1/n or more for any client's n training records; return the notes on empty classes.
+def check_clients(spec: Any, labels: np.ndarray, train_rows: Mapping[int, np.ndarray], classes: int) -> list[str]:
+    """Refuse a δ of 1/n or more for any exported client's n training records; return notes on empty classes.
 
     δ ≥ 1/n allows a mechanism that publishes one record in clear with probability δ (Dwork & Roth 2014,
     section 2.3): refused, naming the client and the bound. A class with no records in a client is allowed
@@ -68,7 +68,7 @@ def check_clients(spec: Any, labels: np.ndarray, train_rows: list[np.ndarray], c
     """
     mechanism = statistics_mechanism(spec)
     notes = []
-    for client, rows in enumerate(train_rows):
+    for client, rows in train_rows.items():
         if len(rows) == 0 or mechanism.delta >= 1.0 / len(rows):
             raise ExportError(f"`delta` {mechanism.delta:g} is not below 1/n for client {client}'s n = {len(rows)} "
                               f"training records: choose delta < {1.0 / max(len(rows), 1):.3g} (--delta)")
