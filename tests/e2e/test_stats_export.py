@@ -5,7 +5,6 @@ MNIST-5k through the ScatterNet with ``--limit 600`` (about 270 training records
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
