@@ -72,8 +72,8 @@ def lda_accuracy(model: sm.GaussianModel, z: np.ndarray, y: np.ndarray) -> float
     return float(np.mean(np.argmax(z @ weights + biases, axis=1) == y)) if len(y) else math.nan
 
 
-def fc_federation(models: list[sm.GaussianModel], z_test, y_test, seed: int, *, rounds: int = 30,
-                  lr: float = 0.5) -> object:
+def fc_federation(models: list[sm.GaussianModel], z_test, y_test, seed: int, *, rounds: int = 100,
+                  lr: float = 16.0) -> object:
     """FedAvg of a linear softmax head over each silo's synthetic records (full-batch local steps, numpy)."""
     data = [sm.synthetic_records(m, SYNTHETIC_SEED + i) for i, m in enumerate(models)]
     k = z_test.shape[1]
