@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any
 from ldpfl.contract.extractor_training import DP_SGD_KEYS, UNTRAINED_EXTRACTORS, ExtractorTraining, dp_sgd_event
 from ldpfl.contract.label_release import CLEAR_LABELS, LabelRelease
 from ldpfl.contract.release_history import ReleaseEntry
-from ldpfl.contract.release_point import LABEL
+from ldpfl.contract.release_point import LABEL, STATS
 from ldpfl.mechanisms import accounting
 from ldpfl.mechanisms.report import format_epsilon, json_number, number_from_json
 
@@ -221,7 +221,8 @@ def features_part(mechanism: str, release: str, epsilon: float | None, delta: fl
 
     ``categories``: the values are one of k classes released by k-RR (``krr`` on the ``label`` release). For
     neighbours whose classes differ, its privacy loss is exactly k-RR's; for equal classes it is 0. So the
-    accountant takes it as the k-RR it is, which composes tighter than binary RR at the same ε.
+    accountant takes it as the k-RR it is, which composes tighter than binary RR at the same ε. A ``stats:K``
+    release randomizes no record's values: its part covers the silo's one release of noisy statistics.
     """
     eps = math.inf if epsilon is None else float(epsilon)
     event: PartEvent
@@ -231,7 +232,13 @@ def features_part(mechanism: str, release: str, epsilon: float | None, delta: fl
         event = KrrEvent(eps, int(categories))
     else:
         event = PureEpsilonEvent(eps)
-    return GuaranteePart(FEATURES, f"the record's {release} values, randomized", mechanism, eps, float(delta), event)
+    kind, _, width = release.partition(":")
+    covers = f"the record's {release} values, randomized"
+    if kind == STATS:  # no record's values: one release of the silo's statistics (issue 40)
+        covers = (f"the silo's per-class sums, class counts and second moments of its records projected to {width} "
+                  "values and clipped, each with Gaussian noise, released once (the synthetic rows are "
+                  "post-processing of them)")
+    return GuaranteePart(FEATURES, covers, mechanism, eps, float(delta), event)
 
 
 def labels_part(release: LabelRelease) -> GuaranteePart:
@@ -412,6 +419,11 @@ def weakest(guarantees: Iterable[ReleaseGuarantee]) -> ReleaseGuarantee | None:
 FEDERATION_SCOPE = ("what a federation over these client files releases about one record: the model, its updates "
                     "and its metrics are computed from the files' released values (post-processing, no further "
                     "loss), so each client's figure is its file's; the run's is the weakest client's")
+RELEASED_FILES_NOTE = ("stage 2 is post-processing of the released client files: it reads only what they released "
+                       "and adds no noise nor release of its own, so each silo's guarantee is its file's "
+                       "release_guarantee, whatever the number of runs, models or tuning sweeps over the same files")
+"""Said by the ledger, the federation's guarantee and the CLI when every silo's file is shareable and stage 2 adds
+nothing (no model perturbation, no DP-SGD): e.g. over ``stats:K`` files (issue 40)."""
 CLEAN_METRICS_NOTE = ("clean_test_* metrics are computed from local-only clear records (--eval-clean); they are not "
                       "covered by this guarantee and must stay on the silo")
 

@@ -2,7 +2,8 @@
 
 The checks are those of ``ldpfl.inspection.report.inspect_path`` (schema and structure before any data is read,
 sha256 against the manifest, every data chunk through Fletcher-32, the privacy report against the
-mechanism's parameters, labels against their histograms, bit or float statistics); the result adds each
+mechanism's parameters, labels against their histograms, bit or float statistics, and a ``stats:K`` file's
+released statistics: ε recomputed from its noise, its synthetic rows regenerated); the result adds each
 file's ``release_guarantee`` and, on request, a PNG. Imports neither TensorFlow nor torch; matplotlib loads
 only for the plot. ``ldpfl inspect`` maps its arguments to this function.
 """
@@ -93,8 +94,9 @@ def inspect(path: StrPath, *, plot: StrPath | None = None, recompute: bool = Fal
     path : path
         A client file (``client_000.h5``) or a run directory (``manifest.json`` and client files).
     plot : path, optional
-        Also write a PNG there: bit density per feature and bit position, label histograms per client, and
-        the accuracy per round when ``federation/metrics.json`` exists.
+        Also write a PNG there: bit density per feature and bit position (``stats:K`` files: the released class
+        counts and the covariance's eigenvalues against the noise edge), label histograms per client, and the
+        accuracy per round when ``federation/metrics.json`` exists.
     recompute : bool
         Recompute each DP-SGD part's guarantee with the exact accountant (dp-accounting's PLD: seconds per
         distinct training). By default the stored figure is checked against a valid bracket of it in numpy,

@@ -18,8 +18,9 @@ from ldpfl.contract.jsonout import echo_json
 @click.option("--json", "as_json", is_flag=True, help="Print the same content as JSON (with every file's details).")
 @click.option("--details", is_flag=True, help="For a run directory, print each file's full section after the table.")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False, writable=True, path_type=Path),
-              help="Also write a PNG: bit density over feature x bit position, label histograms per client, "
-                   "and accuracy per round when federation/metrics.json exists.")
+              help="Also write a PNG: bit density over feature x bit position (for stats:K files: the released "
+                   "class counts and the covariance's eigenvalues against the noise edge), label histograms per "
+                   "client, and accuracy per round when federation/metrics.json exists.")
 @click.option("--recompute", is_flag=True,
               help="Recompute a DP-SGD extractor's guarantee exactly (dp-accounting's PLD, seconds per file) instead "
                    "of checking the stored figure against a valid numpy bracket of it.")
@@ -35,6 +36,9 @@ def inspect_command(path: Path, as_json: bool, details: bool, plot_path: Path | 
     and, for packed bits, the density of 1s per class of bit positions (all, even, odd, each digit
     sign, 2^3 ... 2^-5) against the range the mechanism can produce and, when the file stores
     /stats/input_bit_density, the density it predicts (flagged beyond 5 binomial standard errors).
+    A stats:K file (released statistics): epsilon under both relations recomputed from its noise
+    scales against the recorded epsilon, and its synthetic rows regenerated from the recorded
+    statistics and public key.
 
     \b
     Prints: metadata; nominal and exact epsilon side by side (per record and per bit/coordinate);

@@ -5,6 +5,7 @@ From the bottom up:
 * ``bits``    - the density of 1s per class of bit positions of packed-bit files, and the range a mechanism gives;
 * ``floats``  - per-feature moments of float32 files (and PDPM's three outputs);
 * ``privacy`` - the stored privacy report against the one its parameters resolve to;
+* ``released`` - a ``stats:K`` file's released statistics: ε recomputed from its noise, its synthetic rows checked;
 * ``file``    - one client file: structure, checksums, labels, statistics (``FileReport``);
 * ``report``  - a file or a run directory: every file, the manifest, the release history (``Inspection``);
 * ``text``    - the human-readable report; ``plot`` - the bit-density figure (matplotlib, loaded when drawn);

@@ -34,6 +34,7 @@ from ldpfl.contract.schema import SPLITS, ClientMetadata, FormatError
 from ldpfl.inspection.bits import BitStatistics, bit_statistics, count_ones_per_position
 from ldpfl.inspection.floats import FloatStatistics, MomentAccumulator
 from ldpfl.inspection.privacy import PrivacySummary, file_mechanism, privacy_summary
+from ldpfl.inspection.released import StatisticsSummary, statistics_summary
 from ldpfl.mechanisms import PACKED_BITS
 
 OK, FLAGGED, ERROR = "ok", "flagged", "error"
@@ -70,6 +71,7 @@ class FileReport:
     guarantee_check: GuaranteeCheck | None = None  # how the stored guarantee was checked (bracket or recomputed)
     bits: BitStatistics | None = None
     floats: FloatStatistics | None = None
+    released_statistics: StatisticsSummary | None = None  # a stats:K file's release and its checks (issue 40)
     flags: list[str] = field(default_factory=list)
     error: str | None = None  # "PATH: problem", one line
     error_problem: str | None = None  # the problem alone
@@ -108,6 +110,7 @@ class FileReport:
             "release_guarantee_check": None if self.guarantee_check is None else self.guarantee_check.to_dict(),
             "bit_statistics": None if self.bits is None else self.bits.to_dict(),
             "float_statistics": None if self.floats is None else self.floats.to_dict(),
+            "released_statistics": None if self.released_statistics is None else self.released_statistics.to_dict(),
         })
 
 
@@ -280,6 +283,8 @@ def inspect_file(path: str | os.PathLike, *, manifest: ManifestCheck | None = No
                                                                                     recompute=recompute)
             report.flags.extend(problems)
             _read_data(path, handle, metadata, mechanism, report, block_rows)
+            report.released_statistics, problems = statistics_summary(handle, metadata)  # after the checksums
+            report.flags.extend(problems)
             if report.manifest.rows is not None and dict(report.manifest.rows) != report.rows:
                 report.flags.append(f"rows {report.rows} differ from the manifest's {dict(report.manifest.rows)}")
     except FormatError as error:

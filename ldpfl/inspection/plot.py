@@ -4,7 +4,11 @@ Panels, top to bottom:
 
 1. the observed density of 1s over feature x bit position (an l x r heat map; for a run directory it
    pools every readable packed-bit client of the first client's shape), or, for float files, the
-   per-feature mean with a band of one standard deviation;
+   per-feature mean with a band of one standard deviation; for ``stats:K`` files (released statistics, pooled
+   over the run's files of the first one's K), two panels instead: the noisy class counts with bars of
+   +/- 2 sigma beside the synthetic rows per class (for one file, in place of panel 2), and the eigenvalues
+   of the covariance the statistics estimate against the noise's spectral edge
+   (``statistics_model.noise_edge``: below it, noise);
 2. the label histogram per client (stacked by class; for a single file, train and test per class);
 3. test accuracy per round, where ``RUN_DIR/federation/metrics.json`` is present.
 
@@ -23,7 +27,9 @@ import numpy as np
 
 from ldpfl.contract.atomic import atomic_write
 from ldpfl.inspection.file import FileReport
+from ldpfl.inspection.released import StatisticsSummary, covariance_spectrum, pooled
 from ldpfl.inspection.report import Inspection
+from ldpfl.mechanisms.statistics_model import noise_edge
 
 DPI = 110
 
@@ -59,6 +65,62 @@ def _float_panel(ax, reports: list[FileReport]) -> None:
     mechanism = first.metadata.mechanism if first.metadata else "?"
     ax.set_title(f"Per-feature mean and std of the float32 features ({mechanism}; {first.name}, "
                  f"{floats.rows} rows)")
+    ax.legend(loc="upper right")
+
+
+def _released(reports: list[FileReport]) -> tuple[list[FileReport], list[StatisticsSummary], str]:
+    """Return the stats files of the first one's K and classes, their releases, and where the figures come from."""
+    found = [r for r in reports if r.released_statistics is not None]
+    first = found[0].released_statistics
+    assert first is not None
+    same = [r for r in found if (s := r.released_statistics) is not None
+            and (s.width, s.classes) == (first.width, first.classes)]
+    summaries = [r.released_statistics for r in same if r.released_statistics is not None]
+    return same, summaries, (f"{len(same)} files pooled" if len(same) > 1 else same[0].name)
+
+
+def _counts_panel(ax, reports: list[FileReport]) -> None:
+    files, summaries, source = _released(reports)
+    statistics, scales = pooled(summaries)
+    classes = np.arange(statistics.classes)
+    rows = np.zeros(statistics.classes, dtype=np.int64)
+    for report in files:
+        hist = report.label_histograms.get("train", [])
+        rows[:len(hist)] += np.asarray(hist[:statistics.classes], dtype=np.int64)
+    ax.bar(classes - 0.2, statistics.counts, width=0.4, color="C0", yerr=2 * scales.counts, capsize=3,
+           label=f"released noisy count +/- 2 sigma (sigma {scales.counts:.3g})")
+    ax.bar(classes + 0.2, rows, width=0.4, color="C1", label="synthetic rows in the file(s)")
+    ax.axhline(0.0, color="black", linewidth=0.6)
+    ax.set_xticks(classes)
+    ax.set_xlabel("class")
+    ax.set_ylabel("records")
+    ends = np.concatenate([statistics.counts - 2 * scales.counts, statistics.counts + 2 * scales.counts, rows])
+    ends = ends[np.isfinite(ends)]
+    if ends.size:  # room for the legend above the bars
+        ax.set_ylim(min(0.0, float(ends.min()) * 1.1), float(ends.max()) * 1.25 + 1)
+    ax.set_title(f"Released class counts and the synthetic rows drawn from them (stats:{summaries[0].width}; "
+                 f"{source})")
+    ax.legend(loc="upper right")
+
+
+def _spectrum_panel(ax, reports: list[FileReport]) -> None:
+    _, summaries, source = _released(reports)
+    statistics, scales = pooled(summaries)
+    values = covariance_spectrum(statistics)
+    records = float(np.maximum(statistics.counts, 1.0).sum())
+    edge = noise_edge(scales, records, statistics.classes, statistics.width)
+    index = np.arange(1, values.size + 1)
+    above = values > edge
+    ax.plot(index[above], values[above], "o", markersize=3, color="C3", label=f"{int(above.sum())} above the edge")
+    ax.plot(index[~above], values[~above], "o", markersize=3, color="C7", label="within the noise")
+    ax.axhspan(-edge, edge, color="C7", alpha=0.15, label=f"noise spectrum, edge +/- {edge:.3g}")
+    ridge = summaries[0].shrinkage * edge
+    ax.axhline(ridge, color="C2", linestyle="--", linewidth=1, label=f"ridge {ridge:.3g}")
+    ax.set_xlabel(f"eigenvalue rank (K = {statistics.width})")
+    ax.set_ylabel("eigenvalue")
+    ax.set_title(f"Eigenvalues of the within-class covariance the released statistics estimate ({source}, "
+                 f"{records:.0f} records)")
+    ax.grid(alpha=0.3)
     ax.legend(loc="upper right")
 
 
@@ -144,6 +206,10 @@ def write_plot(inspection: Inspection, out: str | os.PathLike) -> Path:
         (lambda ax: _bit_panel(ax, fig, readable)) if any(r.bits for r in readable)
         else (lambda ax: _float_panel(ax, readable)),
         lambda ax: _label_panel(ax, readable)]
+    if any(r.released_statistics is not None for r in readable):  # stats:K files: what was released
+        panels[:1] = [lambda ax: _counts_panel(ax, readable), lambda ax: _spectrum_panel(ax, readable)]
+        if len(readable) == 1:  # the counts panel shows the file's rows per class already
+            panels.pop()
     if fed is not None and not fed.problem and any(a is not None for a in fed.test_accuracy):
         panels.append(lambda ax: _accuracy_panel(ax, inspection))
     fig = Figure(figsize=(12, 3.6 * len(panels)), layout="constrained")

@@ -90,7 +90,8 @@ def file_lines(report: FileReport) -> list[str]:
         else:
             lines.append("  rebuilt     " + ("the mechanism's parameters reproduce these values" if p.agrees
                                              else "MISMATCH with the report rebuilt from the parameters"))
-        for name, probs in p.probabilities.items():
+        # a stats:K file's figures (sigma_*, mu, epsilon under both relations) are in its own section below
+        for name, probs in ({} if report.released_statistics is not None else p.probabilities).items():
             if isinstance(probs, Mapping) and "p_one_given_one" in probs:
                 lines.append(f"  {name:<11} {probs.get('positions', '?')} positions, P(1|1) "
                              f"{_fmt(as_float(probs.get('p_one_given_one')), 6)}, P(1|0) "
@@ -98,6 +99,8 @@ def file_lines(report: FileReport) -> list[str]:
                              f"{_fmt(as_float(probs.get('exact_epsilon_per_bit')), 6)}")
             else:
                 lines.append(f"  {name:<11} {json.dumps(probs, default=str)}")
+    if report.released_statistics is not None:
+        lines += report.released_statistics.lines()
     lines.append("rows and labels")
     lines += _table(["split", "rows", "label histogram"],
                     [[s, str(report.rows.get(s, 0)), " ".join(str(h) for h in report.label_histograms.get(s, []))]
@@ -117,7 +120,8 @@ def file_lines(report: FileReport) -> list[str]:
         lines += [f"  note: {n}" for n in b.notes]
     if report.floats is not None:
         f = report.floats.to_dict()
-        lines.append(f"float statistics  (over all {f['rows']} rows, train and test)")
+        synthetic = " of the synthetic records" if report.released_statistics is not None else ""
+        lines.append(f"float statistics{synthetic}  (over all {f['rows']} rows, train and test)")
         for key in ("mean_per_feature", "std_per_feature"):
             s = f[key]
             lines.append(f"  {key.replace('_', ' '):<17} min {_fmt(s['min'])}, median {_fmt(s['median'])}, "
