@@ -132,12 +132,14 @@ def statistics_problems(handle: h5py.File, metadata: ClientMetadata) -> list[str
             recomputed[accounting.REPLACE_ONE], report.exact_epsilon_per_record, rel_tol=1e-6):
         problems.append(f"the noise gives epsilon {recomputed[accounting.REPLACE_ONE]:.6g} replace-one, the report "
                         f"records {report.exact_epsilon_per_record:.6g}")
-    rows, labels = mechanism.synthetic(released)
+    values = released.statistics
+    if not all(np.all(np.isfinite(v)) for v in (values.sums, values.counts, values.moments)):
+        return [*problems, f"'{GROUP}' holds a non-finite statistic"]
     stored_rows = handle["train/features"]
-    if stored_rows.shape[0] != len(rows):
-        problems.append(f"train holds {stored_rows.shape[0]} rows; the recorded statistics and synthetic key give "
-                        f"{len(rows)}")
-        return problems
+    expected = int(np.sum(np.rint(np.maximum(values.counts, 1.0))))  # before drawing: a crafted count is refused
+    if stored_rows.shape[0] != expected:
+        return [*problems, f"train holds {stored_rows.shape[0]} rows; the recorded counts give {expected}"]
+    rows, labels = mechanism.synthetic(released)
     stored = np.asarray(stored_rows[...], dtype=np.float64)
     if not np.array_equal(np.asarray(handle["train/labels"][...]), labels):
         problems.append("train/labels differ from the labels the recorded statistics and synthetic key give")

@@ -34,8 +34,9 @@ CLIP_FRACTION = 0.6
 k of r orthonormal directions about √k; 0.6 was chosen on MNIST-5k's validation records (docs/RESULTS.md
 section 10) and clips nearly every record (a normalization)."""
 STATISTICS_DOMAIN = "statistics"
-SYNTHETIC_KEY_BOUND = 2**63
-"""The synthetic records' public key is drawn uniformly below this from the silo's stream, after the noise."""
+SYNTHETIC_KEY_BOUND = 2**53
+"""The synthetic records' public key is drawn uniformly below this from the silo's stream, after the noise (2^53:
+exact in any JSON reader's doubles)."""
 
 
 @dataclass(frozen=True)
