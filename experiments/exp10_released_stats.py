@@ -13,11 +13,14 @@ Everything after is post-processing:
 * ``released-stats-fc``: FedAvg of a linear head over each silo's synthetic records (its release's Gaussian
   model sampled from a public seed), no privacy spent.
 
-``--tune`` chooses (k, shares, f, shrinkage) on the silos' validation records at ε = 3, seed 0 (IID) and writes
-the grid; the front uses the choice it recorded. Accuracy is on the official test records (never used for a
-choice) and on each silo's own held-out records.
+``--tune-clip`` chose the clip fraction f on MNIST-5k's validation records at ε = 3 (0.6: nearly every record is
+clipped, a normalization); ``--tune`` then chooses (k, shares, shrinkage) at each ε on the IID silos' validation
+records (seed 0) and writes the grid; the front uses the choice recorded for each ε. Accuracy is on the
+official test records (never used for a choice) and on each silo's own held-out records.
 
+    python experiments/exp10_released_stats.py --dataset mnist5k --tune-clip --out docs/results
     python experiments/exp10_released_stats.py --tune --out docs/results
+    python experiments/exp10_released_stats.py --dataset mnist5k --tune --out docs/results
     python experiments/exp10_released_stats.py --partitions iid dirichlet-0.1 dirichlet-0.5 shards-1 --out docs/results
     python experiments/exp10_released_stats.py --dataset mnist5k --partitions iid dirichlet-0.1 --out docs/results
 """
@@ -39,8 +42,12 @@ from ldpfl.mechanisms import sufficient_statistics as ss
 
 SILOS, DELTA, CLASSES, WIDTH = 10, 1e-5, 10, 3969
 PROJECTION_SEED, SYNTHETIC_SEED = 0, 1
-GRID = {"k": [128, 256, 384], "shares": [(0.5, 0.05, 0.45), (0.3, 0.02, 0.68), (0.65, 0.03, 0.32)],
-        "clip_fraction": [0.6, 0.75, 0.9], "shrinkage": [0.05, 0.1, 0.2, 0.4, 0.8]}
+GRID = {"k": [192, 256, 384, 512], "shares": [(0.5, 0.05, 0.45), (0.3, 0.02, 0.68)],
+        "shrinkage": [0.05, 0.1, 0.2, 0.4]}
+"""The grid chosen from on validation records at each epsilon; the clip fraction is MNIST-5k's (``--tune-clip``)."""
+CLIP_GRID = {"k": [128, 256, 384], "shares": [(0.5, 0.05, 0.45), (0.3, 0.02, 0.68), (0.65, 0.03, 0.32)],
+             "clip_fraction": [0.6, 0.75, 0.9], "shrinkage": [0.05, 0.1, 0.2, 0.4, 0.8]}
+"""MNIST-5k's grid at epsilon 3, from which the default clip fraction (0.6) was chosen."""
 
 
 def projected(x: np.ndarray, k: int, clip_fraction: float) -> tuple[np.ndarray, float]:
@@ -97,34 +104,62 @@ def fc_federation(models: list[sm.GaussianModel], z_test, y_test, seed: int, *, 
     return w, b
 
 
-def tune(x, y, pool, out: Path, dataset: str) -> dict:
+def tune(x, y, pool, out: Path, dataset: str, epsilons, clip_fraction: float) -> dict:
+    """Choose (k, shares, shrinkage) at each epsilon on the 10 IID silos' validation records (seed 0)."""
     splits = silo_splits(y, pool, "iid", 0)
     val = np.concatenate([s["val"] for s in splits])
     rows = []
-    for k, f in itertools.product(GRID["k"], GRID["clip_fraction"]):
-        z, _clip = projected(x, k, f)
-        for shares in GRID["shares"]:
-            stats, scales = releases(z, y, splits, 3.0, shares, np.random.default_rng(0))
+    for k in GRID["k"]:
+        z, _clip = projected(x, k, clip_fraction)
+        for epsilon, shares in itertools.product(epsilons, GRID["shares"]):
+            stats, scales = releases(z, y, splits, epsilon, shares, np.random.default_rng(0))
             total, noise = pooled(stats, scales)
             for a in GRID["shrinkage"]:
                 acc = lda_accuracy(sm.estimate(total, noise, shrinkage=a), z[val], y[val])
+                rows.append({"epsilon": epsilon, "k": k, "clip_fraction": clip_fraction, "shares": list(shares),
+                             "shrinkage": a, "validation_accuracy": acc})
+                print(json.dumps(rows[-1]), flush=True)
+    chosen = {str(e): max((r for r in rows if r["epsilon"] == e), key=lambda r: r["validation_accuracy"])
+              for e in epsilons}
+    result = {"dataset": dataset, "chosen_on": "the 10 IID silos' validation records (5 %), seed 0, each epsilon",
+              "clip_fraction_from": "MNIST-5k (exp10_clip_tuning_mnist5k.json)", "grid": rows, "chosen": chosen}
+    (out / f"exp10_tuning_{dataset}.json").write_text(json.dumps(result, indent=1))
+    return chosen
+
+
+def tune_clip(x, y, pool, out: Path, dataset: str) -> dict:
+    """MNIST-5k's grid (``CLIP_GRID``) at epsilon 3: where the default clip fraction was chosen."""
+    splits = silo_splits(y, pool, "iid", 0)
+    val = np.concatenate([s["val"] for s in splits])
+    rows = []
+    for k, f in itertools.product(CLIP_GRID["k"], CLIP_GRID["clip_fraction"]):
+        z, _clip = projected(x, k, f)
+        for shares in CLIP_GRID["shares"]:
+            stats, scales = releases(z, y, splits, 3.0, shares, np.random.default_rng(0))
+            total, noise = pooled(stats, scales)
+            for a in CLIP_GRID["shrinkage"]:
+                acc = lda_accuracy(sm.estimate(total, noise, shrinkage=a), z[val], y[val])
                 rows.append({"k": k, "clip_fraction": f, "shares": list(shares), "shrinkage": a,
                              "validation_accuracy": acc})
-                print(json.dumps(rows[-1]), flush=True)
     best = max(rows, key=lambda r: r["validation_accuracy"])
     result = {"dataset": dataset, "chosen_on": "the 10 IID silos' validation records, epsilon 3, seed 0",
               "grid": rows, "chosen": best}
-    (out / f"exp10_tuning_{dataset}.json").write_text(json.dumps(result, indent=1))
+    (out / f"exp10_clip_tuning_{dataset}.json").write_text(json.dumps(result, indent=1))
     return best
 
 
-def front(x, y, pool, test, chosen: dict, partitions, epsilons, seeds: int, dataset: str, fc: bool) -> list[dict]:
-    k, f, shares, a = chosen["k"], chosen["clip_fraction"], tuple(chosen["shares"]), chosen["shrinkage"]
-    z, clip = projected(x, k, f)
+def front(x, y, pool, test, choices: dict, partitions, epsilons, seeds: int, dataset: str, fc: bool) -> list[dict]:
     records = []
-    for partition in partitions:
-        splits = silo_splits(y, pool, partition, 0)
-        for epsilon in epsilons:
+    spaces: dict[tuple[int, float], tuple[np.ndarray, float]] = {}
+    for epsilon in epsilons:
+        chosen = choices[str(epsilon)] if str(epsilon) in choices else choices["all"]
+        k, f, shares, a = chosen["k"], chosen["clip_fraction"], tuple(chosen["shares"]), chosen["shrinkage"]
+        if (k, f) not in spaces:
+            spaces.clear()
+            spaces[(k, f)] = projected(x, k, f)
+        z, clip = spaces[(k, f)]
+        for partition in partitions:
+            splits = silo_splits(y, pool, partition, 0)
             for seed in range(seeds if epsilon == 3 else 1):
                 start = time.perf_counter()
                 rng = np.random.default_rng([seed, int(epsilon * 1000)])
@@ -167,7 +202,8 @@ def front(x, y, pool, test, chosen: dict, partitions, epsilons, seeds: int, data
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dataset", choices=("fashion-mnist", "mnist5k"), default="fashion-mnist")
-    parser.add_argument("--tune", action="store_true", help="choose k, shares, clip and shrinkage on validation")
+    parser.add_argument("--tune", action="store_true", help="choose k, shares and shrinkage on validation")
+    parser.add_argument("--tune-clip", action="store_true", help="choose the clip fraction (MNIST-5k, epsilon 3)")
     parser.add_argument("--partitions", nargs="+", default=["iid", "dirichlet-0.1", "dirichlet-0.5", "shards-1"])
     parser.add_argument("--epsilons", nargs="+", type=float, default=[1, 2, 3, 5, 8])
     parser.add_argument("--seeds", type=int, default=3, help="seeds at epsilon 3 (one at the others)")
@@ -179,11 +215,16 @@ def main() -> None:
     pool, test = pools(args.dataset, y)
     args.out.mkdir(parents=True, exist_ok=True)
     tuning = args.out / f"exp10_tuning_{args.dataset}.json"
-    if args.tune:
-        print("chosen", tune(x, y, pool, args.out, args.dataset))
+    if args.tune_clip:
+        print("chosen", tune_clip(x, y, pool, args.out, args.dataset))
         return
-    chosen = json.loads(tuning.read_text())["chosen"]
-    records = front(x, y, pool, test, chosen, args.partitions, args.epsilons, args.seeds, args.dataset,
+    if args.tune:
+        clip_fraction = json.loads((args.out / "exp10_clip_tuning_mnist5k.json").read_text())["chosen"]["clip_fraction"]
+        print("chosen", tune(x, y, pool, args.out, args.dataset, args.epsilons, clip_fraction))
+        return
+    stored = json.loads(tuning.read_text())["chosen"]
+    choices = stored if "k" not in stored else {"all": stored}
+    records = front(x, y, pool, test, choices, args.partitions, args.epsilons, args.seeds, args.dataset,
                     not args.no_fc)
     path = args.out / f"exp10_released_stats_{args.dataset}.json"
     old = json.loads(path.read_text()) if path.exists() else []
