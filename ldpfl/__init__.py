@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from ldpfl.api.federate_job import FederateResult, FederationOutputs, federate
     from ldpfl.api.gather_job import gather
     from ldpfl.api.inspect_job import InspectResult, inspect
+    from ldpfl.api.personalize_job import PersonalizeResult, personalize
     from ldpfl.api.plan_job import PlanResult, plan
     from ldpfl.api.predict_job import PredictResult, predict
     from ldpfl.api.progress import Progress, ProgressCallback
@@ -41,6 +42,7 @@ _LAZY = {
     "federate": "ldpfl.api.federate_job", "FederationConfig": "ldpfl.stage2_federate.config",
     "FederateResult": "ldpfl.api.federate_job", "FederationOutputs": "ldpfl.api.federate_job",
     "predict": "ldpfl.api.predict_job", "PredictResult": "ldpfl.api.predict_job",
+    "personalize": "ldpfl.api.personalize_job", "PersonalizeResult": "ldpfl.api.personalize_job",
     "inspect": "ldpfl.api.inspect_job", "InspectResult": "ldpfl.api.inspect_job",
     "demo": "ldpfl.api.demo_job", "DemoResult": "ldpfl.api.demo_job",
     "Progress": "ldpfl.api.progress", "ProgressCallback": "ldpfl.api.progress",
@@ -50,9 +52,9 @@ _LAZY = {
 
 __all__ = [
     "DemoResult", "ExportConfig", "ExportResult", "FederateResult", "FederationConfig", "FederationOutputs",
-    "GatherResult", "InspectResult", "ParameterError", "PlanResult", "PredictResult", "Progress", "ProgressCallback",
-    "ReleaseGuarantee", "SharedPlan", "__version__", "demo", "export", "federate", "gather", "inspect", "plan",
-    "predict",
+    "GatherResult", "InspectResult", "ParameterError", "PersonalizeResult", "PlanResult", "PredictResult", "Progress",
+    "ProgressCallback", "ReleaseGuarantee", "SharedPlan", "__version__", "demo", "export", "federate", "gather",
+    "inspect", "personalize", "plan", "predict",
 ]
 
 

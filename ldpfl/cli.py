@@ -33,6 +33,7 @@ LAZY_COMMANDS = {
     "gather": "ldpfl.commands.gather:gather_command",
     "federate": "ldpfl.commands.federate:federate_command",
     "predict": "ldpfl.commands.predict:predict_command",
+    "personalize": "ldpfl.commands.personalize:personalize_command",
     "inspect": "ldpfl.commands.inspect:inspect_command",
     "mechanisms": "ldpfl.commands.mechanisms:mechanisms_command",
     "demo": "ldpfl.commands.demo:demo_command",
@@ -44,6 +45,7 @@ SHORT_HELP = {
     "gather": "put the files of separate silos into one run directory",
     "federate": "stage 2: federated training over the HDF5 files (model perturbations or record-level DP-SGD)",
     "predict": "a silo's records through its pipeline and the federated model (clean by default)",
+    "personalize": "a silo's own model from the global one, on its own records: clear, dp or interpolate",
     "inspect": "what a randomized HDF5 file is, what privacy it carries, whether its bits look right",
     "mechanisms": "list the randomization mechanisms and their privacy reports",
 }

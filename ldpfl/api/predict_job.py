@@ -32,6 +32,7 @@ from ldpfl.contract.write_targets import check_write_target
 from ldpfl.mechanisms.report import json_number
 from ldpfl.prediction import BATCH_ROWS, GlobalModel, PredictError, Prediction, Silo
 from ldpfl.stage1_features.models import cnn
+from ldpfl.stage2_federate.personalize.base_model import is_local_only, personalization_of
 
 from .fields import StrPath
 from .progress import Bar, ProgressCallback, Tally
@@ -224,6 +225,11 @@ def _predict(run_dir: StrPath | None, released: StrPath | None, *, client_index:
         raise pr.PredictError(f"no federated model at {model_file}: run ldpfl federate on the run first, or pass "
                               "`model`")
     model = pr.load_global_model(model_file)
+    personal = personalization_of(model.trained_on)
+    if personal is not None:  # a silo's own model (ldpfl personalize): say what it is and whether it may travel
+        warn(f"{model_file} is client {personal.get('client_index')}'s personalized model ({personal.get('method')}): "
+             f"{personal.get('note')}" + ("; it and its predictions stay on that silo" if is_local_only(
+                 model.trained_on) else ""))
     if released is not None:
         with open_client_file(released) as (_handle, meta, rows):
             warnings = pr.check_model(model, meta, str(released))  # before the bar: an error is one line
@@ -250,6 +256,9 @@ def _predict(run_dir: StrPath | None, released: StrPath | None, *, client_index:
             result = pr.predict_silo(silo, records, model, randomized=randomized, rng=rng,
                                      cnn_path=None if cnn_path is None else Path(cnn_path), batch_rows=batch_size,
                                      progress=bar)
+    if personal is not None:
+        result.summary["model_personalization"] = {
+            key: personal.get(key) for key in ("method", "client_index", "local_only", "epsilon")}
     for warning in dict.fromkeys([*warnings, *result.warnings]):
         warn(warning)
     return result, guarantee

@@ -94,6 +94,11 @@ def predict_lines(summary: Mapping[str, Any]) -> list[str]:
     if last:
         measured = ", ".join(f"{k} {v:.4f}" for k, v in last.items() if k != "round" and isinstance(v, float))
         lines.append(f"the federation's last round ({last.get('round')}), on all clients: {measured}")
+    personal = summary.get("model_personalization")
+    if personal:
+        lines.append(f"model: client {personal['client_index']}'s {personal['method']} personalization"
+                     + (" -- LOCAL ONLY (epsilon = inf if shipped): keep it and its predictions on the silo"
+                        if personal.get("local_only") else f", epsilon {personal.get('epsilon')} if shipped"))
     if summary.get("out"):
         lines.append(f"predictions written to {summary['out']}")
     return lines

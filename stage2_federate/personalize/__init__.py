@@ -1,0 +1,23 @@
+"""A silo's own model after a federation: fine-tuned or interpolated on its machine, from its own records (issue 41).
+
+Personalization is a silo-side job beside ``ldpfl predict``: it reads the federation's global model
+(``RUN/federation/model.pt``) and the silo's own client file, and its result stays on the silo unless its
+method lets it travel. Three methods:
+
+* ``clear``: fine-tuning of the global model on the silo's clean training records, without DP. The model is a
+  function of those records in clear: it is **local-only** (ε = ∞ if shipped), marked so in its ``model.pt``.
+* ``dp``: DP-SGD fine-tuning that continues the silo's own accountant (the federation's σ, q and clip over the
+  same records): the silo's guarantee covers the federation's steps and the fine-tuning's, composed by the one
+  accountant (``ldpfl.mechanisms.accounting``), so the model may be released.
+* ``interpolate``: θ = w·θ_global + (1 − w)·θ_alone of a linear head, where θ_alone is the silo's own model
+  trained in house and w is chosen on the silo's validation records (a part of its training records) only.
+  Local-only, like ``clear``.
+
+Every method reports the silo's own held-out accuracy (overall and per class) of the global and the personalized
+model. Those figures are computed from the silo's clear test records and are kept on the silo: not released.
+
+Modules, bottom up: ``records`` (the silo's clean records; errors), ``base_model`` (the global model, checked
+against the file; the local-only mark), ``accountant`` (the silo's DP-SGD accountant, continued), ``settings``
+(the job's parameters), ``training`` and ``evaluation`` (torch), ``outputs`` (``model.pt`` and
+``personalization.json``), ``run`` (the job).
+"""

@@ -1,0 +1,127 @@
+"""The silo's own clean records for personalization: its training and held-out splits, read on the silo. Torch-free.
+
+Personalization trains on the records the silo holds in clear, never on a randomized release:
+
+* a local-only client file (``ldpfl export --local-only``: clean features and true labels) is read itself;
+* for a randomized (or released-statistics) client file, the silo's local-only clean file ``client_NNN.local.h5``
+  beside it, when that file holds training records matching the client file's feature space. Without one, the
+  job is refused, saying what is needed (``ldpfl export --keep-clean-test`` keeps only the test records).
+
+The validation records that choose the interpolation weight are a random part of the training records
+(:func:`validation_split`); the held-out test split is used for the own-record evaluation alone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ldpfl.common.errors import ParameterError
+from ldpfl.contract.client_reader import open_client_file, read_client_file
+from ldpfl.contract.digest import sha256_file
+from ldpfl.contract.layout import client_file_name, client_files, local_file_name
+from ldpfl.contract.schema import ClientMetadata
+from ldpfl.mechanisms.base import PACKED_BITS, require_generator
+
+__all__ = ["OwnRecords", "PersonalizeError", "own_records", "validation_split"]
+
+
+class PersonalizeError(ParameterError):
+    """Inputs personalization cannot use (a ``ValueError``: the CLI's exit code 2, one line; nothing written)."""
+
+
+@dataclass(frozen=True)
+class OwnRecords:
+    """A silo's clean records as stored (float32 rows or packed bits) and its client file's identity."""
+
+    client_index: int
+    client_file: Path
+    source: Path
+    metadata: ClientMetadata
+    file_sha256: str
+    train_features: np.ndarray
+    train_labels: np.ndarray
+    test_features: np.ndarray
+    test_labels: np.ndarray
+
+    @property
+    def packed(self) -> bool:
+        """Return whether the rows are packed bits (unpacked in torch before the model)."""
+        return self.metadata.feature_format == PACKED_BITS
+
+    @property
+    def width(self) -> int:
+        """Return the model's input width."""
+        return self.metadata.feature_width
+
+
+_MATCHED = ("dataset", "release", "num_classes", "feature_width", "feature_format", "client_index")
+
+
+def own_records(run_dir: str | Path, client_index: int) -> OwnRecords:
+    """Read client ``client_index``'s clean training and test records from ``run_dir`` (module docstring).
+
+    Raises
+    ------
+    PersonalizeError
+        No such directory or client file, a randomized file without a matching clean local file holding training
+        records, or no training records.
+    """
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise PersonalizeError(f"{run_dir} is not a directory (the silo's export run directory)")
+    files = client_files(run_dir)
+    if client_index not in files:
+        present = ", ".join(str(i) for i in sorted(files)) or "none"
+        raise PersonalizeError(f"{run_dir} has no {client_file_name(client_index)} (client files there: {present}); "
+                               "check `client_index`")
+    path = files[client_index]
+    with open_client_file(path) as (_handle, meta, _rows):
+        pass
+    source = path
+    if not meta.local_only:
+        source = run_dir / local_file_name(client_index)
+        needed = (f"{path.name} holds a randomized release (mechanism {meta.mechanism!r}); personalization trains "
+                  f"on the silo's clean records: it needs the silo's local-only clean file {source.name} with its "
+                  "training records (export the silo's clean features with `local_only`)")
+        if not source.is_file():
+            raise PersonalizeError(f"{needed}; there is none in {run_dir}")
+    data = read_client_file(source)
+    clean = data.metadata
+    if source != path:
+        wrong = [f"{key} is {getattr(clean, key)!r}, the client file's {getattr(meta, key)!r}" for key in _MATCHED
+                 if getattr(clean, key) != getattr(meta, key)]
+        if not clean.local_only:
+            wrong.insert(0, "it is not marked local_only")
+        if wrong:
+            raise PersonalizeError(f"{source} is not the clean version of {path.name}: {'; '.join(wrong)}")
+        if not len(data.labels["train"]):
+            raise PersonalizeError(f"{needed}; {source.name} holds test records only (ldpfl export "
+                                   "--keep-clean-test)")
+    if not len(data.labels["train"]):
+        raise PersonalizeError(f"{source} holds no training records to personalize on")
+    return OwnRecords(client_index, path, source, meta, sha256_file(path),
+                      np.ascontiguousarray(data.features["train"]), np.asarray(data.labels["train"], np.int64),
+                      np.ascontiguousarray(data.features["test"]), np.asarray(data.labels["test"], np.int64))
+
+
+def validation_split(records: int, fraction: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Return the rows that fit a model and the validation rows that choose among models (a random split).
+
+    ``round(fraction · records)`` rows validate, at least one, and at least one row fits.
+
+    Raises
+    ------
+    PersonalizeError
+        Fewer than two records, or ``validation`` outside (0, 1).
+    """
+    require_generator(rng)
+    if not 0.0 < fraction < 1.0:
+        raise PersonalizeError(f"`validation` must lie in (0, 1), got {fraction!r}")
+    if records < 2:
+        raise PersonalizeError(f"choosing on validation records needs at least 2 training records, got {records}")
+    count = min(max(1, round(fraction * records)), records - 1)
+    order = rng.permutation(records)
+    return np.sort(order[count:]), np.sort(order[:count])

@@ -1,0 +1,186 @@
+"""A silo's personalization: every check first (nothing written on a refusal), then the training and its figures.
+
+:func:`prepare` reads and checks the inputs: the silo's clean records, the global model against its file (shape,
+feature space, run), the silo's accountant and the ``max_epsilon`` bound (``dp``), an earlier DP personalization
+to continue (``resume``: the same silo's only). :func:`personalize_silo` then trains, evaluates the global and the
+personalized model on the silo's held-out records, and returns the model, its ``trained_on`` record and the
+summary; ``outputs.write_outputs`` writes them.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ldpfl.contract.layout import METRICS_JSON
+from ldpfl.mechanisms.randomness import Randomness
+
+from .accountant import SiloAccountant, check_budget, from_federation, resumed_accountant
+from .base_model import PERSONALIZATION, BaseModel, check_base_model, personalization_of
+from .evaluation import KEPT_ON_SILO
+from .outputs import MODEL, read_summary
+from .records import OwnRecords, PersonalizeError, own_records, validation_split
+from .settings import DP, INTERPOLATE, PersonalizeSettings
+
+__all__ = ["Personalization", "Prepared", "personalize_silo", "prepare", "summary_lines"]
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """Checked inputs of one personalization."""
+
+    records: OwnRecords
+    base: BaseModel
+    settings: PersonalizeSettings
+    accountant: SiloAccountant | None
+    global_sha256: str
+
+
+def _metrics(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        raise PersonalizeError(f"no {METRICS_JSON} beside the model ({path}): DP fine-tuning reads the silo's "
+                               "accountant from its federation's metrics")
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as error:
+        raise PersonalizeError(f"{path} is not readable JSON ({error})") from None
+    if not isinstance(data, dict):
+        raise PersonalizeError(f"{path} is not a JSON object")
+    return data
+
+
+def prepare(run_dir: str | Path, client_index: int, settings: PersonalizeSettings, *, model: str | Path,
+            resume: str | Path | None = None) -> Prepared:
+    """Read and check everything a personalization needs, before any training or writing.
+
+    Raises
+    ------
+    PersonalizeError
+        Every refusal of the job (module docstring), one line each.
+    """
+    records = own_records(run_dir, client_index)
+    common = dict(client=client_index, file_sha256=records.file_sha256, records=len(records.train_labels))
+    if resume is not None:
+        if settings.method != DP:
+            raise PersonalizeError(f"`resume` continues a DP personalization (`method` dp), not {settings.method}")
+        summary = read_summary(resume)
+        accountant: SiloAccountant | None = resumed_accountant(summary, resume, **common)  # type: ignore[arg-type]
+        base = check_base_model(Path(resume) / MODEL, records, resumed=True)
+        earlier = personalization_of(base.trained_on) or {}
+        if earlier.get("method") != DP or earlier.get("client_index") != client_index:
+            raise PersonalizeError(f"`resume` {resume}'s model is not client {client_index}'s DP personalization")
+        global_sha = str(earlier.get("global_model_sha256"))
+    else:
+        base = check_base_model(model, records)
+        global_sha = base.sha256
+        accountant = None
+        if settings.method == DP:
+            where = Path(model).parent / METRICS_JSON
+            accountant = from_federation(_metrics(where), where, **common)  # type: ignore[arg-type]
+    if accountant is not None:
+        check_budget(accountant, settings.steps, settings.max_epsilon)
+    if settings.method == INTERPOLATE and base.hidden:
+        raise PersonalizeError(f"`method` interpolate mixes the weights of a linear head; {base.path} has hidden "
+                               f"layers {list(base.hidden)} (use `method` clear or dp)")
+    return Prepared(records, base, settings, accountant, global_sha)
+
+
+@dataclass(frozen=True)
+class Personalization:
+    """The personalized model, its ``trained_on`` record and the JSON summary (kept on the silo)."""
+
+    model: Any  # FederatedMLP
+    trained_on: dict[str, Any]
+    summary: dict[str, Any]
+    accountant: SiloAccountant | None
+
+
+def _generators(randomness: Randomness) -> tuple[np.random.Generator, np.random.Generator, Any]:
+    import torch
+
+    split, noise, train = randomness.child_sequences(3)
+    seed = int(train.generate_state(1, np.uint64)[0])
+    return randomness.stream(split), randomness.stream(noise), torch.Generator(device="cpu").manual_seed(seed)
+
+
+def personalize_silo(prepared: Prepared, randomness: Randomness) -> Personalization:
+    """Train the silo's personalized model and measure it and the global one on the silo's held-out records."""
+    from . import evaluation, training
+
+    records, base, settings = prepared.records, prepared.base, prepared.settings
+    split_rng, noise_rng, generator = _generators(randomness)
+    width, packed = records.width, records.packed
+    train = training.as_split(records.train_features, records.train_labels, width, packed)
+    test = training.as_split(records.test_features, records.test_labels, width, packed)
+    start = training.load_model(base)
+    model = training.load_model(base)
+    details: dict[str, Any] = {}
+    accountant = prepared.accountant
+    figures: dict[str, Any] = {}
+    if settings.method == DP:
+        assert accountant is not None
+        training.fine_tune_dp(model, train, accountant, settings, generator=generator, rng=noise_rng)
+        accountant = accountant.after(settings.steps)
+        details["accountant"] = accountant.to_json()
+    elif settings.method == INTERPOLATE:
+        fit, held = validation_split(len(train), settings.validation, split_rng)
+        alone = training.train_alone(base, training.as_split(records.train_features, records.train_labels, width,
+                                                             packed, fit), settings, generator=generator)
+        validation = training.as_split(records.train_features, records.train_labels, width, packed, held)
+        weight, table = training.choose_weight(start, alone, validation, settings.grid())
+        model = training.interpolate(start, alone, weight)
+        details["interpolation"] = {
+            "weight": weight, "of": "the global model (1 - weight: the silo's alone model)",
+            "chosen_on": f"validation records: {len(held)} of the silo's {len(train)} training records (the alone "
+                         f"model trained on the other {len(fit)}); the test records play no part",
+            "validation_rows": held.tolist(), "table": table}
+        figures["alone"] = evaluation.own_accuracy(alone, test).to_json()
+    else:
+        training.fine_tune_clear(model, train, settings, generator=generator)
+    figures = {"global": evaluation.own_accuracy(start, test).to_json(),
+               "personalized": evaluation.own_accuracy(model, test).to_json(), **figures}
+    local_only = settings.local_only
+    epsilon = math.inf if accountant is None else accountant.epsilons()[accountant.neighbours]
+    mark = {"method": settings.method, "client_index": records.client_index, "client_file": records.client_file.name,
+            "file_sha256": records.file_sha256, "global_model_sha256": prepared.global_sha256,
+            "local_only": local_only, "epsilon": epsilon,
+            "note": (f"LOCAL ONLY: trained on client {records.client_index}'s records in clear; epsilon = inf if "
+                     "shipped" if local_only else
+                     f"DP-SGD over the federation and the fine-tuning: ({epsilon:.6g}, {accountant.delta:g})-DP "
+                     f"({accountant.neighbours}) in each of client {records.client_index}'s training records"
+                     if accountant is not None else "")}
+    record = {**base.trained_on, PERSONALIZATION: mark}
+    summary = {"client_index": records.client_index, "method": settings.method, "local_only": local_only,
+               "shipping": {"allowed": not local_only, "epsilon": epsilon, "note": mark["note"]},
+               "global_model": str(base.path), "global_model_sha256": prepared.global_sha256,
+               "records": {"source": str(records.source), "train": len(train), "test": len(test)},
+               "settings": settings.to_json(), "randomness": randomness.label, **details,
+               "own_heldout": {"released": False, "note": KEPT_ON_SILO, **figures}}
+    return Personalization(model, record, summary, accountant)
+
+
+def summary_lines(summary: Mapping[str, Any]) -> list[str]:
+    """Return the text summary of a personalization (``ldpfl personalize`` without ``--json``)."""
+    own = summary["own_heldout"]
+
+    def acc(name: str) -> str:
+        value = own[name]["accuracy"]
+        return "n/a" if value is None else f"{value:.4f}"
+
+    lines = [f"client {summary['client_index']}: {summary['method']} personalization of {summary['global_model']}",
+             f"own held-out accuracy ({own['global']['records']} records): global {acc('global')}, personalized "
+             f"{acc('personalized')}" + (f", alone {acc('alone')}" if "alone" in own else "")
+             + " -- kept on the silo, NOT released"]
+    if "interpolation" in summary:
+        lines.append(f"interpolation weight of the global model {summary['interpolation']['weight']:.3g}, chosen on "
+                     "validation records only")
+    lines.append(summary["shipping"]["note"])
+    if "out" in summary:
+        lines.append(f"written to {summary['out']}")
+    return lines

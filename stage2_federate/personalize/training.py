@@ -1,0 +1,123 @@
+"""The three personalizations of a global model on a silo's records (torch).
+
+* :func:`fine_tune_clear`: Adam over shuffled batches of the silo's training records, from the global weights.
+* :func:`fine_tune_dp`: DP-SGD (``stage2_federate.dp_sgd.train_dp_sgd``: Poisson batches at rate q, per-record
+  clipping to C, N(0, σ²C²) noise from the silo's numpy stream) with the accountant's σ, q and C, over the same
+  training records the federation's steps covered; plain SGD with momentum.
+* :func:`train_alone` and :func:`choose_weight`: the silo's own linear head trained in house from the federation's
+  initialization (zero, as Wu et al.'s logistic regression), and the weight w of θ = w·θ_global + (1 − w)·θ_alone
+  with the best accuracy on the validation records (ties: the lower validation loss, then the larger w).
+
+Every draw comes from the generators passed in.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch.nn import functional as F
+
+from ldpfl.stage2_federate.data import ClientSplit
+from ldpfl.stage2_federate.dp_sgd import train_dp_sgd
+from ldpfl.stage2_federate.dp_sgd_budget import DpSgdClient
+from ldpfl.stage2_federate.model import ADAM, FederatedMLP, initialize, make_optimizer, train_local
+
+from .accountant import SiloAccountant
+from .base_model import BaseModel
+from .records import PersonalizeError
+from .settings import PersonalizeSettings
+
+__all__ = ["as_split", "choose_weight", "fine_tune_clear", "fine_tune_dp", "interpolate", "load_model",
+           "train_alone"]
+
+
+def load_model(base: BaseModel) -> FederatedMLP:
+    """Return the base model's ``FederatedMLP`` with its parameters (on the CPU)."""
+    model = FederatedMLP(base.input_width, base.hidden, base.num_classes, base.dropout)
+    model.load_state_dict({k: v.to(torch.float32) for k, v in base.state.items()}, strict=True)
+    return model
+
+
+def as_split(features: np.ndarray, labels: np.ndarray, width: int, packed: bool,
+             rows: np.ndarray | None = None) -> ClientSplit:
+    """Return ``rows`` (default all) of stored features and labels as a ``ClientSplit`` on the CPU."""
+    if rows is not None:
+        features, labels = features[rows], labels[rows]
+    return ClientSplit(torch.from_numpy(np.ascontiguousarray(features)),
+                       torch.from_numpy(np.ascontiguousarray(labels, dtype=np.int64)), int(width), packed)
+
+
+def fine_tune_clear(model: FederatedMLP, split: ClientSplit, settings: PersonalizeSettings, *,
+                    generator: torch.Generator) -> None:
+    """Fine-tune ``model`` in place on ``split`` in clear (Adam, ``epochs`` over shuffled batches)."""
+    optimizer = make_optimizer(ADAM, model.parameters(), settings.learning_rate)
+    train_local(model, split, epochs=settings.epochs, batch_size=settings.batch_size, optimizer=optimizer,
+                generator=generator)
+
+
+def fine_tune_dp(model: FederatedMLP, split: ClientSplit, accountant: SiloAccountant,
+                 settings: PersonalizeSettings, *, generator: torch.Generator, rng: np.random.Generator) -> None:
+    """Take ``settings.steps`` DP-SGD steps on ``model`` in place with the accountant's σ, q and C.
+
+    Raises
+    ------
+    PersonalizeError
+        The split does not hold the accountant's records (its count differs).
+    """
+    if len(split) != accountant.records:
+        raise PersonalizeError(f"the silo holds {len(split)} training records, its accountant covers "
+                               f"{accountant.records}: not the records the federation trained on")
+    dp = DpSgdClient(accountant.client, accountant.noise_multiplier, accountant.clip, accountant.sampling_probability,
+                     settings.steps, accountant.delta, accountant.neighbours, accountant.records)
+    optimizer = torch.optim.SGD(model.parameters(), lr=settings.learning_rate, momentum=settings.momentum)
+    train_dp_sgd(model, split, dp, optimizer=optimizer, generator=generator, rng=rng)
+
+
+def train_alone(base: BaseModel, split: ClientSplit, settings: PersonalizeSettings, *,
+                generator: torch.Generator) -> FederatedMLP:
+    """Train the silo's own linear head in house on ``split`` from the federation's initialization (zero)."""
+    model = FederatedMLP(base.input_width, base.hidden, base.num_classes, base.dropout)
+    initialize(model, generator)
+    fine_tune_clear(model, split, settings, generator=generator)
+    return model
+
+
+@torch.no_grad()
+def interpolate(first: FederatedMLP, second: FederatedMLP, weight: float) -> FederatedMLP:
+    """Return a new model with parameters ``weight``·θ_first + (1 − ``weight``)·θ_second."""
+    model = FederatedMLP(first.input_width, first.hidden, first.num_classes, 0.0)
+    a, b = first.state_dict(), second.state_dict()
+    model.load_state_dict({k: weight * a[k] + (1.0 - weight) * b[k] for k in a}, strict=True)
+    return model
+
+
+@torch.no_grad()
+def _loss_and_accuracy(model: FederatedMLP, split: ClientSplit) -> tuple[float, float]:
+    model.eval()
+    inputs, labels = split.inputs(slice(None)), split.labels
+    logits = model(inputs)
+    return float(F.cross_entropy(logits, labels)), float((logits.argmax(dim=1) == labels).double().mean())
+
+
+def choose_weight(global_model: FederatedMLP, alone: FederatedMLP, validation: ClientSplit,
+                  grid: list[float]) -> tuple[float, list[dict[str, float]]]:
+    """Return the weight of the global model with the best validation accuracy, and every weight's figures.
+
+    Ties go to the lower validation loss, then to the larger weight (more of the shared model).
+
+    Raises
+    ------
+    PersonalizeError
+        A model with hidden layers (their units are not aligned between the two models) or no validation record.
+    """
+    if global_model.hidden:
+        raise PersonalizeError(f"`method` interpolate mixes the weights of a linear head; this model has hidden "
+                               f"layers {list(global_model.hidden)} (use `method` clear or dp)")
+    if not len(validation):
+        raise PersonalizeError("`method` interpolate needs validation records")
+    table = []
+    for weight in grid:
+        loss, accuracy = _loss_and_accuracy(interpolate(global_model, alone, weight), validation)
+        table.append({"weight": weight, "validation_accuracy": accuracy, "validation_loss": loss})
+    best = max(table, key=lambda row: (row["validation_accuracy"], -row["validation_loss"], row["weight"]))
+    return best["weight"], table

@@ -1,0 +1,181 @@
+"""``ldpfl personalize`` (issue 41): a silo's own model after a DP-SGD federation, made and kept on the silo.
+
+One real run: MNIST-5k through the weight-free ScatterNet, 2 silos, local-only files, a 4-round DP-SGD federation
+of a linear head with σ given (no calibration). Checked: the silo's ε over the federation and the fine-tuning (and
+a resumed fine-tuning) is dp-accounting's own for the total steps; a clear-personalized model is marked local-only,
+said so by ``predict`` and refused where a released model is expected; the interpolation weight does not move when
+the test records change (it is chosen on validation records only); every refusal is one line, exit 2, nothing
+written.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+from pathlib import Path
+
+import dp_accounting
+import numpy as np
+import pytest
+from cli_checks import command, one_error_line
+from dp_accounting import pld
+from federate_files import write_run
+
+import ldpfl
+from ldpfl.mechanisms.randomness import make_randomness
+from ldpfl.stage2_federate.model import FederatedMLP
+from ldpfl.stage2_federate.model_file import read_model, save_model
+from ldpfl.stage2_federate.personalize.run import personalize_silo, prepare
+from ldpfl.stage2_federate.personalize.settings import PersonalizeSettings
+
+personalize = command("personalize")
+ROUNDS = 4
+SIGMA = 2.0
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory) -> Path:
+    """Two local-only ScatterNet silos of MNIST-5k (270 training, 30 test records each) and a DP-SGD federation."""
+    out = tmp_path_factory.mktemp("personalize") / "run"
+    ldpfl.export(dataset="mnist5k", clients=2, extractor="scatter", limit=600, seed=3, local_only=True, out=out)
+    ldpfl.federate(out, rounds=ROUNDS, dp_sgd=True, noise_multiplier=SIGMA, optimizer="sgd", hidden=(), seed=1,
+                   device="cpu")
+    return out
+
+
+def _direct(sigma: float, q: float, steps: int, delta: float, relation) -> float:
+    accountant = pld.PLDAccountant(relation)
+    accountant.compose(dp_accounting.SelfComposedDpEvent(
+        dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(sigma)), steps))
+    return accountant.get_epsilon(delta)
+
+
+def _ledger_row(run: Path, client: int) -> dict:
+    metrics = json.loads((run / "federation" / "metrics.json").read_text())
+    return next(r for r in metrics["privacy_ledger"]["clients"] if r["client"] == client)
+
+
+def test_dp_fine_tuning_continues_the_silos_accountant(run, tmp_path):
+    row = _ledger_row(run, 0)
+    assert row["steps"] == ROUNDS  # one local step a round, every round
+    first = ldpfl.personalize(run, client_index=0, method="dp", steps=5, seed=2, out=tmp_path / "dp")
+    again = ldpfl.personalize(run, client_index=0, method="dp", steps=3, seed=3, resume=tmp_path / "dp",
+                              out=tmp_path / "dp2")
+    for result, steps in ((first, ROUNDS + 5), (again, ROUNDS + 5 + 3)):
+        accountant = result.summary["accountant"]
+        assert accountant["steps"] == steps and accountant["federation_steps"] == ROUNDS
+        sigma, q = accountant["noise_multiplier"], accountant["sampling_probability"]
+        assert (sigma, q, accountant["clip"]) == (SIGMA, row["sampling_probability"], row["clip"])
+        for key, relation in (("epsilon_replace_one", dp_accounting.NeighboringRelation.REPLACE_ONE),
+                              ("epsilon_add_remove", dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE)):
+            assert accountant[key] == pytest.approx(_direct(sigma, q, steps, 1e-5, relation), rel=1e-9)
+        assert not result.local_only and result.epsilon == accountant["epsilon_replace_one"]
+        assert result.epsilon > row["epsilon_replace_one"]  # the fine-tuning adds to the federation's figure
+    mark = read_model(again.model).trained_on["personalization"]
+    assert mark["local_only"] is False and mark["method"] == "dp"
+    assert "own_heldout" not in json.dumps(read_model(again.model).trained_on)  # the clear figures stay out
+    own = again.summary["own_heldout"]
+    assert own["released"] is False and "NOT released" in own["note"]
+    assert len(own["personalized"]["per_class_accuracy"]) == 10 and own["personalized"]["records"] == 30
+
+
+def test_a_clear_model_is_local_only_and_refused_where_a_released_one_is_expected(run, tmp_path):
+    clear = ldpfl.personalize(run, client_index=0, method="clear", epochs=2, seed=1, out=tmp_path / "clear")
+    assert clear.local_only and clear.epsilon == float("inf")
+    assert read_model(clear.model).trained_on["personalization"]["local_only"] is True
+    predicted = ldpfl.predict(released=run / "client_000.h5", model=clear.model)
+    assert any("LOCAL ONLY" in w for w in predicted.warnings)
+    assert predicted.summary["model_personalization"]["local_only"] is True
+    line = one_error_line(personalize(run, "--client-index", 0, "--method", "dp", "--model", clear.model,
+                                      "--out", tmp_path / "from_clear"))
+    assert "local-only model" in line and "not a released model" in line
+    assert not (tmp_path / "from_clear").exists()
+
+
+def test_the_interpolation_weight_is_chosen_on_validation_records_only(run):
+    settings = PersonalizeSettings("interpolate", epochs=3)
+    prepared = prepare(run, 0, settings, model=run / "federation" / "model.pt")
+    first = personalize_silo(prepared, make_randomness(5))
+    records = prepared.records
+    scrambled = dataclasses.replace(records, test_labels=(records.test_labels + 3) % 10,
+                                    test_features=records.test_features[::-1].copy())
+    second = personalize_silo(dataclasses.replace(prepared, records=scrambled), make_randomness(5))
+    a, b = first.summary["interpolation"], second.summary["interpolation"]
+    assert a["weight"] == b["weight"] and a["table"] == b["table"]
+    assert first.summary["own_heldout"]["personalized"] != second.summary["own_heldout"]["personalized"]
+    best = max(row["validation_accuracy"] for row in a["table"])
+    assert next(r for r in a["table"] if r["weight"] == a["weight"])["validation_accuracy"] == best
+    assert len(a["validation_rows"]) == round(0.2 * 270) and max(a["validation_rows"]) < 270
+
+
+def _crafted(run: Path, tmp_path: Path, width: int | None = None, **changes) -> Path:
+    """A copy of the run's model with ``changes`` to its record (and another input width), beside its metrics."""
+    saved = read_model(run / "federation" / "model.pt")
+    record = {**saved.trained_on, **changes}
+    model = FederatedMLP(width or record["model"]["input_width"], [], 10, 0.0)
+    folder = tmp_path / "crafted"
+    folder.mkdir()
+    shutil.copy(run / "federation" / "metrics.json", folder / "metrics.json")
+    return save_model(folder / "model.pt", model, record)
+
+
+def _refused(run: Path, tmp_path: Path, *args: object) -> str:
+    out = tmp_path / "out"
+    line = one_error_line(personalize(run, "--client-index", 0, "--out", out, *args))
+    assert not out.exists()
+    return line
+
+
+def test_a_model_of_another_shape_or_feature_space_is_refused(run, tmp_path):
+    line = _refused(run, tmp_path, "--method", "clear", "--model", _crafted(run, tmp_path, width=17))
+    assert "feature_width is 3969 here, the model takes 17" in line
+    other = tmp_path / "other"
+    other.mkdir()
+    line = _refused(run, other, "--method", "clear", "--model", _crafted(run, other, extractor="none"))
+    assert "extractor is 'scatter' here" in line
+
+
+def test_a_file_from_another_run_is_refused(run, tmp_path):
+    record = read_model(run / "federation" / "model.pt").trained_on
+    clients = [{**c, "sha256": "0" * 64} for c in record["clients"]]
+    line = _refused(run, tmp_path, "--method", "clear", "--model", _crafted(run, tmp_path, clients=clients))
+    assert "a file from another run" in line
+
+
+def test_dp_fine_tuning_past_max_epsilon_is_refused_before_training(run, tmp_path):
+    federation = _ledger_row(run, 0)["epsilon_replace_one"]
+    line = _refused(run, tmp_path, "--method", "dp", "--steps", 200, "--max-epsilon", round(federation + 0.01, 3))
+    assert "past --max-epsilon" in line and "--steps" in line
+
+
+def test_resuming_on_another_silos_accountant_is_refused(run, tmp_path):
+    ldpfl.personalize(run, client_index=1, method="dp", steps=2, seed=1, out=tmp_path / "silo1")
+    line = _refused(run, tmp_path, "--method", "dp", "--resume", tmp_path / "silo1")
+    assert "client 1's accountant" in line and "another silo's accountant" in line
+
+
+def test_dp_without_a_dp_sgd_federation_is_refused(run, tmp_path):
+    model = _crafted(run, tmp_path)
+    metrics = json.loads((model.parent / "metrics.json").read_text())
+    metrics["config"]["dp_sgd"] = False
+    (model.parent / "metrics.json").write_text(json.dumps(metrics))
+    line = _refused(run, tmp_path, "--method", "dp", "--model", model)
+    assert "did not train with DP-SGD" in line
+
+
+def test_a_randomized_file_without_the_silos_clean_records_is_refused(tmp_path):
+    synthetic = write_run(tmp_path / "randomized", clients=2, rows=16)
+    line = _refused(synthetic, tmp_path, "--method", "clear")
+    assert "client_000.local.h5" in line and "clean" in line
+
+
+def test_help_and_json(run, tmp_path):
+    assert "--max-epsilon" in personalize("--help").output
+    result = personalize(run, "--client-index", 1, "--method", "interpolate", "--epochs", 2, "--seed", 1, "--json",
+                         "--out", tmp_path / "i")
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.output)
+    assert summary["local_only"] is True and summary["shipping"]["epsilon"] == "inf"
+    assert 0.0 <= summary["interpolation"]["weight"] <= 1.0
+    assert np.isfinite(summary["own_heldout"]["global"]["accuracy"])
