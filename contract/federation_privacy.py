@@ -235,7 +235,8 @@ class SiloGuarantee:
     """One silo's per-record (ε, δ) over everything it released.
 
     A DP-SGD silo (``local_only_files`` not None) also states ε under both relations (``epsilon_add_remove`` is
-    None where its shareable file's figure holds, which has no add-remove form). ``updates_only``: the smaller
+    None where its shareable file's figure holds and has no add-remove form); so does a silo whose file's release
+    states both (a ``stats:K`` file). ``updates_only``: the smaller
     bound where only its updates leave; ``note``: why its file's figure is given although that bound is smaller.
     ``evaluation_epsilon``: a DP-SGD silo's test records' figure (its noised evaluation replies), part of ``epsilon``.
     """
@@ -262,6 +263,9 @@ class SiloGuarantee:
             out.update(epsilon_replace_one=json_number(self.epsilon_replace_one),
                        epsilon_add_remove=json_number(self.epsilon_add_remove),
                        local_only_files=self.local_only_files)
+        elif self.epsilon_add_remove is not None:  # a file whose release states both relations (stats:K)
+            out.update(epsilon_replace_one=json_number(self.epsilon_replace_one),
+                       epsilon_add_remove=json_number(self.epsilon_add_remove))
         if self.evaluation_epsilon is not None:
             out["evaluation_epsilon"] = json_number(self.evaluation_epsilon)
         if self.updates_only is not None:
@@ -290,8 +294,9 @@ class SiloGuarantee:
 class FederationGuarantee:
     """``metrics.json``'s ``release_guarantee``: the weakest silo's per-record (ε, δ), each silo's, the parts.
 
-    Under DP-SGD (``neighbours`` set) the figure is stated under replace-one (``epsilon``) and add-remove
-    (``epsilon_add_remove``, None where a silo's figure has no add-remove form).
+    Under DP-SGD, or over files whose releases state both relations (``neighbours`` set), the figure is stated under
+    replace-one (``epsilon``) and add-remove (``epsilon_add_remove``, None where a silo's figure has no add-remove
+    form).
     """
 
     epsilon: float

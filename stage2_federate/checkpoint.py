@@ -34,7 +34,7 @@ CHECKPOINT_VERSION = 2
 # Options that may change when a run is resumed (they do not change what the run computes, or, for
 # ``rounds``, only how long it goes on).
 RESUMABLE_CHANGES = frozenset({"rounds", "device", "threads", "eval_batch_size", "eval_clean"})
-ADDED_FIELDS = {"eval_every": 1}
+ADDED_FIELDS = {"eval_every": 1, "head": "mlp", "shrinkage": None}
 """Configuration fields added since checkpoint version 2, with the value a checkpoint without them ran with."""
 LOCAL_ENGINE = "local"
 """The engine of a checkpoint without an ``engine`` entry (the local engine writes none)."""

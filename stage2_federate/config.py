@@ -42,6 +42,11 @@ SGD = "sgd"
 AUTO = "auto"
 OPTIMIZERS = (AUTO, ADAM, SGD)
 DEFAULT_LR = 1e-3  # LDPFL IV-E: SGD with learning rate 0.001; Adam's lr is not given, PyTorch's default 1e-3
+MLP = "mlp"
+LDA = "lda"
+HEADS = (MLP, LDA)
+"""The model a run fits: the FC model trained over rounds (``mlp``), or the closed-form LDA head on the files'
+pooled released statistics (``lda``, ``closed_form``)."""
 LABEL_NOISE_CORRECTIONS = ("auto", "forward", "backward", "none")
 """How training corrects for k-RR labels (``label_noise``): auto is forward for randomized labels, none for clear."""
 
@@ -88,6 +93,10 @@ class FederationConfig:
     lr: float | None = None
     hidden: tuple[int, ...] = DEFAULT_HIDDEN
     dropout: float = DEFAULT_DROPOUT
+    # The closed-form head (``head`` lda, stage2_federate.closed_form): LDA on the stats:K files' pooled statistics,
+    # its covariance ridge ``shrinkage`` noise edges (None: statistics_model.SHRINKAGE). No rounds, no uploads.
+    head: str = MLP
+    shrinkage: float | None = None
     aggregation: str = "fedavg"
     sample_weighted: bool = False
     fraction: float | None = None
@@ -202,8 +211,34 @@ class FederationConfig:
                                  "`client_epsilons`)")
         self._check_dp_sgd()
         self._check_defences()
+        self._check_head()
         if self.seed is not None:
             mech.make_randomness(self.seed)  # validates
+
+    def _check_head(self) -> None:
+        """Refuse an unknown head, a `shrinkage` without `head` lda, or lda with a training-time privacy option."""
+        if self.head not in HEADS:
+            raise ParameterError(f"`head` must be one of {', '.join(HEADS)}, got {self.head!r}")
+        if self.shrinkage is not None:
+            if self.head != LDA:
+                raise ParameterError(f"`shrinkage` tunes `head` {LDA} only (the covariance ridge of the closed-form "
+                                     f"head), not {self.head!r}")
+            number = isinstance(self.shrinkage, int | float) and not isinstance(self.shrinkage, bool)
+            if not (number and math.isfinite(self.shrinkage) and self.shrinkage >= 0):
+                raise ParameterError(f"`shrinkage` must be a finite number >= 0 (noise edges), got {self.shrinkage!r}")
+        if self.head != LDA:
+            return
+        if self.dp_sgd:
+            raise ParameterError(f"`head` {LDA} is fitted once on the files' released statistics, with no training "
+                                 "and no upload: it takes no `dp_sgd` (nothing to protect: drop one of them)")
+        if self.perturbation != "none":
+            raise ParameterError(f"`head` {LDA} uploads nothing to perturb: `perturbation` must be 'none', got "
+                                 f"{self.perturbation!r}")
+
+    @property
+    def closed_form(self) -> bool:
+        """Whether the run fits a closed-form head (``head`` lda) instead of training over rounds."""
+        return self.head == LDA
 
     def _check_defences(self) -> None:
         """Refuse an update-norm bound, weight cap or trim fraction out of range (quoting the value)."""

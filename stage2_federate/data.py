@@ -20,14 +20,13 @@ import h5py
 import numpy as np
 import torch
 
-from ldpfl.contract.client_reader import open_client_file, read_client_file, short_error
-from ldpfl.contract.layout import local_file_name
+from ldpfl.contract.client_reader import open_client_file, short_error
 from ldpfl.contract.manifest import Manifest
-from ldpfl.contract.released_statistics import is_statistics_file
 from ldpfl.contract.run_dir import validate_run
 from ldpfl.contract.schema import SPLITS, ClientMetadata, FormatError
 from ldpfl.mechanisms.base import PACKED_BITS
 
+from .clean_files import read_clean_test
 from .packed_bits import unpack_bits
 from .streaming import ResidencyBudget, StreamedSplit, block_rows, shuffled_blocks
 
@@ -229,26 +228,10 @@ def load_clean_tests(data: FederatedData, device: torch.device | str = "cpu") ->
 def load_clean_test(client: ClientDataset, device: torch.device | str = "cpu") -> ClientSplit:
     """Return one client's clean test split from ``client_NNN.local.h5`` beside its file (:func:`load_clean_tests`).
 
-    A Flower client calls this for its own file only: the clean records never leave the silo.
+    The file is read and matched to the client file by ``clean_files.read_clean_test``. A Flower client calls this
+    for its own file only: the clean records never leave the silo.
     """
-    path = client.path.parent / local_file_name(client.index)
-    if not path.is_file():
-        raise FormatError(path, "missing: --eval-clean needs the local-only clean test file of every client "
-                                "(ldpfl export --keep-clean-test)")
-    clean = read_client_file(path, splits=("test",))
-    meta, own = clean.metadata, client.metadata
-    expected = {"local_only": True, "dataset": own.dataset, "release": own.release, "client_index": client.index,
-                "num_classes": own.num_classes, "feature_width": own.feature_width,
-                "feature_format": own.feature_format}
-    found = {"local_only": meta.local_only, "dataset": meta.dataset, "release": meta.release,
-             "client_index": meta.client_index, "num_classes": meta.num_classes,
-             "feature_width": meta.feature_width, "feature_format": meta.feature_format}
-    wrong = [f"{k} is {found[k]!r}, expected {v!r}" for k, v in expected.items() if found[k] != v]
-    if len(clean.labels["test"]) != len(client.test) and not is_statistics_file(own):  # stats:K: no test rows
-        wrong.append(f"it holds {len(clean.labels['test'])} test rows, the client file {len(client.test)}")
-    if wrong:
-        raise FormatError(path, f"does not match {client.path.name}: {'; '.join(wrong)}")
-    features = np.ascontiguousarray(clean.features["test"])
-    labels = np.ascontiguousarray(clean.labels["test"], dtype=np.int64)
-    return ClientSplit(torch.from_numpy(features).to(device), torch.from_numpy(labels).to(device),
+    clean = read_clean_test(client.path, client.index, client.metadata, len(client.test))
+    meta = clean.metadata
+    return ClientSplit(torch.from_numpy(clean.features).to(device), torch.from_numpy(clean.labels).to(device),
                        meta.feature_width, meta.feature_format == PACKED_BITS)

@@ -41,6 +41,7 @@ from ldpfl.contract.layout import FEDERATION_DIR
 from . import outdir
 from . import outputs as out
 from .checkpoint import client_digests, load_checkpoint
+from .closed_form import run_closed_form
 from .config import FederationConfig
 from .driver import RunDriver
 from .in_process import InProcessTransport
@@ -105,6 +106,9 @@ def run_federation(run_dir: str | Path, config: FederationConfig, *, out_dir: st
         server rejected did not) ends the run with ``loop.TooFewClientsError`` (one line naming each rejected
         silo and why); ``None``: the round goes on with whoever trained, and keeps the model when nobody did.
 
+    With ``config.head`` lda no round is played: ``closed_form.run_closed_form`` fits the head on the files' pooled
+    released statistics and writes the same outputs (no checkpoint; ``resume`` is refused).
+
     The run holds a lock on ``out_dir`` (a second run into it is refused) and removes the outputs'
     temporary files there when it starts and when it completes (``ldpfl.stage2_federate.outdir``). The
     checkpoint records the sha256 of every client file; ``resume`` refuses one made on other files.
@@ -118,6 +122,10 @@ def run_federation(run_dir: str | Path, config: FederationConfig, *, out_dir: st
     if not run_dir.is_dir():
         raise ValueError(f"run directory {run_dir} does not exist or is not a directory")
     target_dir = default_out_dir(run_dir) if out_dir is None else Path(out_dir)
+    if config.closed_form:  # no round: the head is fitted on the files' pooled released statistics
+        if resume:
+            raise ParameterError(f"`resume`: `head` {config.head} has no rounds to resume")
+        return run_closed_form(run_dir, config, target_dir, overwrite=overwrite, on_round=on_round)
     paths = output_paths(target_dir)
     with outdir.locked(target_dir):
         return _run_locked(run_dir, config, target_dir, paths, resume=resume, progress=progress,

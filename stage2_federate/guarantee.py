@@ -27,6 +27,7 @@ from ldpfl.contract.release_guarantee import (
     FEDERATION_SCOPE,
     LOCAL_METRICS_NOTE,
     METHOD_PLD,
+    RELEASED_FILES_NOTE,
     SHARED_FILES_NOTE,
     GuaranteePart,
     ReleaseGuarantee,
@@ -41,6 +42,35 @@ EVALUATION = "evaluation"
 METHOD_PARALLEL = ("parallel composition over disjoint records (McSherry 2009): the larger of the training records' "
                    "DP-SGD figure (dp-accounting PLD) and the test records' evaluation figure")
 DP_SGD_ALONE = "DP-SGD alone (only the updates leave the silo)"
+BOTH_RELATIONS = "replace-one (epsilon) and add-remove (epsilon_add_remove, where defined)"
+FEATURES = "features"
+
+
+def file_relations(entry: ClientPrivacy) -> tuple[float, float] | None:
+    """Return a silo's file guarantee under (replace-one, add-remove), where its release states both; else None.
+
+    A release that states both relations (a ``stats:K`` release: its report's ``probabilities`` hold
+    ``epsilon_replace_one`` and ``epsilon_add_remove``) gives the file's figure under each when the file's guarantee
+    is that release's alone: its other parts (labels, extractor) spend nothing and its figure is the replace-one one.
+    """
+    guarantee = entry.release_guarantee
+    figures = dict(entry.feature_privacy.probabilities)
+    numbers = [float(v) for v in (figures.get("epsilon_replace_one"), figures.get("epsilon_add_remove"))
+               if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)]
+    if guarantee is None or len(numbers) != 2:
+        return None
+    replace_one, add_remove = numbers
+    others = [p for p in guarantee.parts if p.kind != FEATURES]
+    if any(p.epsilon != 0 or p.delta != 0 for p in others) or not math.isclose(
+            guarantee.epsilon, replace_one, rel_tol=1e-9, abs_tol=1e-12):
+        return None
+    return replace_one, add_remove
+
+
+def post_processing_only(privacy: Sequence[ClientPrivacy], ledger: LedgerSection | None) -> bool:
+    """Return whether stage 2 only post-processes the released files: shareable files, nothing added by stage 2."""
+    return (ledger is not None and not ledger.adds_privacy_loss and not ledger.dp_sgd and bool(privacy)
+            and all(entry.dp_sgd is None and not entry.local_only for entry in privacy))
 
 
 def _dp_sgd_silo(entry: ClientPrivacy, dp_sgd: DpSgdClient, file_guarantee: ReleaseGuarantee,
@@ -65,9 +95,11 @@ def _dp_sgd_silo(entry: ClientPrivacy, dp_sgd: DpSgdClient, file_guarantee: Rele
         return SiloGuarantee(entry.client, max(eps, tested), delta, max(eps, tested), max(eps_ar, tested), True,
                              evaluation_epsilon=tested), both
     note = SHARED_FILES_NOTE.format(client=entry.client) if eps < file_guarantee.epsilon else None
+    relations = file_relations(entry)
     # both are valid bounds of what leaves when the file is shared too: the file's holds
-    return SiloGuarantee(entry.client, file_guarantee.epsilon, file_guarantee.delta, file_guarantee.epsilon, None,
-                         False, UpdatesOnly(eps, delta, DP_SGD_ALONE, eps_ar), note), file_guarantee
+    return SiloGuarantee(entry.client, file_guarantee.epsilon, file_guarantee.delta, file_guarantee.epsilon,
+                         None if relations is None else relations[1], False,
+                         UpdatesOnly(eps, delta, DP_SGD_ALONE, eps_ar), note), file_guarantee
 
 
 def federation_guarantee(privacy: Sequence[ClientPrivacy], ledger: LedgerSection | None, *,
@@ -81,7 +113,10 @@ def federation_guarantee(privacy: Sequence[ClientPrivacy], ledger: LedgerSection
     Under DP-SGD (entries with ``dp_sgd``), a silo whose files are local-only releases only its updates: its figure
     is its DP-SGD accountant's, under replace-one (``epsilon``, the project's convention) and add-remove
     (``epsilon_add_remove``, the literature's). A silo whose files are shareable keeps its file's figure, with the
-    DP-SGD one as ``updates_only``.
+    DP-SGD one as ``updates_only``. A file whose release states both relations (``stats:K``: :func:`file_relations`)
+    gives its silo both figures, and the run both when every silo has them. When stage 2 adds nothing to shareable
+    files (:func:`post_processing_only`), the notes say so (``RELEASED_FILES_NOTE``): any number of runs over the
+    same files leaves every figure as it is.
 
     Raises
     ------
@@ -108,7 +143,10 @@ def federation_guarantee(privacy: Sequence[ClientPrivacy], ledger: LedgerSection
         if eps is not None and eps < guarantee.epsilon:
             assert isinstance(accounted, LedgerRow)
             updates = UpdatesOnly(eps, float(accounted.delta or 0.0), LEDGER_BOUND)
-        clients.append(SiloGuarantee(entry.client, guarantee.epsilon, guarantee.delta, updates_only=updates))
+        relations = file_relations(entry)
+        clients.append(SiloGuarantee(entry.client, guarantee.epsilon, guarantee.delta,
+                                     None if relations is None else relations[0],
+                                     None if relations is None else relations[1], updates_only=updates))
     worst = weakest(guarantees)
     if worst is None:
         raise ValueError("a federation's guarantee needs at least one client")
@@ -117,14 +155,15 @@ def federation_guarantee(privacy: Sequence[ClientPrivacy], ledger: LedgerSection
         notes.append(LOCAL_METRICS_NOTE)
     if any(c.evaluation_epsilon is not None and math.isinf(c.evaluation_epsilon) for c in clients):
         notes.append(CLEAR_EVALUATION_NOTE)
-    dp_sgd = any(entry.dp_sgd is not None for entry in privacy)
+    if post_processing_only(privacy, ledger):
+        notes.append(RELEASED_FILES_NOTE)
     add_remove = [c.epsilon_add_remove for c in clients]
+    both = any(entry.dp_sgd is not None for entry in privacy) or all(e is not None for e in add_remove)
     return FederationGuarantee(
         worst.epsilon, worst.delta, worst.scope if worst.scope == DP_SGD_SCOPE else FEDERATION_SCOPE, tuple(notes),
-        tuple(clients), worst.parts,
-        neighbours="replace-one (epsilon) and add-remove (epsilon_add_remove, where defined)" if dp_sgd else None,
-        epsilon_add_remove=(None if not dp_sgd or any(e is None for e in add_remove)
+        tuple(clients), worst.parts, neighbours=BOTH_RELATIONS if both else None,
+        epsilon_add_remove=(None if not both or any(e is None for e in add_remove)
                             else max(e for e in add_remove if e is not None)))
 
 
-__all__ = ["federation_guarantee"]
+__all__ = ["BOTH_RELATIONS", "federation_guarantee", "file_relations", "post_processing_only"]

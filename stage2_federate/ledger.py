@@ -32,6 +32,7 @@ from numbers import Integral, Real
 from typing import Any
 
 from ldpfl.contract.federation_privacy import DpSgdLedgerRow, LedgerRow, LedgerSection
+from ldpfl.contract.release_guarantee import RELEASED_FILES_NOTE
 from ldpfl.mechanisms import accounting
 from ldpfl.mechanisms.report import PrivacyReport, format_epsilon, json_number
 from ldpfl.mechanisms.validation import require_finite_positive
@@ -307,12 +308,31 @@ def ledger_section(rounds: Sequence[RoundRecord], privacy: Sequence[ClientPrivac
              "features is in its client file (privacy_report)"]
     if not adds:
         notes.append("perturbation none: stage 2 adds no noise and nothing to the ledger")
+        if privacy and not any(p.local_only for p in privacy):  # every file shareable: all stage 2 reads is released
+            notes.append(RELEASED_FILES_NOTE)
     if any(isinstance(r, GaussianRelease) for r in releases.values()):
         notes.append("Gaussian family: RDP of the per-upload (discrete) Gaussian composed over the client's rounds "
                      "by dp-accounting, epsilon at the client's delta; no amplification by sampling")
     if any(isinstance(r, PureRelease) for r in releases.values()):
         notes.append("pure-epsilon mechanisms: basic composition, rounds x per-upload epsilon")
     return LedgerSection(len(rounds), COUNTED, accountant, adds, tuple(rows), tuple(notes))
+
+
+CLOSED_FORM_COUNTED = ("none: a closed-form head has no round and no upload; the coordinator read each client "
+                       "file's released statistics once")
+CLOSED_FORM_NOTE = ("closed-form head: fitted on the client files' released statistics (post-processing), with no "
+                    "round, no upload and no noise of its own: nothing to add to the ledger")
+
+
+def closed_form_ledger(privacy: Sequence[ClientPrivacy], *, rounds: int = 1) -> LedgerSection:
+    """Build the ``privacy_ledger`` of a closed-form head (``closed_form``): no upload, nothing added per client.
+
+    ``rounds``: the run's records (one: the fit). The notes state that the files are all stage 2 reads.
+    """
+    rows = tuple(LedgerRow(p.client, 0, None, None, "none", (CLOSED_FORM_NOTE,)) for p in privacy)
+    notes = (CLOSED_FORM_NOTE, *((RELEASED_FILES_NOTE,) if privacy and not any(p.local_only for p in privacy)
+                                 else ()))
+    return LedgerSection(rounds, CLOSED_FORM_COUNTED, None, False, rows, notes)
 
 
 DP_SGD_COUNTED = ("rounds in which the client trained (selected and not lost; a client dropped after training counts "
@@ -363,8 +383,12 @@ def ledger_lines(section: LedgerSection, *, max_clients: int = 12) -> list[str]:
     """Return the CLI summary of a ledger section: one line per client (or a range beyond ``max_clients``)."""
     rows = section.clients
     if not section.adds_privacy_loss:
-        return [f"privacy ledger (stage 2): perturbation none adds nothing over {section.rounds} rounds; "
-                "the privacy is the stage-1 release's (client files)"]
+        lines = [f"privacy ledger (stage 2): perturbation none adds nothing over {section.rounds} rounds; "
+                 "the privacy is the stage-1 release's (client files)"]
+        if section.counted == CLOSED_FORM_COUNTED:
+            lines = ["privacy ledger (stage 2): the closed-form head adds nothing (no round, no upload); the privacy "
+                     "is the stage-1 release's (client files)"]
+        return lines + ([f"  {RELEASED_FILES_NOTE}"] if RELEASED_FILES_NOTE in section.notes else [])
     lines = [f"privacy ledger (stage 2, each client over its uploads in {section.rounds} rounds):"]
     if section.dp_sgd and len(rows) <= max_clients:
         lines[0] = f"privacy ledger (DP-SGD, each silo over its steps in {section.rounds} rounds):"
@@ -394,7 +418,9 @@ def ledger_lines(section: LedgerSection, *, max_clients: int = 12) -> list[str]:
 def ledger_caption(section: LedgerSection) -> str:
     """Return one line for the accuracy plot: the range of the clients' totals."""
     if not section.adds_privacy_loss:
-        return "stage 2 adds no privacy loss (perturbation none)"
+        return "stage 2 adds no privacy loss (" + (
+            "closed-form head on the released statistics)" if section.counted == CLOSED_FORM_COUNTED
+            else "perturbation none)")
     rows = section.clients
     if any(r.epsilon is not None and math.isinf(r.epsilon) for r in rows):
         return "stage-2 privacy ledger: some clients not private (epsilon inf)"

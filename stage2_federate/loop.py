@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ldpfl.common.errors import LdpflError
+from ldpfl.mechanisms.gaussian_statistics import GaussianStatistics
 
 from .checkpoint import Snapshot, check_inputs
 from .model import parameter_count
@@ -45,6 +46,9 @@ from .round_record import ClientEvaluation, Evaluation, Rejection, RoundRecord, 
 from .rounds import Broadcast, ClientResult, draw_dropouts, round_record, server_step
 from .run_outputs import RunWriter
 from .schedule import is_evaluated
+
+STATISTICS_RELEASE = GaussianStatistics.NAME
+"""The mechanism of a ``stats:K`` file: its test split is empty, its clean test records stay on the silo."""
 
 
 @dataclass(frozen=True)
@@ -98,7 +102,8 @@ def reply_limits(plan: FederationPlan) -> ReplyLimits:
 
     The noise scale of a silo is its perturbation's σ_i; under DP-SGD, the std of the noise on its mean clipped
     gradient, σ·C / (q·n) (a small silo's update is noisier, and is not refused for it). Outside DP-SGD the
-    default bound also grows with a silo's training rows (more local steps).
+    default bound also grows with a silo's training rows (more local steps). A silo whose file is a ``stats:K``
+    release (mechanism ``gaussian-stats``) shares no test row: the rows of its clean test file are unknown here.
     """
     noise: dict[int, float | None] = {cid: p.noise_scale for cid, p in plan.perturbations.items()}
     train_rows = {c.index: int(c.train_rows) for c in plan.clients}  # more rows, more local steps
@@ -108,7 +113,8 @@ def reply_limits(plan: FederationPlan) -> ReplyLimits:
         train_rows = {}
     return ReplyLimits(dim=parameter_count(plan.model), target=plan.rule.target,
                        max_update_norm=plan.config.max_update_norm, noise_scales=noise,
-                       test_rows={c.index: int(c.test_rows) for c in plan.clients}, train_rows=train_rows)
+                       test_rows={c.index: int(c.test_rows) for c in plan.clients}, train_rows=train_rows,
+                       clean_rows={c.index: None for c in plan.clients if c.feature_mechanism == STATISTICS_RELEASE})
 
 
 def checked_evaluation(replies: EvaluationReplies | None, limits: ReplyLimits, *, clean: bool) -> Evaluation | None:

@@ -21,7 +21,9 @@ ever sums what is in range. A reply is refused when:
   "not measured" (a DP-SGD silo whose Poisson batches were all empty) and is left out of the round's mean;
 * its evaluation sums are out of range: the rows other than the silo's test rows as the coordinator knows
   them (its file, or its manifest-checked summary), the correct predictions not an integer in [0, rows], the
-  summed loss not finite or negative.
+  summed loss not finite or negative. A clean-test evaluation (``eval_clean``) covers the test split's rows too,
+  except for a silo whose file is a ``stats:K`` release: its file shares no test row, and the rows of its clean
+  test file (kept on the silo) are not known to the server, which then checks the sums but not their count.
 
 A refused silo is **named** with the server's reason (the round's ``rejected``, a note), left out of the round
 (its upload is not aggregated, its metrics and sums are not counted) and, where a failure policy is set
@@ -63,6 +65,9 @@ class ReplyLimits:
     noise_scales: Mapping[int, float | None] = field(default_factory=dict)
     test_rows: Mapping[int, int] = field(default_factory=dict)
     train_rows: Mapping[int, int] = field(default_factory=dict)  # scales the default bound (empty: not scaled)
+    # The rows of a silo's clean test file (``eval_clean``) where they are not its test split's: None, not known to
+    # the server (a stats:K release shares no test row; its clean test records stay on the silo).
+    clean_rows: Mapping[int, int | None] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -206,15 +211,17 @@ def check_evaluations(reports: Sequence[ClientEvaluation], limits: ReplyLimits, 
                       ) -> tuple[tuple[ClientEvaluation, ...], tuple[Rejection, ...]]:
     """Check every silo's evaluation sums; return those accepted and the refused silos with the reason.
 
-    ``clean``: the run evaluates the clean test files too (``eval_clean``), which hold the test split's rows.
+    ``clean``: the run evaluates the clean test files too (``eval_clean``), which hold the test split's rows (or,
+    for a silo in ``limits.clean_rows``, those rows; None: not checked).
     """
     accepted, rejected = [], []
     for report in reports:
         rows = limits.test_rows.get(report.client)
         problem = sums_problem(report.test, rows, "test")
         if problem is None and clean:
+            clean_rows = limits.clean_rows.get(report.client, rows)
             problem = ("it sent no clean-test evaluation" if report.clean is None
-                       else sums_problem(report.clean, rows, "clean-test"))
+                       else sums_problem(report.clean, clean_rows, "clean-test"))
         if problem is None:
             accepted.append(report)
         else:

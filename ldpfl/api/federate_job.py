@@ -7,7 +7,9 @@ with ``superlink``, on the SuperNodes of a running Flower SuperLink (real silos,
 ``ldpfl.stage2_federate.flower_engine.deployment``: ``run_dir`` then needs only its manifest and plan). At a
 fixed seed all select and drop the same clients and reach the same accuracies. Both write the same outputs
 (``metrics.json``, ``metrics.csv``, ``accuracy.png``, ``model.pt``, ``config.json``), and the result is built
-the same way from what the engine returns. ``ldpfl federate`` maps its flags to this function.
+the same way from what the engine returns. With ``head="lda"`` (local engine only) no round is played: the
+closed-form head is fitted on the ``stats:K`` files' pooled released statistics (``ldpfl.stage2_federate.closed_form``)
+and the same outputs are written. ``ldpfl federate`` maps its flags to this function.
 """
 
 from __future__ import annotations
@@ -20,8 +22,10 @@ from typing import TYPE_CHECKING, Any, Literal, Unpack
 
 from ldpfl.common.errors import ParameterError
 from ldpfl.contract.federation_privacy import LedgerSection
+from ldpfl.contract.layout import FEDERATION_DIR
 from ldpfl.contract.release_guarantee import ReleaseGuarantee, weakest
 from ldpfl.stage2_federate import budgets
+from ldpfl.stage2_federate.closed_form import run_closed_form
 from ldpfl.stage2_federate.config import FederationConfig
 from ldpfl.stage2_federate.flower_engine import require_flower
 from ldpfl.stage2_federate.flower_engine.control import parse_superlink
@@ -204,6 +208,13 @@ def federate(run_dir: StrPath, config: FederationConfig | None = None, /, *, eng
     elif fields:
         raise ParameterError("give `config` or its fields as keyword arguments, not both")
 
+    if config.closed_form and engine != "local":
+        raise ParameterError(f"`head` {config.head} runs on `engine` local only: it is fitted once on the files' "
+                             "released statistics, with no round for Flower to carry")
+    if config.closed_form and resume:
+        raise ParameterError(f"`resume`: `head` {config.head} has no rounds to resume (run it again, with "
+                             "`overwrite`: it spends nothing)")
+
     apply_runtime_defaults()  # before torch loads: huge pages, sleeping OpenMP threads (see runtime.py)
     rounds = config.rounds
 
@@ -230,6 +241,9 @@ def federate(run_dir: StrPath, config: FederationConfig | None = None, /, *, eng
             record = run_flower(Path(run_dir), config, out_dir=target, resume=resume, progress=progress_bars,
                                 overwrite=overwrite, keep_checkpoint=keep_checkpoint, options=options,
                                 on_warning=on_warning, on_round=rounds_done)
+    elif config.closed_form:  # no round: fitted on the files' pooled released statistics
+        record = run_closed_form(Path(run_dir), config, Path(run_dir) / FEDERATION_DIR if target is None else target,
+                                 overwrite=overwrite, on_round=rounds_done)
     else:
         from ldpfl.stage2_federate.federation import run_federation  # imports torch
 

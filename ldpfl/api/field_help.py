@@ -16,6 +16,7 @@ from types import MappingProxyType
 
 from ldpfl.contract.datasets import paper_extractors
 from ldpfl.contract.release_point import FLATTEN, RELEASES
+from ldpfl.mechanisms.statistics_model import SHRINKAGE
 from ldpfl.stage1_features.export.release import takes_text
 from ldpfl.stage1_features.models import cnn
 from ldpfl.stage2_federate.options import FEDERATION_OPTIONS
@@ -103,6 +104,14 @@ FEDERATION_HELP: Mapping[str, str] = MappingProxyType({
                   "files' dataset name."),
     "lr": "Local learning rate (default 0.001, LDPFL IV-E).",
     "dropout": "Dropout after each hidden layer.",
+    "head": ("The model: mlp, the FC model (`hidden`) trained over `rounds` on the files' rows; lda, a closed-form "
+             "head over stats:K files (ldpfl export --release stats:K): Fisher's linear discriminant on every "
+             "client file's released statistics, pooled, written as the same model.pt as `hidden` none, with no "
+             "round, no upload and no randomness (post-processing of the files: it spends nothing). lda runs on "
+             "`engine` local only and takes no `dp_sgd` nor `perturbation`; the training options do not apply."),
+    "shrinkage": (f"`head` lda: the ridge added to the pooled covariance, in units of its noise's spectral edge "
+                  f"(default {SHRINKAGE:g}). Tuning it costs nothing: every value is post-processing of the same "
+                  "released statistics."),
     "sample_weighted": "fedavg: weight clients by n_k/n (DP-FedAW eq. 2).",
     "fraction": "fraction: select floor(gamma*N) clients per round (PLDP-FL Algorithm 1).",
     "perturb_target": "Override what the mechanism perturbs: the parameters or the update (local - global).",

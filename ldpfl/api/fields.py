@@ -105,6 +105,8 @@ class FederationFields(TypedDict, total=False):
     lr: float | None
     hidden: tuple[int, ...]
     dropout: float
+    head: str
+    shrinkage: float | None
     aggregation: str
     sample_weighted: bool
     fraction: float | None

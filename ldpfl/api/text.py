@@ -6,6 +6,7 @@ One function per result: :func:`export_text`, :func:`plan_text`, :func:`gather_t
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -77,9 +78,18 @@ def federate_text(result: FederateResult) -> str:
     if result.privacy_ledger is not None:
         lines.append("\n".join(ledger_lines(result.privacy_ledger)))
     final = result.final_accuracy
-    lines.append(f"final test accuracy {'n/a' if final is None else f'{final:.4f}'} after {len(result.rounds)} "
-                 f"rounds; outputs in {result.outputs.directory}")
+    clean = result.rounds[-1].get("clean_test_accuracy") if result.rounds else None
+    measured = f"final test accuracy {_figure(final)}" + (
+        f", clean test accuracy {_figure(clean)}" if isinstance(clean, float) else "")
+    done = (f"the closed-form head {result.config.head} (no round)" if result.config.closed_form
+            else f"{len(result.rounds)} rounds")
+    lines.append(f"{measured} after {done}; outputs in {result.outputs.directory}")
     return "\n".join(lines)
+
+
+def _figure(value: object) -> str:
+    """Return an accuracy as ``0.1234``, ``n/a`` where there is none (None, or NaN: no test row)."""
+    return f"{value:.4f}" if isinstance(value, float) and math.isfinite(value) else "n/a"
 
 
 def predict_lines(summary: Mapping[str, Any]) -> list[str]:

@@ -20,7 +20,7 @@ from ldpfl.api.text import federate_text
 from ldpfl.common.errors import LdpflError
 from ldpfl.contract.jsonout import echo_json
 from ldpfl.stage2_federate import budgets
-from ldpfl.stage2_federate.config import FederationConfig
+from ldpfl.stage2_federate.config import HEADS, FederationConfig
 from ldpfl.stage2_federate.flower_engine import FlowerMissingError
 from ldpfl.stage2_federate.flower_engine.control import SuperLinkError
 from ldpfl.stage2_federate.flower_engine.launch import FlowerRunError
@@ -81,6 +81,8 @@ Examples:
 @option("--lr", type=float)
 @click.option("--hidden", default="2048", show_default=True, callback=_parse_hidden, help=_HIDDEN_HELP)
 @option("--dropout", type=click.FloatRange(0.0, 1.0, max_open=True), show_default=True)
+@option("--head", type=click.Choice(list(HEADS)), show_default=True)
+@option("--shrinkage", type=click.FloatRange(min=0.0))
 @option("--aggregation", type=click.Choice(strategy_names()), show_default=True)
 @option("--sample-weighted", is_flag=True)
 @option("--fraction", type=click.FloatRange(0.0, 1.0, min_open=True))
@@ -163,7 +165,8 @@ def federate_command(run_dir: Path, budget_presets: tuple[str, ...], out_dir: st
     Each round selects clients, trains them locally on their randomized features, perturbs their uploads
     with their own privacy budgets, aggregates, and evaluates the global model on the union of the
     clients' randomized test splits. Writes metrics.csv, metrics.json, accuracy.png, model.pt, config.json
-    and checkpoint.pt to OUT.
+    and checkpoint.pt to OUT. With --head lda over stats:K files, no round: the closed-form head is fitted on
+    the files' pooled released statistics and written to the same outputs.
     """
     try:
         result = federate(run_dir, engine=engine, out=out_dir, resume=resume, overwrite=overwrite,
