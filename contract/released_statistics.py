@@ -24,6 +24,7 @@ flags and what ``federate``/``gather`` refuse:
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from pathlib import Path
 
 import h5py
@@ -107,6 +108,27 @@ def write_release(file: h5py.File, released: Released) -> None:
                          fletcher32=True, chunks=(1,))
 
 
+def feature_map(metadata: ClientMetadata) -> Callable[[np.ndarray], np.ndarray] | None:
+    """Return the map a ``stats:K`` release applies to extractor outputs (project on K, clip to C; float32).
+
+    None for other releases. ``predict`` and the local clean test file use it, so a model fitted on the file
+    reads new records in the same space.
+    """
+    if parse_release(metadata.release).kind != STATS:
+        return None
+    mechanism = mechanism_of(metadata) if not metadata.local_only else None
+    if mechanism is None:
+        raise ValueError("the projection of a stats:K release is recorded in its shared file, not the local one")
+    basis: list[np.ndarray] = []
+
+    def project(values: np.ndarray) -> np.ndarray:
+        if not basis:
+            basis.append(stats.projection(int(values.shape[1]), metadata.features, mechanism.projection_key))
+        return mechanism.clipped(np.asarray(values, dtype=np.float64) @ basis[0]).astype(np.float32)
+
+    return project
+
+
 def epsilon_from_noise(scales: stats.NoiseScales, clip: float, delta: float) -> dict[str, float]:
     """Return ε under each relation of the noise ``scales`` at clip C: μ from eq. 1, replace-one from eq. 2."""
     mu = math.sqrt(clip**2 / scales.sums**2 + 1 / scales.counts**2 + clip**4 / scales.moments**2)
@@ -152,5 +174,5 @@ def statistics_problems(handle: h5py.File, metadata: ClientMetadata) -> list[str
     return problems
 
 
-__all__ = ["DATASETS", "GROUP", "ROW_TOLERANCE", "check_group", "epsilon_from_noise", "expected_shapes",
+__all__ = ["DATASETS", "GROUP", "ROW_TOLERANCE", "check_group", "epsilon_from_noise", "expected_shapes", "feature_map",
            "is_statistics_file", "mechanism_of", "read_release", "statistics_problems", "write_release"]

@@ -1,6 +1,7 @@
 """The front of issue 34 as one JSON, a markdown table and a PNG, from ``exp8_shared_features.py``'s records.
 
-Reads ``docs/results/exp8_shared_features_*.json`` (alone, federated, central) and the measured LDPFL private
+Reads ``docs/results/exp8_shared_features_*.json`` (alone, federated, central), ``exp10_released_stats_*.json``
+(issue 40: ``released-stats``, ``released-stats-fc``, ``released-stats-alone``) and the measured LDPFL private
 configurations of section 6 (``exp7_private_front_fashion-mnist.json``: label/krr rows at the default stage-2
 learning rate, IID, seed 22; their total ε is replace-one and has no add/remove figure: k-RR parts). Writes:
 
@@ -25,9 +26,11 @@ TEST_ROWS = {"fashion-mnist": 10_000, "mnist5k": 1_000}
 """The records each accuracy is measured on (the binomial standard error of a one-seed row)."""
 HELD_OUT_ROWS = 7_000  # section 6 and the papers' rows: the 10 clients' clean held-out records
 HELD_OUT_SETTINGS = ("ldpfl-best", "wu-gaussian", "pldp-pdpm", "dp-fedaw")
-SETTINGS = ("alone", "federated", "central", "ldpfl-best", "wu-gaussian", "pldp-pdpm", "dp-fedaw")
+SETTINGS = ("alone", "federated", "central", "released-stats", "released-stats-fc", "released-stats-alone",
+            "ldpfl-best", "wu-gaussian", "pldp-pdpm", "dp-fedaw")
 COLOURS = {"alone": "tab:orange", "federated": "tab:blue", "central": "tab:green", "ldpfl-best": "tab:red",
-           "wu-gaussian": "tab:purple", "pldp-pdpm": "tab:brown", "dp-fedaw": "tab:gray"}
+           "wu-gaussian": "tab:purple", "pldp-pdpm": "tab:brown", "dp-fedaw": "tab:gray",
+           "released-stats": "tab:cyan", "released-stats-fc": "tab:olive", "released-stats-alone": "tab:pink"}
 TOTAL_EPSILON = ("ldpfl-best",)
 """Settings whose x is a total replace-one ε (k-RR parts), not a per-silo add/remove ε. The papers' perturbations
 are at the DP-SGD rows' ε: their ledger's figure (a silo's whole update) bounds a record's under both relations."""
@@ -37,6 +40,8 @@ def load(results: Path) -> list[dict]:
     records = []
     for path in sorted(results.glob("exp8_shared_features_*.json")):
         records += [r for r in json.loads(path.read_text()) if not r.get("tuning")]
+    for path in sorted(results.glob("exp10_released_stats_*.json")):  # issue 40: the one-shot statistics release
+        records += json.loads(path.read_text())
     exp7 = results / "exp7_private_front_fashion-mnist.json"
     if exp7.exists():
         for row in json.loads(exp7.read_text())["rows"]:

@@ -38,6 +38,7 @@ from ldpfl.contract.client_reader import open_client_file, read_client_file
 from ldpfl.contract.layout import FEDERATION_DIR, MANIFEST_NAME, PARTITION_FILE, client_file_name, client_files
 from ldpfl.contract.manifest import read_manifest
 from ldpfl.contract.release_point import parse_release
+from ldpfl.contract.released_statistics import feature_map
 from ldpfl.contract.schema import ClientMetadata, FormatError
 from ldpfl.mechanisms.base import PACKED_BITS
 from ldpfl.mechanisms.report import json_number
@@ -285,7 +286,7 @@ def silo_records(silo: Silo, *, dataset: str | None = None, data: str | None = N
                            "predict new records with `data`, or the released rows with `released`")
     train, test = holdouts[silo.index]
     labels = _client_labels(silo.file)
-    for part, idx in (("train", train), ("test", test)):
+    for part, idx in (("train", train), ("test", test))[:0 if feature_map(meta) else 2]:  # stats: rows synthetic
         inside = not idx.size or (int(idx.min()) >= 0 and int(idx.max()) < len(loaded))
         if not inside or not np.array_equal(loaded.y[idx], labels[part]):
             raise PredictError(f"the records of {source or name} are not those {silo.file.name} was exported from "
@@ -331,16 +332,23 @@ def _logits_argmax(model: Any, stored: np.ndarray, width: int, packed: bool) -> 
         return model(inputs).argmax(dim=1).numpy().astype(np.int64)
 
 
-def _release_values(silo: Silo, records: Records, cnn_path: Path | None,
-                    batch_rows: int) -> Iterator[np.ndarray]:
-    """Yield the release's float32 values of the records, batch by batch (CNN or raw features)."""
+def _release_values(silo: Silo, records: Records, cnn_path: Path | None, batch_rows: int) -> Iterator[np.ndarray]:
+    """Yield the release's float32 values of the records, batch by batch (a stats:K release: projected, clipped)."""
+    project = feature_map(silo.metadata)
+    for values in _extractor_values(silo, records, cnn_path, batch_rows):
+        yield values if project is None else project(values)
+
+
+def _extractor_values(silo: Silo, records: Records, cnn_path: Path | None,
+                      batch_rows: int) -> Iterator[np.ndarray]:
+    """Yield the extractor's float32 values of the records, batch by batch (CNN or raw features)."""
     meta, dataset = silo.metadata, records.dataset
     point = parse_release(meta.release)
     shape = tuple(int(s) for s in dataset.input_shape)
     if cnn.is_fixed(meta.extractor):  # weight-free (scatter): rebuilt from the options its file records
         fixed = meta.training().fixed or {}
         extractor = cnn.fixed_extractor(meta.extractor, fixed.get("options") or {})
-        if shape != tuple(meta.input_shape) or extractor.width(shape) != meta.features:
+        if shape != tuple(meta.input_shape) or (point.units is None and extractor.width(shape) != meta.features):
             raise PredictError(f"the records have shape {shape}, {silo.file.name}'s {meta.extractor} extractor takes "
                                f"{tuple(meta.input_shape)} ({meta.features} features)")
         for start in range(0, len(records.rows), batch_rows):
@@ -349,7 +357,7 @@ def _release_values(silo: Silo, records: Records, cnn_path: Path | None,
         return
     if not cnn.is_cnn(meta.extractor):
         width = int(np.prod(shape, dtype=np.int64))
-        if width != meta.features:
+        if width != meta.features and point.units is None:
             raise PredictError(f"the records have {width} values each, {silo.file.name} {meta.features} "
                                f"(extractor {meta.extractor})")
         for start in range(0, len(records.rows), batch_rows):
@@ -396,8 +404,8 @@ def predict_silo(silo: Silo, records: Records, model: GlobalModel, *, randomized
     meta = silo.metadata
     warnings = check_inputs(silo, model, cnn_path)
     point, spec = parse_release(meta.release), meta.mechanism_spec()
-    if randomized and rng is None:
-        raise ValueError("randomized prediction needs a generator")
+    if randomized and (rng is None or feature_map(meta) is not None):
+        raise PredictError("randomized prediction needs a generator and a per-record release (not stats:K)")
     layout = stored_layout(point, spec) if randomized else clean_layout(point, spec)
     stream = rng if rng is not None and randomized else np.random.default_rng(0)  # clean: `none` draws nothing
     packed = layout.feature_format == PACKED_BITS

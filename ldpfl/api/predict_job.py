@@ -246,6 +246,9 @@ def _predict(run_dir: StrPath | None, released: StrPath | None, *, client_index:
         records = pr.silo_records(silo, dataset=dataset, data=None if data is None else os.fspath(data),
                                   data_options=reader_options or None, data_dir=data_dir, split=split)
         rng = None
+        if randomized and silo.metadata.release.startswith("stats:"):
+            raise PredictError(f"`randomized` releases records again through the file's mechanism; a "
+                               f"{silo.metadata.release} file released statistics, not records: predict clean")
         if randomized:
             randomness = mechanisms.make_randomness(seed)
             rng = randomness.generator()

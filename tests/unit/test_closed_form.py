@@ -15,6 +15,7 @@ import pytest
 
 from ldpfl.common.errors import ParameterError
 from ldpfl.mechanisms.gaussian_statistics import Released
+from ldpfl.mechanisms.statistics_model import MIN_RIDGE
 from ldpfl.mechanisms.sufficient_statistics import NoiseScales, statistics
 from ldpfl.stage2_federate.closed_form import fit_lda
 from ldpfl.stage2_federate.config import FederationConfig
@@ -33,12 +34,17 @@ def records(seed: int, rows: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def numpy_lda(z: np.ndarray, y: np.ndarray, ridge: float) -> tuple[np.ndarray, np.ndarray]:
-    """Return LDA's weights (K, c) and biases (c,) of the records, the pooled covariance plus ``ridge`` I."""
+    """Return LDA's weights (K, c) and biases (c,) of the records, the pooled covariance plus ``ridge`` I.
+
+    The ridge is at least ``statistics_model.MIN_RIDGE`` times the covariance's mean eigenvalue (its trace / K).
+    """
     n = len(y)
     counts = np.array([np.sum(y == c) for c in range(CLASSES)], dtype=np.float64)
     means = np.stack([z[y == c].mean(axis=0) for c in range(CLASSES)])
     centred = z - means[y]
-    covariance = centred.T @ centred / (n - CLASSES) + ridge * np.eye(WIDTH)
+    pooled = centred.T @ centred / (n - CLASSES)
+    ridge = max(ridge, MIN_RIDGE * np.trace(pooled) / WIDTH)
+    covariance = pooled + ridge * np.eye(WIDTH)
     inverse = np.linalg.inv(covariance)
     weights = inverse @ means.T
     biases = np.array([-0.5 * means[c] @ inverse @ means[c] + math.log(counts[c] / n) for c in range(CLASSES)])
