@@ -52,6 +52,7 @@ class FederationSummary:
     ledger: LedgerSection | None = None  # metrics.json's privacy_ledger (stage 2), when well formed
     ledger_problem: str | None = None
     guarantee: FederationGuarantee | None = None  # metrics.json's release_guarantee: per silo and the weakest's
+    clean_test_accuracy: tuple[float | None, ...] = ()  # --eval-clean: on the silos' local clean test records
 
     @property
     def final_accuracy(self) -> float | None:
@@ -64,6 +65,7 @@ class FederationSummary:
         return {"rounds": len(self.rounds), "evaluated_rounds": len(acc),
                 "final_test_accuracy": self.final_accuracy,
                 "best_test_accuracy": max(acc) if acc else None, "problem": self.problem,
+                "final_clean_test_accuracy": self.clean_test_accuracy[-1] if self.clean_test_accuracy else None,
                 "release_guarantee": None if self.guarantee is None else guarantee_summary(self.guarantee),
                 "test_accuracy_per_round": [[r, a] for r, a in zip(self.rounds, self.test_accuracy, strict=True)]}
 
@@ -84,12 +86,14 @@ def read_federation_metrics(run_dir: str | os.PathLike) -> FederationSummary | N
         if not isinstance(rounds, list) or not all(isinstance(r, dict) for r in rounds):
             raise ValueError("'rounds' is not a list of objects")
         numbers = [(int(r.get("round", i + 1)), as_float(r.get("test_accuracy"))) for i, r in enumerate(rounds)]
+        clean = tuple(as_float(r.get("clean_test_accuracy")) for r in rounds)
     except (OSError, ValueError, TypeError, KeyError, UnicodeDecodeError, RecursionError) as error:
         return FederationSummary((), (), f"{path}: unreadable ({' '.join(str(error).split())[:160]})")
     ledger, problem = _read_ledger(data.get("privacy_ledger"))
     return FederationSummary(tuple(r for r, _ in numbers), tuple(a for _, a in numbers), None, ledger,
                              None if problem is None else f"{path}: {problem}",
-                             _read_guarantee(data.get("release_guarantee")))
+                             _read_guarantee(data.get("release_guarantee")),
+                             clean if any(a is not None for a in clean) else ())
 
 
 def _read_guarantee(section: object) -> FederationGuarantee | None:
@@ -111,7 +115,7 @@ def guarantee_summary(guarantee: FederationGuarantee) -> dict[str, object]:
     clients = []
     for c in guarantee.clients:
         row: dict[str, object] = {"client": c.client, "epsilon": json_number(c.epsilon)}
-        if c.dp_sgd:
+        if c.epsilon_add_remove is not None:
             row["epsilon_add_remove"] = json_number(c.epsilon_add_remove)
         row["delta"] = c.delta
         if c.dp_sgd:

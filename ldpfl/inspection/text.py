@@ -9,6 +9,7 @@ from typing import Any
 
 from ldpfl.contract.federation_privacy import DpSgdLedgerRow, FederationGuarantee, LedgerSection
 from ldpfl.contract.file_checks import as_float
+from ldpfl.contract.release_guarantee import RELEASED_FILES_NOTE
 from ldpfl.contract.release_history import total_epsilon
 from ldpfl.contract.schema import SPLITS
 from ldpfl.inspection.file import OK, FileReport
@@ -142,6 +143,8 @@ def _stage2_ledger_lines(ledger: LedgerSection | None) -> list[str]:
     """Return the stage-2 privacy ledger's lines (each client's total over its uploads), if there is one."""
     if ledger is None:
         return []
+    if not ledger.adds_privacy_loss and RELEASED_FILES_NOTE in ledger.notes:  # e.g. over stats:K files
+        return [f"  privacy ledger  {RELEASED_FILES_NOTE}"]
     if not ledger.adds_privacy_loss:
         return ["  privacy ledger  stage 2 adds no perturbation; its updates are covered by the release "
                 "guarantee above only where they are functions of released values (k-RR labels), not of clear labels"]
@@ -244,8 +247,10 @@ def run_lines(result: Inspection) -> list[str]:
     if result.federation is not None and not result.federation.problem:
         fed = result.federation.to_dict()
         evaluated = "" if fed["evaluated_rounds"] == fed["rounds"] else f" ({fed['evaluated_rounds']} evaluated)"
+        clean = fed["final_clean_test_accuracy"]
+        clean_text = "" if clean is None else f", final clean test accuracy {_fmt(clean)} (the silos' local records)"
         lines.append(f"  federation  {fed['rounds']} rounds{evaluated}, final test accuracy "
-                     f"{_fmt(fed['final_test_accuracy'])}, best {_fmt(fed['best_test_accuracy'])}")
+                     f"{_fmt(fed['final_test_accuracy'])}, best {_fmt(fed['best_test_accuracy'])}{clean_text}")
         lines += _stage2_ledger_lines(result.federation.ledger)
         lines += _federation_guarantee_lines(result.federation.guarantee)
     lines += [f"  note: {n}" for n in result.notes]
