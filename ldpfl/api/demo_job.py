@@ -10,6 +10,13 @@ private path (issue 34, docs/RESULTS.md section 7). Every silo maps its records 
 the federation trains a linear head with record-level DP-SGD: only each silo's noisy updates leave it, and its
 accountant composes every step. Its release guarantee is finite (the DP-SGD figure, replace-one and add-remove),
 against ∞ for LDPFL as published (clear labels, a non-private CNN; UER alone is 39,245).
+
+Every demo also runs the recommended way to ship files (issue 40), in ``OUT-stats``: each silo releases once
+the noisy per-class sums, counts and second moments of its ScatterNet records projected to
+``STATS_WIDTH`` values (``--release stats:K``, ε = ``STATS_EPSILON`` per silo, add/remove), and its file holds
+synthetic records drawn from them. Both offline models over those files are free post-processing: the
+closed-form LDA head on the pooled statistics and the FC federation over the synthetic records; each is
+measured on the silos' own clean test records (kept locally, never released).
 """
 
 from __future__ import annotations
@@ -44,6 +51,33 @@ PRIVATE_SERVER_MOMENTUM = 0.9
 """``private``: ScatterNet features kept local, DP-SGD of a linear head at ε = 3 per silo (replace-one, δ = 1e-5)
 over the whole run, ``PRIVATE_LOCAL_STEPS`` steps a round, server momentum 0.9: the front's best private path
 (docs/RESULTS.md section 7), scaled to the demo's rounds."""
+
+
+STATS_WIDTH = 128
+STATS_EPSILON = 3.0
+"""The demo's ``stats:K`` release: K = 128 (chosen for MNIST-5k on validation records, docs/RESULTS.md section 10),
+ε = 3 per silo under add/remove at δ = 1e-5."""
+
+
+@dataclass(frozen=True)
+class StatsRun:
+    """The ``stats:K`` release of the demo: its guarantee and the two offline models' clean test accuracies."""
+
+    run_dir: Path
+    release: str
+    epsilon_add_remove: float
+    release_guarantee: ReleaseGuarantee | None
+    lda_accuracy: float | None
+    fc_accuracies: list[float | None]
+    inspection_ok: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return a JSON-ready summary."""
+        return {"run_dir": str(self.run_dir), "release": self.release,
+                "epsilon_add_remove": json_number(self.epsilon_add_remove),
+                "release_guarantee": _guarantee_json(self.release_guarantee),
+                "lda_clean_test_accuracy": self.lda_accuracy, "fc_clean_test_accuracy_per_round": self.fc_accuracies,
+                "inspection_ok": self.inspection_ok}
 
 
 @dataclass(frozen=True)
@@ -87,16 +121,19 @@ class DemoResult:
     private: PrivateRun | None = None
     release_guarantee: ReleaseGuarantee | None = None  # the weakest client's, over everything its file releases
     generator: str = UNRECORDED  # the noise's bit generator (``AES-CTR``, ``ChaCha20``, ``PCG64``)
+    stats: StatsRun | None = None
 
     @property
     def ok(self) -> bool:
-        """Every file of the run (and of the private run) checked out."""
-        return self.inspection_ok and (self.private is None or self.private.inspection_ok)
+        """Every file of the run (and of the private and stats runs) checked out."""
+        return (self.inspection_ok and (self.private is None or self.private.inspection_ok)
+                and (self.stats is None or self.stats.inspection_ok))
 
     def to_dict(self) -> dict[str, Any]:
         """Return a JSON-ready summary (the ``--json`` output)."""
         return {
             **({"private": self.private.to_dict()} if self.private is not None else {}),
+            **({"stats": self.stats.to_dict()} if self.stats is not None else {}),
             "run_dir": str(self.run_dir),
             "local_cnn_accuracy": self.local_accuracies,
             "global_test_accuracy_per_round": self.round_accuracies,
@@ -132,32 +169,46 @@ class DemoResult:
             "plots                     " + ", ".join(str(p) for p in self.plots),
             f"inspection                {'all checks passed' if self.inspection_ok else 'PROBLEMS FOUND (see above)'}",
         ]
-        if self.private is not None:
+        if self.private is not None or self.stats is not None:
             lines += self._comparison()
         return "\n".join(lines)
 
     def _comparison(self) -> list[str]:
-        """Return the side-by-side lines of the LDPFL and the private configuration."""
-        p = self.private
-        assert p is not None
+        """Return the side-by-side lines of LDPFL as published and the private configurations."""
+        p, st = self.private, self.stats
         mean_local = [a for a in self.local_accuracies if a is not None]
-        total = p.release_guarantee
-        total_text = f"{_eps(total.epsilon)} (delta {total.delta:g})" if total is not None else "n/a"
         rows = [("LDPFL: flatten, uer eps 0.5", _eps(self.exact_epsilon_per_record), "inf",
                  _pct(_last(self.round_accuracies)), "n/a",
-                 _pct(sum(mean_local) / len(mean_local) if mean_local else None)),
-                (f"private: {p.release}, {p.mechanism} eps {p.nominal_epsilon:g} per silo",
-                 _eps(p.exact_epsilon_per_record), total_text, _pct(_last(p.round_accuracies)),
-                 _pct(_last(p.clean_accuracies)),
-                 _pct(sum(a for a in p.local_accuracies if a is not None) / len(p.local_accuracies)
-                      if p.local_accuracies else None))]
+                 _pct(sum(mean_local) / len(mean_local) if mean_local else None))]
+        if st is not None:
+            stats_total = st.release_guarantee
+            stats_text = ("n/a" if stats_total is None
+                          else f"{_eps(stats_total.epsilon)} (delta {stats_total.delta:g})")
+            rows += [(f"private files: {st.release}, LDA head", f"{st.epsilon_add_remove:g} add/remove", stats_text,
+                      "n/a", _pct(st.lda_accuracy), "n/a"),
+                     (f"private files: {st.release}, FC over synthetic", f"{st.epsilon_add_remove:g} add/remove",
+                      stats_text, "n/a", _pct(_last(st.fc_accuracies)), "n/a")]
+        if p is not None:
+            total = p.release_guarantee
+            total_text = f"{_eps(total.epsilon)} (delta {total.delta:g})" if total is not None else "n/a"
+            rows.append((f"private: {p.release}, {p.mechanism} eps {p.nominal_epsilon:g} per silo",
+                         _eps(p.exact_epsilon_per_record), total_text, _pct(_last(p.round_accuracies)),
+                         _pct(_last(p.clean_accuracies)),
+                         _pct(sum(a for a in p.local_accuracies if a is not None) / len(p.local_accuracies)
+                              if p.local_accuracies else None)))
         header = ("configuration", "values eps/record", "TOTAL eps/record", "global acc (released test)",
                   "global acc (clean test)", "mean local model acc")
         widths = [max(len(r[i]) for r in (header, *rows)) for i in range(len(header))]
         table = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in (header, *rows)]
-        return ["", "== two configurations side by side ==", *table,
-                f"private files             {p.run_dir}/client_*.h5 (local-only: clean ScatterNet features, never "
-                "shared; only the DP-SGD updates leave a silo)",
+        notes = []
+        if st is not None:
+            notes.append(f"stats files               {st.run_dir}/client_*.h5 (shareable: the noisy statistics of "
+                         "each silo's records, released once, and synthetic records; both models are post-processing "
+                         "of them, so any number of runs spends nothing more)")
+        if p is not None:
+            notes.append(f"private files             {p.run_dir}/client_*.h5 (local-only: clean ScatterNet features, "
+                         "never shared; only the DP-SGD updates leave a silo)")
+        return ["", "== configurations side by side ==", *table, *notes,
                 "the clean test accuracy is what a client gets applying the global model to its own records "
                 "(nothing is released for that); see README 'Which configuration to choose'"]
 
@@ -225,6 +276,8 @@ def demo(out: StrPath = DEFAULT_OUT, *, clients: int = 2, epochs: int = 3, round
     plot = write_plot(inspection, run_dir / "inspect.png")
     plots = [plot, *[p for p in [federation.paths.get("accuracy_png")] if p is not None and p.exists()]]
 
+    stats_run = _run_stats(Path(f"{run_dir}-stats"), clients=clients, rounds=rounds, seed=seed,
+                           progress_bars=progress_bars, echo=echo)
     private_run = None
     if private:
         private_run = _run_private(Path(f"{run_dir}-private"), clients=clients, rounds=rounds, seed=seed,
@@ -241,7 +294,32 @@ def demo(out: StrPath = DEFAULT_OUT, *, clients: int = 2, epochs: int = 3, round
         inspection_ok=inspection.ok,
         private=private_run,
         release_guarantee=weakest_guarantee(run_dir),
+        stats=stats_run,
     )
+
+
+def _run_stats(run_dir: Path, *, clients: int, rounds: int, seed: int | None, progress_bars: bool,
+               echo: Callable[[str], None]) -> StatsRun:
+    """Run the stats:K release and its two free models (module docstring)."""
+    from ldpfl.stage2_federate.federation import FederationConfig, run_federation
+
+    release = f"stats:{STATS_WIDTH}"
+    echo(f"== private files: each silo releases once the noisy statistics of its ScatterNet records ({release}, "
+         f"eps {STATS_EPSILON:g} per silo, add/remove, delta 1e-5); the files hold synthetic records")
+    export = run_export(ExportConfig(dataset="mnist5k", clients=clients, seed=seed, extractor=PRIVATE_EXTRACTOR,
+                                     release=release, mechanism="gaussian-stats",
+                                     mechanism_params={"epsilon": STATS_EPSILON}, keep_clean_test=True),
+                        run_dir, progress=progress_bars)
+    lda = run_federation(run_dir, FederationConfig(head="lda", eval_clean=True, seed=seed), progress=progress_bars,
+                         overwrite=True, out_dir=run_dir / "federation-lda")
+    fc = run_federation(run_dir, FederationConfig(rounds=rounds, hidden=(), eval_clean=True, seed=seed),
+                        progress=progress_bars, overwrite=True)
+    inspection = inspect_path(run_dir)
+    echo(inspection_text(inspection))
+    epsilon = export.privacy.probabilities.get("epsilon_add_remove", STATS_EPSILON)
+    return StatsRun(run_dir, release, float(epsilon), weakest_guarantee(run_dir),
+                    _last([r.get("clean_test_accuracy") for r in lda.history]),
+                    [r.get("clean_test_accuracy") for r in fc.history], inspection.ok)
 
 
 def _run_private(run_dir: Path, *, clients: int, rounds: int, seed: int | None, progress_bars: bool,
@@ -273,4 +351,4 @@ def weakest_guarantee(run_dir: StrPath) -> ReleaseGuarantee | None:
     return weakest(ReleaseGuarantee.from_dict(g) for g in stored)
 
 
-__all__ = ["DemoResult", "PrivateRun", "demo", "weakest_guarantee"]
+__all__ = ["DemoResult", "PrivateRun", "StatsRun", "demo", "weakest_guarantee"]

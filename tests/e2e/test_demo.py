@@ -30,6 +30,14 @@ def test_demo_runs_the_whole_pipeline(tmp_path) -> None:
     for name in ("client_000.h5", "client_001.h5", "manifest.json", "inspect.png", "federation/metrics.json"):
         assert (out / name).is_file(), name
     assert not (out / "federation" / "checkpoint.pt").exists()
+    # Beside it, the recommended way to ship files (issue 40): one stats:K release per silo, two free models.
+    stats = summary["stats"]
+    assert stats["release"] == "stats:128" and abs(stats["epsilon_add_remove"] - 3.0) < 1e-6
+    assert stats["release_guarantee"]["private"] and 4 < stats["release_guarantee"]["epsilon"] < 5  # replace-one
+    assert 0.5 < stats["lda_clean_test_accuracy"] <= 1 and stats["inspection_ok"] is True
+    assert len(stats["fc_clean_test_accuracy_per_round"]) == 1
+    for name in ("client_000.h5", "client_000.local.h5", "federation-lda/model.pt", "federation/metrics.json"):
+        assert (tmp_path / "demo-stats" / name).is_file(), name
     # A rerun reuses the verified client files (never randomizes the same samples twice).
     before = (out / "client_000.h5").read_bytes()
     again = CliRunner().invoke(cli, ["demo", "--out", str(out), "--epochs", "1", "--rounds", "1", "--seed", "3",
@@ -51,7 +59,8 @@ def test_private_demo_runs_a_second_configuration_next_to_ldpfl(tmp_path) -> Non
     result = ldpfl_process("demo", "--out", str(out), "--epochs", "1", "--rounds", "1", "--seed", "4", "--private",
                            "--quiet")
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "== two configurations side by side ==" in result.stdout
+    assert "== configurations side by side ==" in result.stdout
+    assert "private files: stats:128, LDA head" in result.stdout
     assert "private: ScatterNet features kept local, dp-sgd eps 3 per silo" in result.stdout
     private = tmp_path / "demo-private"
     for name in ("client_000.h5", "manifest.json", "federation/metrics.json"):
