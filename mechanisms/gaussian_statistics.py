@@ -32,7 +32,7 @@ from .validation import require_epsilon, require_finite_positive, require_open_u
 CLIP_FRACTION = 0.6
 """The default clip C = 0.6·√k: a GroupNorm'd ScatterNet record of r values has norm ≤ √r, so its projection on
 k of r orthonormal directions about √k; 0.6 was chosen on MNIST-5k's validation records (docs/RESULTS.md
-section 10) and clips nearly every record (a normalization)."""
+section 9) and clips nearly every record (a normalization)."""
 STATISTICS_DOMAIN = "statistics"
 SYNTHETIC_KEY_BOUND = 2**53
 """The synthetic records' public key is drawn uniformly below this from the silo's stream, after the noise (2^53:

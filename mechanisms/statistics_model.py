@@ -28,10 +28,11 @@ import numpy as np
 from .sufficient_statistics import NoiseScales, Statistics
 
 SHRINKAGE = 0.1
+"""Default λ in units of the noise's spectral edge τ√(2k): chosen on the validation records of MNIST-5k and of
+Fashion-MNIST's silos (docs/RESULTS.md section 9)."""
 MIN_RIDGE = 1e-2
 """The ridge's floor, in units of the mean eigenvalue of the estimated covariance (whatever the noise): chosen on
 MNIST-5k's validation records with silos of 150 and 360 records (never worse than 0 there; 0.1 is)."""
-"""Default λ in units of the noise's spectral edge τ√(2k): chosen on MNIST-5k (docs/RESULTS.md section 10)."""
 
 
 @dataclass(frozen=True)

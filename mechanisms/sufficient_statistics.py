@@ -47,7 +47,7 @@ from .clipping import clip_l2_norm
 from .validation import require_finite_positive
 
 SHARES = (0.5, 0.05, 0.45)
-"""Default split of μ² among (sums, counts, second moments): chosen on MNIST-5k (docs/RESULTS.md section 10)."""
+"""Default split of μ² among (sums, counts, second moments): chosen on MNIST-5k (docs/RESULTS.md section 9)."""
 PROJECTION_GENERATOR = "numpy PCG64 (public seed)"
 
 

@@ -55,7 +55,7 @@ over the whole run, ``PRIVATE_LOCAL_STEPS`` steps a round, server momentum 0.9: 
 
 STATS_WIDTH = 128
 STATS_EPSILON = 3.0
-"""The demo's ``stats:K`` release: K = 128 (chosen for MNIST-5k on validation records, docs/RESULTS.md section 10),
+"""The demo's ``stats:K`` release: K = 128 (chosen for MNIST-5k on validation records, docs/RESULTS.md section 9),
 ε = 3 per silo under add/remove at δ = 1e-5."""
 
 
