@@ -42,8 +42,8 @@ from ldpfl.mechanisms import sufficient_statistics as ss
 
 SILOS, DELTA, CLASSES, WIDTH = 10, 1e-5, 10, 3969
 PROJECTION_SEED, SYNTHETIC_SEED = 0, 1
-GRID = {"k": [192, 256, 384, 512], "shares": [(0.5, 0.05, 0.45), (0.3, 0.02, 0.68)],
-        "shrinkage": [0.05, 0.1, 0.2, 0.4]}
+GRID = {"k": {"fashion-mnist": [192, 256, 384, 512], "mnist5k": [32, 64, 128, 192, 256, 512]},
+        "shares": [(0.5, 0.05, 0.45), (0.3, 0.02, 0.68)], "shrinkage": [0.05, 0.1, 0.2, 0.4]}
 """The grid chosen from on validation records at each epsilon; the clip fraction is MNIST-5k's (``--tune-clip``)."""
 CLIP_GRID = {"k": [128, 256, 384], "shares": [(0.5, 0.05, 0.45), (0.3, 0.02, 0.68), (0.65, 0.03, 0.32)],
              "clip_fraction": [0.6, 0.75, 0.9], "shrinkage": [0.05, 0.1, 0.2, 0.4, 0.8]}
@@ -109,7 +109,7 @@ def tune(x, y, pool, out: Path, dataset: str, epsilons, clip_fraction: float) ->
     splits = silo_splits(y, pool, "iid", 0)
     val = np.concatenate([s["val"] for s in splits])
     rows = []
-    for k in GRID["k"]:
+    for k in GRID["k"][dataset]:
         z, _clip = projected(x, k, clip_fraction)
         for epsilon, shares in itertools.product(epsilons, GRID["shares"]):
             stats, scales = releases(z, y, splits, epsilon, shares, np.random.default_rng(0))
@@ -119,7 +119,7 @@ def tune(x, y, pool, out: Path, dataset: str, epsilons, clip_fraction: float) ->
                 rows.append({"epsilon": epsilon, "k": k, "clip_fraction": clip_fraction, "shares": list(shares),
                              "shrinkage": a, "validation_accuracy": acc})
                 print(json.dumps(rows[-1]), flush=True)
-    chosen = {str(e): max((r for r in rows if r["epsilon"] == e), key=lambda r: r["validation_accuracy"])
+    chosen = {f"{e:g}": max((r for r in rows if r["epsilon"] == e), key=lambda r: r["validation_accuracy"])
               for e in epsilons}
     result = {"dataset": dataset, "chosen_on": "the 10 IID silos' validation records (5 %), seed 0, each epsilon",
               "clip_fraction_from": "MNIST-5k (exp10_clip_tuning_mnist5k.json)", "grid": rows, "chosen": chosen}
@@ -152,7 +152,7 @@ def front(x, y, pool, test, choices: dict, partitions, epsilons, seeds: int, dat
     records = []
     spaces: dict[tuple[int, float], tuple[np.ndarray, float]] = {}
     for epsilon in epsilons:
-        chosen = choices[str(epsilon)] if str(epsilon) in choices else choices["all"]
+        chosen = choices.get(f"{epsilon:g}", choices.get("all"))
         k, f, shares, a = chosen["k"], chosen["clip_fraction"], tuple(chosen["shares"]), chosen["shrinkage"]
         if (k, f) not in spaces:
             spaces.clear()
