@@ -46,8 +46,6 @@ LOSS_BOUND = 10.0
 """Nats: each test record's cross-entropy is clipped to [0, LOSS_BOUND] before it is summed (the sum's range)."""
 SENSITIVITY = math.sqrt(2.0)
 """L2 sensitivity of (correct, loss sum / LOSS_BOUND) to one record, under either neighbouring relation."""
-CALIBRATION_STEPS = 60
-"""Bisection steps of the calibration over ln σ (the bracket is at most 2^40 wide: well below 0.1 % at the end)."""
 
 
 @dataclass(frozen=True)
@@ -128,7 +126,7 @@ def matched(noise_multiplier: float, sampling_probability: float, local_steps: i
 
 @functools.lru_cache(maxsize=64)
 def calibrate(target_epsilon: float, delta: float, releases: int, *, neighbours: str) -> EvaluationNoise:
-    """Return the noise whose ``releases`` replies spend at most ``target_epsilon`` at ``delta`` (smallest σ, 0.1 %).
+    """Return the noise whose ``releases`` replies spend at most ``target_epsilon`` at ``delta`` (smallest σ, 1e-9).
 
     Raises
     ------
@@ -141,16 +139,6 @@ def calibrate(target_epsilon: float, delta: float, releases: int, *, neighbours:
     if isinstance(releases, bool) or not isinstance(releases, int) or releases < 1:
         raise ValueError(f"releases must be an integer >= 1, got {releases!r}")
     accounting.require_neighbours(neighbours)
-    # a bracket around the classical Gaussian's σ (Dwork & Roth 2014, Theorem A.1), widened until it holds
-    guess = SENSITIVITY * math.sqrt(releases) * math.sqrt(2.0 * math.log(1.25 / delta)) / target_epsilon
-    low, high = guess / 4.0, guess * 2.0
-    while spent(high, releases, delta) > target_epsilon:
-        low, high = high, high * 2.0
-    while spent(low, releases, delta) <= target_epsilon:
-        low, high = low / 2.0, low
-    for _ in range(CALIBRATION_STEPS):
-        middle = math.sqrt(low * high)
-        low, high = (low, middle) if spent(middle, releases, delta) <= target_epsilon else (middle, high)
-        if high / low < 1.0 + 1e-3:
-            break
-    return EvaluationNoise(high, releases, float(delta), neighbours, float(target_epsilon))
+    # R releases at multiplier m are one Gaussian at m/√R (the accountant's exact path): the one calibrator
+    sigma = SENSITIVITY * accounting.calibrate_gaussian(float(target_epsilon), float(delta)) * math.sqrt(releases)
+    return EvaluationNoise(sigma, releases, float(delta), neighbours, float(target_epsilon))
