@@ -27,7 +27,7 @@ from .base import FLOAT32, Mechanism, param, require_generator
 from .clipping import clip_l2_norm
 from .registry import register
 from .report import PrivacyReport
-from .validation import require_epsilon, require_finite_positive, require_open_unit_interval, require_real_array
+from .validation import require_epsilon, require_finite_positive, require_open_unit_interval, require_records
 
 CLIP_FRACTION = 0.6
 """The default clip C = 0.6·√k: a GroupNorm'd ScatterNet record of r values has norm ≤ √r, so its projection on
@@ -144,12 +144,7 @@ class GaussianStatistics(Mechanism):
         The rows are drawn from the release's class-conditional Gaussian (round(N) of them, then cut or
         repeated cyclically to the batch's size, which keeps the shape without looking at n again).
         """
-        x = require_real_array(x)
-        if x.ndim == 0:
-            raise ValueError(f"{self.NAME} takes records on the last axis of a batch-first array, got a 0-d value")
-        if self.width is not None and x.shape[-1] != self.width:
-            raise ValueError(f"{self.NAME} was declared with width = {self.width} values per record, got records of "
-                             f"{x.shape[-1]} values (shape {x.shape})")
+        x = require_records(self.NAME, x, self.width, "width")
         rows = x.reshape(-1, x.shape[-1])
         if len(rows) == 0:
             return np.array(x, copy=True)

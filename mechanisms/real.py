@@ -18,8 +18,8 @@ from .validation import (
     require_epsilon,
     require_finite_positive,
     require_open_unit_interval,
-    require_real_array,
     require_record_size,
+    require_records,
 )
 
 
@@ -46,13 +46,7 @@ class RealMechanism(Mechanism):
         Refuses (one-line ``ValueError``) a 0-d value, which has no record axis, and, when ``dim`` is declared,
         records of another width: the per-record ε is that of ``dim`` coordinates.
         """
-        x = require_real_array(x)
-        if x.ndim == 0:
-            raise ValueError(f"{self.NAME} takes records on the last axis of a batch-first array, got a 0-d value")
-        if self.dim is not None and x.shape[-1] != self.dim:
-            raise ValueError(f"{self.NAME} was declared with dim = {self.dim} values per record (its report's "
-                             f"per-record epsilon), got records of {x.shape[-1]} values (shape {x.shape})")
-        return x
+        return require_records(self.NAME, x, self.dim, "dim")
 
 
 @dataclass(frozen=True)

@@ -105,3 +105,18 @@ def require_real_array(x: np.ndarray) -> np.ndarray:
     if x.size and not np.all(np.isfinite(x)):
         raise ValueError("input holds NaN or infinite values; randomize only finite numbers")
     return x
+
+
+def require_records(mechanism: str, x: np.ndarray, width: int | None, parameter: str) -> np.ndarray:
+    """Return ``x`` as a real array of records on its last axis, of ``width`` values when declared.
+
+    Refuses (one-line ``ValueError`` naming ``mechanism`` and the declared ``parameter``) a 0-d value, which has no
+    record axis, and records of another width than the declared one.
+    """
+    x = require_real_array(x)
+    if x.ndim == 0:
+        raise ValueError(f"{mechanism} takes records on the last axis of a batch-first array, got a 0-d value")
+    if width is not None and x.shape[-1] != width:
+        raise ValueError(f"{mechanism} was declared with {parameter} = {width} values per record, got records of "
+                         f"{x.shape[-1]} values (shape {x.shape})")
+    return x
