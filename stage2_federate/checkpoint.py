@@ -34,7 +34,7 @@ CHECKPOINT_VERSION = 2
 # Options that may change when a run is resumed (they do not change what the run computes, or, for
 # ``rounds``, only how long it goes on).
 RESUMABLE_CHANGES = frozenset({"rounds", "device", "threads", "eval_batch_size", "eval_clean"})
-ADDED_FIELDS = {"eval_every": 1, "head": "mlp", "shrinkage": None}
+ADDED_FIELDS = {"eval_every": 1, "head": "mlp", "shrinkage": None, "outlier_report": False}
 """Configuration fields added since checkpoint version 2, with the value a checkpoint without them ran with."""
 LOCAL_ENGINE = "local"
 """The engine of a checkpoint without an ``engine`` entry (the local engine writes none)."""
@@ -58,12 +58,18 @@ class Snapshot:
     model: dict[str, torch.Tensor]
     rng: dict[str, Any]
     velocity: np.ndarray | None = None  # the server momentum's v (``server_momentum``), None without it
+    uploads: Mapping[str, list[int]] | None = None  # the digests of the uploads checked so far (``upload_hashes``)
 
     @classmethod
-    def of(cls, model: torch.nn.Module, streams: Streams, velocity: np.ndarray | None = None) -> Snapshot:
-        """Return a copy of ``model``'s parameters (CPU), of the stream states and of the server's velocity now."""
+    def of(cls, model: torch.nn.Module, streams: Streams, velocity: np.ndarray | None = None,
+           uploads: Mapping[str, list[int]] | None = None) -> Snapshot:
+        """Return a copy of ``model``'s parameters (CPU), of the stream states and of the server's velocity now.
+
+        ``uploads``: the server's upload digests (``upload_hashes.UploadHistory.state``), kept as given.
+        """
         return cls({k: v.detach().cpu().clone() for k, v in model.state_dict().items()},
-                   copy.deepcopy(streams.state()), None if velocity is None else velocity.copy())
+                   copy.deepcopy(streams.state()), None if velocity is None else velocity.copy(),
+                   None if uploads is None else dict(uploads))
 
 
 def save_checkpoint(path: Path, *, round_number: int, state: Snapshot, config: FederationConfig, randomness: str,
@@ -85,6 +91,8 @@ def save_checkpoint(path: Path, *, round_number: int, state: Snapshot, config: F
     if engine != LOCAL_ENGINE:
         payload["ldpfl"] = package_version()
     payload["inputs"] = dict(inputs)
+    if state.uploads is not None:  # issue 42: a resumed run still refuses a stale upload of the rounds before it
+        payload["uploads"] = dict(state.uploads)
     atomic_write(path, lambda handle: torch.save(payload, handle))
 
 

@@ -21,7 +21,9 @@ from ldpfl.mechanisms.validation import require_finite_positive, require_int_in_
 from . import budgets
 from .options import FEDERATION_OPTIONS
 from .perturbation import SIGN_MODES, SIGN_UPDATE, TARGETS, perturbation_names, perturbation_wiring
-from .strategies import TRIMMED_MEAN, strategy_names
+from .strategies import MEDIAN, NORM_CLIPPED, TRIMMED_MEAN, strategy_names
+
+ROBUST_RULES = (MEDIAN, TRIMMED_MEAN, NORM_CLIPPED)
 
 DEVICES = ("auto", "cpu", "cuda")
 DP_SGD_CLIP = 0.1
@@ -140,6 +142,9 @@ class FederationConfig:
     max_update_norm: float | None = None
     max_client_weight: float | None = None
     trim_fraction: float | None = None
+    # FedAvg and the other non-robust rules: each round, each upload's distance from the round's coordinate-wise
+    # median, a silo past ``outliers.OUTLIER_BOUND`` flagged (the robust rules always report what they discount).
+    outlier_report: bool = False
     seed: int | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
@@ -253,6 +258,9 @@ class FederationConfig:
                                      f"{self.aggregation!r}")
             if not (isinstance(self.trim_fraction, int | float) and 0.0 <= self.trim_fraction < 0.5):
                 raise ParameterError(f"`trim_fraction` must lie in [0, 0.5), got {self.trim_fraction!r}")
+        if self.outlier_report and self.aggregation in ROBUST_RULES:
+            raise ParameterError(f"`outlier_report`: aggregation {self.aggregation!r} reports the silos it discounts "
+                                 "or clips in every round already; the option is for the non-robust rules")
 
     def _check_dp_sgd(self) -> None:
         """Refuse DP-SGD settings that cannot be used together (one line naming the fields)."""

@@ -20,6 +20,7 @@ from .loop import Transport, restore, run_rounds
 from .plan import FederationPlan
 from .round_record import RoundRecord
 from .run_outputs import RunWriter, TrainedOn
+from .upload_hashes import UploadHistory
 
 
 @dataclass
@@ -31,6 +32,7 @@ class RunDriver:
     history: list[RoundRecord] = field(default_factory=list)
     start: int = 1
     warnings: list[str] = field(default_factory=list)
+    uploads: UploadHistory = field(default_factory=UploadHistory)  # the digests of the uploads so far
 
     @classmethod
     def restored(cls, plan: FederationPlan, writer: RunWriter, payload: dict[str, Any] | None,
@@ -40,7 +42,8 @@ class RunDriver:
             return cls(plan, writer)
         history, start = restore(plan, payload, writer.checkpoint, inputs)
         writer = dataclasses.replace(writer, record=plan.record, privacy=plan.privacy)  # relabelled by the restore
-        return cls(plan, writer, history, start, [w for w in (r.warning() for r in history) if w is not None])
+        return cls(plan, writer, history, start, [w for w in (r.warning() for r in history) if w is not None],
+                   UploadHistory.from_state(payload.get("uploads")))
 
     def run(self, transport: Transport, *, min_clients: int, trained_on: TrainedOn, title: str,
             keep_checkpoint: bool, on_kept: Callable[[RoundRecord, str | None], None] | None = None
@@ -59,6 +62,6 @@ class RunDriver:
                 on_kept(record, warning)
 
         run_rounds(self.plan, transport, self.writer, self.history, start=self.start, min_clients=min_clients,
-                   on_kept=kept)
+                   on_kept=kept, uploads=self.uploads)
         return self.writer.finish(self.history, self.plan.model, trained_on, title=title,
                                   keep_checkpoint=keep_checkpoint)

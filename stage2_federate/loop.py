@@ -20,10 +20,10 @@ the last): another round's record is written as soon as it is trained, with NaN 
 the round and the run's ``rounds`` alone, so a resumed run keeps it.
 
 The server trusts no silo: every training reply and every evaluation a transport brings back is checked here
-(``reply_checks``) before anything uses it. A refused silo is named in the round's ``rejected`` with the
-server's reason, left out of the round, and does not count as trained for the failure policy; the honest
-silos' updates are aggregated as usual. The evaluation is made from the accepted silos' sums
-(``round_record.evaluation_of``): the union's figures and each silo's own.
+(``reply_checks``; a stale, replayed or copied upload: ``upload_hashes``) before anything uses it. A refused
+silo is named in the round's ``rejected`` with the server's reason, left out of the round, and does not count as
+trained for the failure policy; the honest silos' updates are aggregated as usual. The evaluation is made from the
+accepted silos' sums (``round_record.evaluation_of``): the union's figures and each silo's own.
 """
 
 from __future__ import annotations
@@ -46,6 +46,7 @@ from .round_record import ClientEvaluation, Evaluation, Rejection, RoundRecord, 
 from .rounds import Broadcast, ClientResult, draw_dropouts, round_record, server_step
 from .run_outputs import RunWriter
 from .schedule import is_evaluated
+from .upload_hashes import UploadHistory
 
 STATISTICS_RELEASE = GaussianStatistics.NAME
 """The mechanism of a ``stats:K`` file: its test split is empty, its clean test records stay on the silo."""
@@ -207,14 +208,19 @@ class _Trained:
 
 
 def run_rounds(plan: FederationPlan, transport: Transport, writer: RunWriter, history: list[RoundRecord], *,
-               start: int, min_clients: int = 0, on_kept: Callable[[RoundRecord], None] | None = None) -> None:
+               start: int, min_clients: int = 0, on_kept: Callable[[RoundRecord], None] | None = None,
+               uploads: UploadHistory | None = None) -> None:
     """Play rounds ``start`` to ``plan.config.rounds``, appending each completed record to ``history``.
 
     Each completed round is written (``writer.keep``: checkpoint, metrics), then given to ``on_kept``; only the
     rounds of the schedule (``schedule.is_evaluated``) are evaluated, the others written when trained.
     ``min_clients``: the failure policy (0: none); a round in which fewer selected clients trained ends
-    the run with :class:`TooFewClientsError`.
+    the run with :class:`TooFewClientsError`. ``uploads``: the digests of the uploads of the rounds before
+    ``start`` (a resumed run's, from its checkpoint); an upload seen before, or sent by two silos, is refused
+    (``upload_hashes``).
     """
+    uploads = UploadHistory() if uploads is None else uploads
+
     def keep(record: RoundRecord, state: Snapshot) -> None:
         history.append(record)
         writer.keep(history, state)
@@ -232,19 +238,21 @@ def run_rounds(plan: FederationPlan, transport: Transport, writer: RunWriter, hi
         training = transport.train(round_number, selected, broadcast,
                                    evaluate_without=None if pending is None else pending.lost)
         checked = check_training(training.results, broadcast.vector, limits)
-        rejected = training.rejected + checked.rejected
+        fresh, repeated = uploads.check(round_number, checked.results)
+        rejected = training.rejected + checked.rejected + repeated
         notes = (*training.notes, *(rejection_note(r) for r in rejected))
-        check_policy(round_number, selected, len(checked.results), notes, min_clients)
+        check_policy(round_number, selected, len(fresh), notes, min_clients)
         if pending is not None:
             keep(pending.evaluated(checked_evaluation(training.evaluation, limits, clean=clean)), pending.state)
         dropped = draw_dropouts(selected, plan.config.drop_per_round, plan.streams.server)  # after training (IV-E)
-        surviving = {r.client: r.upload for r in checked.results if r.upload is not None and r.client not in dropped}
+        surviving = {r.client: r.upload for r in fresh if r.upload is not None and r.client not in dropped}
         server = server_step(broadcast.vector, surviving, plan.strategy, plan.rule, rng=plan.streams.server)
         plan.set_vector(plan.momentum.apply(broadcast.vector, server.vector, kept=server.kept_previous))
-        record = round_record(round_number, selected=selected, clients=checked.results, dropped=dropped,
+        record = round_record(round_number, selected=selected, clients=fresh, dropped=dropped,
                               server=server, epsilons=epsilons, lost=training.lost if transport.can_lose else None,
                               notes=notes, rejected=rejected)
-        pending = _Trained(record, Snapshot.of(plan.model, plan.streams, plan.momentum.velocity), started)
+        pending = _Trained(record, Snapshot.of(plan.model, plan.streams, plan.momentum.velocity, uploads.state()),
+                           started)
         if not is_evaluated(round_number, every=every, rounds=rounds):
             keep(pending.unevaluated(), pending.state)
             pending = None

@@ -24,6 +24,7 @@ from ldpfl.contract.layout import METRICS_JSON
 
 from .client_privacy import ClientPrivacy
 from .guarantee import federation_guarantee
+from .outliers import OutlierReport, persistent_outliers
 from .round_record import RoundRecord
 
 if TYPE_CHECKING:
@@ -38,9 +39,11 @@ OUTPUT_NAMES = (METRICS_CSV, METRICS_JSON, CONFIG_JSON, PLOT_PNG, MODEL_PT, CHEC
 
 CSV_COLUMNS = ("round", "train_loss", "train_accuracy", "test_loss", "test_accuracy", "clean_test_accuracy",
                "selected", "dropped", "excluded", "aggregated", "weights", "client_epsilons", "kept_previous_model",
-               "rejected")
+               "outliers", "rejected")
 """``clean_test_accuracy``: on the clients' unrandomized local test files (``--eval-clean``), else empty;
-``rejected``: the silos whose reply the server refused (their reasons are in ``metrics.json``)."""
+``outliers``: the silos the rule named in the round (discounted, clipped or flagged; the figures are in
+``metrics.json``), empty without a report; ``rejected``: the silos whose reply the server refused (their reasons are
+in ``metrics.json``)."""
 
 
 def write_json(path: str | os.PathLike, payload: Any) -> Path:
@@ -56,6 +59,8 @@ def _cell(value: Any) -> str:
         return ";".join(_cell(v) for v in value)
     if isinstance(value, Mapping) and "client" in value:  # a rejected silo: its index (the reason is in the JSON)
         return str(value["client"])
+    if isinstance(value, Mapping) and "named" in value:  # an outlier report: the silos it named
+        return _cell(value["named"])
     if isinstance(value, float):
         return "" if math.isnan(value) else f"{value:.6g}"
     return str(value)
@@ -82,6 +87,9 @@ def write_metrics_json(path: str | os.PathLike, *, config: Mapping[str, Any], pr
     """
     payload = {"config": config, "privacy": [p.to_dict() for p in privacy], "rounds": list(rounds),
                "privacy_ledger": ledger.to_dict()}
+    reports = [OutlierReport.from_dict(r["outliers"]) for r in rounds if r.get("outliers") is not None]
+    if reports:  # issue 42: the silos the rule named in most rounds
+        payload["named_outliers"] = [p.to_dict() for p in persistent_outliers(reports)]
     if privacy and all(p.release_guarantee is not None for p in privacy):  # issue 22: everything released, one figure
         clean = any(key.startswith("clean_test_") for r in rounds for key in r)
         payload["release_guarantee"] = federation_guarantee(privacy, ledger, clean_metrics=clean).to_dict()
@@ -135,6 +143,11 @@ def history_figure(rounds: Sequence[RoundRecord], title: str = "", caption: str 
                                                                           else None))
         axis.plot(x_tested, series(f"test_{metric}", tested), marker="o", linewidth=2.2, color="black",
                   label="test (global model, pooled)")
+        named = [r for r in tested if r.outliers is not None and r.outliers.named]
+        if named:  # the rounds in which the rule named a silo (``outliers``), on the pooled line
+            action = named[0].outliers.action if named[0].outliers is not None else "named"
+            axis.plot([r.round for r in named], series(f"test_{metric}", named), linestyle="none", marker="x",
+                      markersize=9, color="red", label=f"round in which a silo is {action}")
         if any(r.clean_test_loss is not None or r.clean_test_accuracy is not None for r in rounds):  # as the rows
             axis.plot(x_tested, series(f"clean_test_{metric}", tested), marker="s", label="clean test (local files)")
         axis.plot(x, series(f"train_{metric}", rounds), marker=".", linestyle="--", color="0.35",
@@ -169,12 +182,27 @@ def summary_table(rounds: Sequence[Mapping[str, Any]]) -> str:
     ``clean_acc`` (accuracy on the clients' clean local test files, ``--eval-clean``) shows when recorded.
     """
     clean = any("clean_test_accuracy" in r for r in rounds)
-    lines = ["round  test_acc  test_loss  train_acc  " + ("clean_acc  " if clean else "") + "aggregated"]
+    reported = any(r.get("outliers") is not None for r in rounds)
+    lines = ["round  test_acc  test_loss  train_acc  " + ("clean_acc  " if clean else "") + "aggregated"
+             + ("  named" if reported else "")]
     for r in rounds:
         def fmt(v: Any, width: int) -> str:
             return f"{'n/a':>{width}}" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:>{width}.4f}"
         clean_cell = f"{fmt(r.get('clean_test_accuracy'), 9)}  " if clean else ""
         lines.append(f"{r['round']:>5}  {fmt(r.get('test_accuracy'), 8)}  {fmt(r.get('test_loss'), 9)}  "
                      f"{fmt(r.get('train_accuracy'), 9)}  {clean_cell}"
-                     f"{','.join(str(c) for c in r.get('aggregated', [])) or '-'}")
+                     f"{','.join(str(c) for c in r.get('aggregated', [])) or '-':<10}"
+                     + (f"  {','.join(str(c) for c in (r.get('outliers') or {}).get('named', [])) or '-'}"
+                        if reported else "").rstrip())
     return "\n".join(lines)
+
+
+def outlier_lines(rounds: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Return the summary's lines on the silos the rule named in most rounds (none without an outlier report)."""
+    reports = [OutlierReport.from_dict(r["outliers"]) for r in rounds if r.get("outliers") is not None]
+    if not reports:
+        return []
+    named = persistent_outliers(reports)
+    if not named:
+        return [f"outliers: no silo {reports[-1].action} in most rounds"]
+    return [f"outliers: {p.line()}" for p in named]

@@ -152,7 +152,7 @@ def plan_strategy(config: FederationConfig, clients: Sequence[ClientLike],
                               perturbations[c.index].epsilon) for c in sizes]
     target = resolve_target(config.perturbation, config.perturb_target, config.sign_mode)
     options = StrategyOptions(config.clients_per_round, config.sample_weighted, config.fraction,
-                              config.max_client_weight, config.trim_fraction, target)
+                              config.max_client_weight, config.trim_fraction, target, config.outlier_report)
     strategy: Strategy = create_strategy(config.aggregation, profiles, options)
     if perturbation_wiring(config.perturbation).sign_aggregation:
         strategy = SignAggregation(strategy)

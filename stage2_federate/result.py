@@ -10,6 +10,7 @@ from ldpfl.contract.federation_privacy import LedgerSection
 from ldpfl.contract.jsonout import json_ready
 
 from .client_privacy import ClientPrivacy
+from .outliers import OutlierReport, persistent_outliers
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,10 @@ class FederationResult:
                if any("clean_test_accuracy" in r for r in self.history) else {}),
             "per_client": [r.get("per_client", []) for r in self.history],  # each silo's test loss and accuracy
             "rejected": [r.get("rejected", []) for r in self.history],  # silos the server refused, and why
+            **({"outliers": [r.get("outliers") for r in self.history],  # the silos the rule discounted, by how much
+                "named_outliers": [p.to_dict() for p in persistent_outliers(
+                    [OutlierReport.from_dict(r["outliers"]) for r in self.history if r.get("outliers")])]}
+               if any(r.get("outliers") for r in self.history) else {}),
             "outputs": {k: str(v) for k, v in self.paths.items()}, "config": self.config,
             "warnings": list(self.warnings),
             "privacy_ledger": None if self.privacy_ledger is None else self.privacy_ledger.to_dict(),

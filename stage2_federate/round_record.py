@@ -8,6 +8,8 @@ client cannot be lost, so the local engine's rows have no ``lost``).
 ``rejected`` names every silo whose reply the server refused in the round (``reply_checks``: an upload of the
 wrong dtype or shape, not finite, past the update-norm bound; metrics or evaluation sums out of range), with the
 server's reason: such a silo is left out of the round, never aggregated nor counted in the figures.
+``outliers`` (only with a robust rule, or FedAvg's ``outlier_report``) says which silos the rule discounted, clipped
+or flagged, and by how much (``outliers``).
 ``per_client`` holds the global model's loss and accuracy on each silo's test rows (the union figures are
 ``test_loss`` and ``test_accuracy``). A round whose model is not evaluated (``eval_every``: ``schedule``) has
 NaN test figures (``null`` in ``metrics.json``, empty in ``metrics.csv``), no ``per_client`` and
@@ -21,6 +23,8 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from .outliers import OutlierReport
 
 Number = float | int
 
@@ -120,6 +124,7 @@ class RoundRecord:
     rejected: tuple[Rejection, ...] = ()  # (silo, the server's reason): replies refused in the round
     per_client: tuple[ClientScore, ...] = ()  # the global model on each silo's test rows
     model_evaluated: bool = True  # False: the round's model was not evaluated (``eval_every``), test figures NaN
+    outliers: OutlierReport | None = None  # the silos the rule discounted or clipped (``outliers``), None: no report
 
     def evaluated(self, evaluation: Evaluation, seconds: float) -> RoundRecord:
         """Return this record with the evaluation of its model and the round's duration."""
@@ -156,6 +161,8 @@ class RoundRecord:
         if self.lost is not None:
             row["lost"] = list(self.lost)
         row["rejected"] = [{"client": client, "reason": reason} for client, reason in self.rejected]
+        if self.outliers is not None:
+            row["outliers"] = self.outliers.to_dict()
         if self.per_client:
             row["per_client"] = [score.to_dict() for score in self.per_client]
         return row
@@ -175,7 +182,8 @@ class RoundRecord:
             rejected=tuple((int(r["client"]), str(r["reason"])) for r in row.get("rejected", ())),
             per_client=tuple(ClientScore(int(p["client"]), p["test_loss"], p["test_accuracy"], int(p["test_rows"]))
                              for p in row.get("per_client", ())),
-            model_evaluated=bool(row.get("model_evaluated", True)))
+            model_evaluated=bool(row.get("model_evaluated", True)),
+            outliers=None if row.get("outliers") is None else OutlierReport.from_dict(row["outliers"]))
 
     def warning(self) -> str | None:
         """Return one line on what went wrong in the round (clients excluded, no upload, model kept), if anything."""

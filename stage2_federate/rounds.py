@@ -228,5 +228,5 @@ def round_record(round_number: int, *, selected: Sequence[int], clients: Sequenc
         kept_previous_model=server.kept_previous,
         notes=(*notes, *(c.note for c in clients if c.note), *server.notes),
         seconds=math.nan, omega=info.get("omega"), lost=None if lost is None else tuple(lost),
-        rejected=tuple(rejected),
+        rejected=tuple(rejected), outliers=server.aggregate.outliers,
     )

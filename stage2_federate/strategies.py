@@ -13,7 +13,9 @@ Robust aggregation (issue 31) is a strategy like the papers': ``median`` (coordi
 ``trimmed-mean`` (coordinate-wise β-trimmed mean) and ``norm-clipped`` (each update clipped on the server,
 then the mean). Every strategy only ever sees uploads the server checked (``reply_checks``: finite, of the
 model's shape, within the update-norm bound), and ``max_client_weight`` caps any client's normalized weight
-in the weighted means (the excess is shared by the others, ``aggregation.cap_weights``).
+in the weighted means (the excess is shared by the others, ``aggregation.cap_weights``). Each robust rule returns
+which silos it discounted or clipped, by how much (``Aggregate.outliers``, issue 42); a rule that cannot act at the
+run's clients per round is refused (``rule_checks``).
 
 Registry keys are the CLI's ``--aggregation`` choices.
 """
@@ -32,6 +34,8 @@ from ldpfl.common.registry import Registry
 from ldpfl.mechanisms.base import PARAMETERS, require_generator
 
 from . import aggregation as agg
+from . import outliers as out
+from . import rule_checks as checks
 
 
 @dataclass(frozen=True)
@@ -55,6 +59,7 @@ class StrategyOptions:
     max_client_weight: float | None = None  # a cap on any client's normalized weight (None: no cap)
     trim_fraction: float | None = None  # trimmed-mean: β dropped at each end (None: DEFAULT_TRIM_FRACTION)
     target: str = PARAMETERS  # what the uploads are (parameters, or updates local − global): norm-clipped
+    outlier_report: bool = False  # the non-robust rules: each upload's distance from the round's median (outliers)
 
 
 @dataclass(frozen=True)
@@ -65,6 +70,7 @@ class Aggregate:
     used: tuple[int, ...]
     weights: tuple[float, ...]  # normalized weight of each used client, same order as ``used``
     info: Mapping[str, Any] = field(default_factory=dict)
+    outliers: out.OutlierReport | None = None  # which silos the rule discounted or clipped, by how much (outliers)
 
 
 def _nothing(info: Mapping[str, Any] | None = None) -> Aggregate:
@@ -124,7 +130,13 @@ class Strategy:
             return _nothing()
         w = self.capped(self.weights(clients))
         vector = agg.weighted_average([uploads[c] for c in clients], w)
-        return Aggregate(vector, tuple(clients), tuple(w.tolist()))
+        return Aggregate(vector, tuple(clients), tuple(w.tolist()), outliers=self.outlier_report(clients, uploads))
+
+    def outlier_report(self, clients: Sequence[int], uploads: Mapping[int, np.ndarray]) -> out.OutlierReport | None:
+        """Return the outlier report of ``clients``' uploads when ``outlier_report`` is set (``outliers``)."""
+        if not self.options.outlier_report:
+            return None
+        return out.report(clients, [uploads[c] for c in clients], None, out.FLAGGED)
 
     def capped(self, weights: np.ndarray) -> np.ndarray:
         """Return ``weights`` normalized, none above ``max_client_weight`` (``aggregation.cap_weights``)."""
@@ -249,7 +261,8 @@ class ProbabilitySelection(Strategy):
         omega = agg.draw_omega(p, rng)
         chosen = [c for c, keep in zip(clients, agg.probability_selection_mask(p, omega), strict=True) if keep]
         vector = agg.mean([uploads[c] for c in chosen])  # eq. 15
-        return Aggregate(vector, tuple(chosen), tuple([1.0 / len(chosen)] * len(chosen)), {"omega": omega})
+        return Aggregate(vector, tuple(chosen), tuple([1.0 / len(chosen)] * len(chosen)), {"omega": omega},
+                         self.outlier_report(clients, uploads))
 
 
 @register
@@ -309,7 +322,28 @@ DEFAULT_TRIM_FRACTION = 0.2
 
 
 class CoordinateWise(Strategy):
-    """A robust rule that counts every client equally and combines the uploads coordinate by coordinate."""
+    """A robust rule that counts every client equally and combines the uploads coordinate by coordinate.
+
+    It keeps, in every coordinate, the values between the k-th smallest and the k-th largest (:meth:`trimmed`), and
+    reports each silo's share of dropped values (``outliers.kept_discounts``).
+    """
+
+    def _check_options(self, options: StrategyOptions) -> None:
+        super()._check_options(options)
+        checks.refuse_outlier_report(self.NAME, options.outlier_report)
+
+    def _clients_per_round(self, options: StrategyOptions) -> int:
+        k = super()._clients_per_round(options)
+        self._check_acts(k)
+        return k
+
+    def _check_acts(self, clients: int) -> None:
+        """Refuse a rule that drops no value at ``clients`` clients per round (it would be the plain mean)."""
+        checks.check_coordinate_rule(self.NAME, clients)
+
+    def trimmed(self, clients: int) -> int:  # pragma: no cover - each rule defines it
+        """Return how many values the rule drops at each end of a coordinate with ``clients`` uploads."""
+        raise NotImplementedError
 
     def combine(self, rows: list[np.ndarray]) -> np.ndarray:  # pragma: no cover - each rule defines it
         """Return the combination of the clients' uploads (one row each)."""
@@ -325,9 +359,11 @@ class CoordinateWise(Strategy):
         clients = sorted(uploads)
         if not clients:
             return _nothing()
-        vector = self.combine([uploads[c] for c in clients])
+        rows = [uploads[c] for c in clients]
+        vector = self.combine(rows)
+        report = out.report(clients, rows, out.kept_discounts(rows, self.trimmed(len(clients))), out.DISCOUNTED)
         return Aggregate(vector, tuple(clients), tuple([1.0 / len(clients)] * len(clients)),
-                         self.details(len(clients)))
+                         self.details(len(clients)), report)
 
 
 @register
@@ -337,6 +373,10 @@ class CoordinateMedian(CoordinateWise):
     NAME = MEDIAN
     SOURCE = "Yin et al. 2018 (ICML), coordinate-wise median; Flower's FedMedian"
     SUMMARY = "coordinate-wise median of the uploads (robust)"
+
+    def trimmed(self, clients: int) -> int:
+        """Return ⌊(n − 1)/2⌋: the median keeps the middle value (the two middle ones for an even n)."""
+        return (clients - 1) // 2
 
     def combine(self, rows: list[np.ndarray]) -> np.ndarray:
         """Return the coordinate-wise median."""
@@ -356,6 +396,15 @@ class TrimmedMean(CoordinateWise):
         """β, the fraction dropped at each end of a coordinate."""
         beta = self.options.trim_fraction
         return DEFAULT_TRIM_FRACTION if beta is None else float(beta)
+
+    def _check_acts(self, clients: int) -> None:
+        """Refuse a β that trims no silo at ``clients`` per round, naming the smallest β that trims one."""
+        super()._check_acts(clients)
+        checks.check_trim_fraction(self.fraction, clients)
+
+    def trimmed(self, clients: int) -> int:
+        """Return ⌊β·n⌋ (at most ⌊(n − 1)/2⌋)."""
+        return agg.trim_count(self.fraction, clients)
 
     def combine(self, rows: list[np.ndarray]) -> np.ndarray:
         """Return the β-trimmed mean."""
@@ -378,11 +427,21 @@ class NormClippedMean(Strategy):
     mean of the clipped updates is added back to the global model for a parameters target. The bound is the
     lower median of the round's update norms, so no client moves the model further than a typical one.
     Clipping is post-processing: it keeps any DP guarantee of the uploads (record-level DP-SGD included).
+    Each silo's discount is the fraction of its update the clipping took away (``outliers``).
     """
 
     NAME = NORM_CLIPPED
     SOURCE = "Sun et al. 2019, norm bounding; DP-FedAvg's server clipping (McMahan et al. 2018)"
     SUMMARY = "each update clipped to the round's median update norm, then the mean"
+
+    def _check_options(self, options: StrategyOptions) -> None:
+        super()._check_options(options)
+        checks.refuse_outlier_report(self.NAME, options.outlier_report)
+
+    def _clients_per_round(self, options: StrategyOptions) -> int:
+        k = super()._clients_per_round(options)
+        checks.check_clipping(self.NAME, k)
+        return k
 
     def aggregate(self, global_vector: np.ndarray, uploads: Mapping[int, np.ndarray], *,
                   rng: np.random.Generator) -> Aggregate:
@@ -396,7 +455,10 @@ class NormClippedMean(Strategy):
         mean_update, bound = agg.norm_clipped_mean(updates, w)
         dtype = np.asarray(uploads[clients[0]]).dtype
         vector = (mean_update + reference).astype(dtype if np.issubdtype(dtype, np.floating) else np.float64)
-        return Aggregate(vector, tuple(clients), tuple(w.tolist()), {"clip_norm": bound})
+        norms = np.linalg.norm(np.stack(updates), axis=1)
+        taken = np.where(norms > bound, 1.0 - bound / np.maximum(norms, 1e-300), 0.0)
+        report = out.report(clients, updates, taken, out.CLIPPED)
+        return Aggregate(vector, tuple(clients), tuple(w.tolist()), {"clip_norm": bound}, report)
 
 
 class SignAggregation(Strategy):
@@ -428,7 +490,8 @@ class SignAggregation(Strategy):
         inner = self.inner.aggregate(global_vector, uploads, rng=rng)
         if inner.vector is None:
             return inner
-        return Aggregate(agg.sign(inner.vector), inner.used, inner.weights, {**inner.info, "signed": True})
+        return Aggregate(agg.sign(inner.vector), inner.used, inner.weights, {**inner.info, "signed": True},
+                         inner.outliers)
 
     def describe(self) -> dict[str, Any]:
         """Describe the inner strategy, marked as signed."""

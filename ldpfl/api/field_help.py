@@ -165,7 +165,11 @@ FEDERATION_HELP: Mapping[str, str] = MappingProxyType({
     "max_client_weight": ("Cap on any silo's normalized aggregation weight (e.g. 0.3); the excess is shared by the "
                           "others in proportion to their weights. Below 1/n the weights are equal."),
     "trim_fraction": ("trimmed-mean: the fraction beta of the values dropped at each end of every coordinate "
-                      "(floor(beta*n) silos; default 0.2)."),
+                      "(floor(beta*n) silos; default 0.2). A beta that trims no silo at the run's clients per "
+                      "round is refused, naming the smallest that trims one."),
+    "outlier_report": ("fedavg and the other non-robust rules: record each round each upload's distance from the "
+                       "round's coordinate-wise median, in units of the typical silo's, and flag a silo past 3 "
+                       "(docs/cross-silo.md); the robust rules always report the silos they discount or clip."),
 })
 
 def export_help() -> dict[str, str]:

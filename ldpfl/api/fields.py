@@ -141,6 +141,7 @@ class FederationFields(TypedDict, total=False):
     max_update_norm: float | None
     max_client_weight: float | None
     trim_fraction: float | None
+    outlier_report: bool
     seed: int | None
 
 

@@ -125,6 +125,7 @@ Examples:
 @option("--max-update-norm", type=click.FloatRange(min=0.0, min_open=True))
 @option("--max-client-weight", type=click.FloatRange(0.0, 1.0, min_open=True))
 @option("--trim-fraction", type=click.FloatRange(0.0, 0.5, max_open=True))
+@option("--outlier-report", is_flag=True)
 @click.option("--engine", type=click.Choice(["local", "flower"]), default="local", show_default=True,
               help="local: every client in this process. flower: Flower's simulation engine on this machine (a "
                    "private SuperLink, one ClientApp per client file, each opening only its own file; needs "

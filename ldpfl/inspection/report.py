@@ -53,6 +53,8 @@ class FederationSummary:
     ledger_problem: str | None = None
     guarantee: FederationGuarantee | None = None  # metrics.json's release_guarantee: per silo and the weakest's
     clean_test_accuracy: tuple[float | None, ...] = ()  # --eval-clean: on the silos' local clean test records
+    # metrics.json's named_outliers (issue 42): (silo, action, rounds named, rounds aggregated), when well formed
+    named_outliers: tuple[tuple[int, str, int, int], ...] = ()
 
     @property
     def final_accuracy(self) -> float | None:
@@ -67,6 +69,8 @@ class FederationSummary:
                 "best_test_accuracy": max(acc) if acc else None, "problem": self.problem,
                 "final_clean_test_accuracy": self.clean_test_accuracy[-1] if self.clean_test_accuracy else None,
                 "release_guarantee": None if self.guarantee is None else guarantee_summary(self.guarantee),
+                "named_outliers": [{"client": c, "action": a, "named_rounds": n, "rounds": r}
+                                   for c, a, n, r in self.named_outliers],
                 "test_accuracy_per_round": [[r, a] for r, a in zip(self.rounds, self.test_accuracy, strict=True)]}
 
 
@@ -93,7 +97,17 @@ def read_federation_metrics(run_dir: str | os.PathLike) -> FederationSummary | N
     return FederationSummary(tuple(r for r, _ in numbers), tuple(a for _, a in numbers), None, ledger,
                              None if problem is None else f"{path}: {problem}",
                              _read_guarantee(data.get("release_guarantee")),
-                             clean if any(a is not None for a in clean) else ())
+                             clean if any(a is not None for a in clean) else (),
+                             _read_outliers(data.get("named_outliers")))
+
+
+def _read_outliers(section: object) -> tuple[tuple[int, str, int, int], ...]:
+    """Return metrics.json's ``named_outliers`` as (silo, action, rounds named, rounds); () when absent or malformed."""
+    try:
+        return tuple((int(e["client"]), str(e["action"])[:20], int(e["named_rounds"]), int(e["rounds"]))
+                     for e in section) if isinstance(section, list) else ()
+    except (TypeError, ValueError, KeyError):
+        return ()
 
 
 def _read_guarantee(section: object) -> FederationGuarantee | None:

@@ -251,6 +251,8 @@ def run_lines(result: Inspection) -> list[str]:
         clean_text = "" if clean is None else f", final clean test accuracy {_fmt(clean)} (the silos' local records)"
         lines.append(f"  federation  {fed['rounds']} rounds{evaluated}, final test accuracy "
                      f"{_fmt(fed['final_test_accuracy'])}, best {_fmt(fed['best_test_accuracy'])}{clean_text}")
+        lines += [f"  ! federation  silo {c}: {a} by the aggregation rule in {n} of the {r} rounds it was aggregated in"
+                  for c, a, n, r in result.federation.named_outliers]
         lines += _stage2_ledger_lines(result.federation.ledger)
         lines += _federation_guarantee_lines(result.federation.guarantee)
     lines += [f"  note: {n}" for n in result.notes]

@@ -307,7 +307,8 @@ def test_robust_strategies_and_the_capped_fedavg() -> None:
     trimmed = create_strategy("trimmed-mean", four, StrategyOptions(trim_fraction=0.25)).aggregate(
         None, dict(enumerate(X4)), rng=rng)
     np.testing.assert_allclose(trimmed.vector, [2.0, -1.0, 0.5])
-    assert create_strategy("trimmed-mean", four).describe()["trim_fraction"] == 0.2  # Flower's default beta
+    five = [ClientProfile(i, 10, (5, 5), None, None) for i in range(5)]  # 0.2 x 4 trims nobody: refused (issue 42)
+    assert create_strategy("trimmed-mean", five).describe()["trim_fraction"] == 0.2  # Flower's default beta
     # norm-clipped over uploaded parameters: updates (upload - global) are clipped, the mean added back
     glob = np.array([1.0, 1.0], dtype=np.float32)
     ups = {0: glob + np.array([3.0, 4.0], dtype=np.float32), 1: glob + np.array([0.0, 1.0], dtype=np.float32),
