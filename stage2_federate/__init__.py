@@ -23,7 +23,13 @@ Modules (one concern each):
 * ``federation``   - the local engine: ``run_federation``, rounds in one process, outputs;
 * ``outputs``      - metrics CSV/JSON, the accuracy plot;
 * ``runtime``      - torch process settings the CLI applies before torch loads;
-* ``cli``          - ``ldpfl federate``.
+* ``closed_form``  - the closed-form LDA head over ``stats:K`` files' pooled released statistics (no rounds);
+* ``clean_files``  - the silos' local-only clean test files (``--eval-clean``);
+* ``outliers``, ``upload_hashes``, ``rule_checks`` - outliers named, stale and copied uploads refused, robust
+  rules that cannot act refused (issue 42);
+* ``personalize``  - a silo's personalization of the global model on its own records (issue 41).
+
+The command ``ldpfl federate`` lives in ``ldpfl.commands.federate``, on top of this package.
 
 Importing this package imports nothing heavy; torch loads in ``data``, ``model``, ``streams``,
 ``plan``, ``rounds``, ``checkpoint`` and ``federation``.
