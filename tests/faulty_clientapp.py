@@ -3,27 +3,47 @@
 The tests name it as the app's ``clientapp`` component (``faulty_clientapp:app``, with ``tests/`` on the
 ``PYTHONPATH`` of Flower's processes). Silo :data:`BAD` trains as ldpfl's ClientApp does, then replaces its
 upload: round 1 sends it three values short (a wrong shape), every later round all NaN.
+
+With :data:`DESCRIBE_FAULT` set in the environment, silo :data:`BAD` lies in its description instead (issue 42):
+``rows`` claims :data:`CLAIMED_ROWS` training rows (a histogram that adds up: only the manifest says no),
+``index`` claims client index :data:`IMPOSTOR_OF` while serving its own file (the manifest's digest says no).
 """
 
 from __future__ import annotations
 
+import json
+import os
+
 import numpy as np
-from flwr.app import ArrayRecord, Context, Message
+from flwr.app import ArrayRecord, ConfigRecord, Context, Message
 from flwr.clientapp import ClientApp
 
 from ldpfl.stage2_federate.flower_engine import client_app as honest
 from ldpfl.stage2_federate.flower_engine import client_entry  # noqa: F401 - the runtime settings, as Flower loads them
-from ldpfl.stage2_federate.flower_engine.protocol import PARTITION_ID, UPLOAD
+from ldpfl.stage2_federate.flower_engine.protocol import INFO, PARTITION_ID, UPLOAD
 
 BAD = 2
+DESCRIBE_FAULT = "LDPFL_TEST_DESCRIBE_FAULT"
+CLAIMED_ROWS = 10**6
+IMPOSTOR_OF = 0
 
 app = ClientApp()
 
 
 @app.query("describe")
 def describe(msg: Message, context: Context) -> Message:
-    """Describe the file as ldpfl's ClientApp does."""
-    return honest.describe(msg, context)
+    """Describe the file as ldpfl's ClientApp does; silo BAD lies as :data:`DESCRIBE_FAULT` says."""
+    reply = honest.describe(msg, context)
+    fault = os.environ.get(DESCRIBE_FAULT)
+    if int(context.node_config[PARTITION_ID]) == BAD and fault:
+        summary = json.loads(str(reply.content.config_records[INFO]["json"]))
+        if fault == "rows":
+            summary["label_histogram"][0] += CLAIMED_ROWS - summary["train_rows"]
+            summary["train_rows"] = CLAIMED_ROWS
+        elif fault == "index":
+            summary["index"] = IMPOSTOR_OF
+        reply.content[INFO] = ConfigRecord({"json": json.dumps(summary)})
+    return reply
 
 
 @app.query("finish")

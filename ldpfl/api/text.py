@@ -74,7 +74,7 @@ def gather_text(result: GatherResult) -> str:
 
 def federate_text(result: FederateResult) -> str:
     """Return ``ldpfl federate``'s summary: the rounds' table, the privacy ledger, the final accuracy, the outputs."""
-    lines = [summary_table(result.rounds), *outlier_lines(result.rounds)]
+    lines = [summary_table(result.rounds), *outlier_lines(result.rounds), *left_out_lines(result.record.config)]
     if result.privacy_ledger is not None:
         lines.append("\n".join(ledger_lines(result.privacy_ledger)))
     final = result.final_accuracy
@@ -85,6 +85,13 @@ def federate_text(result: FederateResult) -> str:
             else f"{len(result.rounds)} rounds")
     lines.append(f"{measured} after {done}; outputs in {result.outputs.directory}")
     return "\n".join(lines)
+
+
+def left_out_lines(config: Mapping[str, Any]) -> list[str]:
+    """Return one line per silo the coordinator left out before round 1 (``config.json``'s ``run.left_out``)."""
+    run = config.get("run") if isinstance(config, Mapping) else None
+    left = run.get("left_out") if isinstance(run, Mapping) else None
+    return [f"left out before round 1: {x['reason']}" for x in left or ()]
 
 
 def _figure(value: object) -> str:

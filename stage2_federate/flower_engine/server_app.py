@@ -55,14 +55,19 @@ def _run(grid: Grid, settings: AppRunConfig, out_dir: Path) -> None:
     status = settings.status_file
     ss.write_status(status, state="starting")
     nodes = wait_for_nodes(grid, settings.num_clients, settings.startup_timeout)
-    summaries, node_of = describe(grid, nodes, settings.startup_timeout)
-    if settings.manifest:  # deployment: every node must serve the file the coordinator's manifest lists
-        ss.check_manifest(summaries, list(settings.manifest), settings.plan_fingerprint)
-    plan = ss.plan_from_summaries(config, summaries, run_dir=settings.run_dir or None)
+    # every node must serve the file the manifest lists, with claims that add up; a silo that does not is left
+    # out and named, and the run goes on while enough remain (server_side.screen)
+    summaries, node_of, left_out = ss.screen(
+        describe(grid, nodes, settings.startup_timeout), list(settings.manifest), settings.plan_fingerprint,
+        needed=max(settings.min_clients, config.clients_per_round or 1, min(2, len(nodes))))
+    plan = ss.plan_from_summaries(config, summaries, run_dir=settings.run_dir or None, left_out=left_out)
     inputs = {s.file: s.sha256 for s in plan.summaries}
     writer = RunWriter(out_dir, config, plan.record, plan.privacy, inputs, engine=ss.ENGINE)
     payload = load_checkpoint(writer.checkpoint, config, engine=ss.ENGINE) if settings.resume else None
     driver = RunDriver.restored(plan, writer, payload, inputs)
+    driver.warnings[:0] = [x.line() for x in left_out]  # printed by the command, kept in its result
+    if left_out:
+        ss.write_status(status, state="starting", warnings=driver.warnings)
     if driver.history:  # resumed: the progress bar starts at the checkpoint's round, as the local engine's does
         ss.write_status(status, state="running", round=driver.start - 1, rounds=config.rounds,
                         test_accuracy=finite(driver.history[-1].test_accuracy), warnings=driver.warnings)

@@ -45,6 +45,15 @@ class ServerPlan(FederationPlan):
         return [s for s in self.clients if isinstance(s, ClientSummary)]
 
 
+def summary_refusal(s: ClientSummary) -> str | None:
+    """Why the coordinator refuses ``s`` on its own (its claims do not add up), or None."""
+    if len(s.label_histogram) != s.num_classes or sum(s.label_histogram) != s.train_rows:
+        return (f"client {s.index}: its summary claims {s.train_rows} training rows but a label histogram of "
+                f"{len(s.label_histogram)} classes totalling {sum(s.label_histogram)} (the run has {s.num_classes} "
+                "classes): the silo's claims do not add up")
+    return None
+
+
 def check_summaries(summaries: Sequence[ClientSummary]) -> list[ClientSummary]:
     """Sort the summaries by client index; refuse duplicates and clients whose files do not form one run."""
     ordered = sorted(summaries, key=lambda s: s.index)
@@ -56,10 +65,9 @@ def check_summaries(summaries: Sequence[ClientSummary]) -> list[ClientSummary]:
         raise ValueError("no client described itself")
     first = ordered[0]
     for s in ordered:  # a silo's claims must add up: its training label histogram counts its training rows
-        if len(s.label_histogram) != s.num_classes or sum(s.label_histogram) != s.train_rows:
-            raise ValueError(f"client {s.index}: its summary claims {s.train_rows} training rows but a label "
-                             f"histogram of {len(s.label_histogram)} classes totalling {sum(s.label_histogram)} "
-                             f"(the run has {s.num_classes} classes): the silo's claims do not add up")
+        reason = summary_refusal(s)
+        if reason is not None:
+            raise ValueError(reason)
     for s in ordered[1:]:
         for key in ("dataset", "num_classes", "feature_format", "feature_width"):
             if getattr(s, key) != getattr(first, key):
@@ -69,18 +77,20 @@ def check_summaries(summaries: Sequence[ClientSummary]) -> list[ClientSummary]:
 
 
 def plan_from_summaries(config: FederationConfig, summaries: Sequence[ClientSummary], *,
-                        run_dir: str | None = None) -> ServerPlan:
+                        run_dir: str | None = None, left_out: Sequence[LeftOut] = ()) -> ServerPlan:
     """Set up the run from the clients' summaries with the local engine's builder (``plan.build_plan``).
 
     The server holds the model and the uploads of a round, and trains nothing itself: its memory check
-    counts no batch.
+    counts no batch. ``left_out``: the silos :func:`screen` refused, recorded in the run's ``run.left_out``.
     """
     ordered = check_summaries(summaries)
     first = ordered[0]
-    run = {"run_dir": run_dir, "dataset": first.dataset, "clients": len(ordered),
+    run: dict[str, Any] = {"run_dir": run_dir, "dataset": first.dataset, "clients": len(ordered),
            "feature_format": first.feature_format, "input_width": first.feature_width,
            "num_classes": first.num_classes, "feature_mechanism": first.feature_mechanism,
            "train_rows": [s.train_rows for s in ordered], "test_rows": [s.test_rows for s in ordered]}
+    if left_out:  # the silos refused before round 1 (``screen``), named in config.json and metrics.json
+        run["left_out"] = [x.to_dict() for x in left_out]
     plan = build_plan(config, ordered, device=resolve_device(config.device), batch_rows=0, threads=config.threads,
                       run=run, engine={"engine": ENGINE, "resolved": {"flower": _flower_version()}})
     return ServerPlan(**plan.base(), setups=client_setups(plan))
@@ -116,6 +126,28 @@ def _short(digest: str) -> str:
     return digest[:12] + "…"
 
 
+def manifest_refusal(s: ClientSummary, listed: dict[int, ManifestEntry],
+                     plan_fingerprint: str | None = None) -> str | None:
+    """Why the manifest (``listed``: its entries by index) refuses ``s``, or None (see :func:`check_manifest`)."""
+    entry = listed.get(s.index)
+    if entry is None:
+        return (f"client {s.index}: its SuperNode serves {s.file}, but the run's manifest lists no client "
+                f"{s.index} (clients {sorted(listed)}): the node serves another run's file")
+    if s.file != entry.file or s.sha256 != entry.sha256:
+        return (f"client {s.index}: its SuperNode serves {s.file} (sha256 {_short(s.sha256)}), but the "
+                f"run's manifest lists {entry.file} (sha256 {_short(entry.sha256)}): the node serves "
+                "another run's file, or the silo exported it again")
+    for what, claimed, listed_rows in (("training", s.train_rows, entry.train_rows),
+                                       ("test", s.test_rows, entry.test_rows)):
+        if listed_rows is not None and claimed != listed_rows:
+            return (f"client {s.index}: its SuperNode claims {claimed} {what} rows in {s.file}, the run's "
+                    f"manifest lists {listed_rows}: the silo's claim is refused")
+    if plan_fingerprint and s.plan_fingerprint != plan_fingerprint:
+        return (f"client {s.index}: {s.file} was not exported with the run's plan.json (plan fingerprint "
+                f"{_short(str(s.plan_fingerprint))}, the plan's {_short(plan_fingerprint)})")
+    return None
+
+
 def check_manifest(summaries: Sequence[ClientSummary], entries: Sequence[ManifestEntry],
                    plan_fingerprint: str | None = None) -> None:
     """Refuse a SuperNode whose file is not the one the coordinator's manifest lists for its client index.
@@ -129,22 +161,88 @@ def check_manifest(summaries: Sequence[ClientSummary], entries: Sequence[Manifes
     """
     listed = {e.index: e for e in entries}
     for s in sorted(summaries, key=lambda s: s.index):
-        entry = listed.get(s.index)
-        if entry is None:
-            raise ValueError(f"client {s.index}: its SuperNode serves {s.file}, but the run's manifest lists no client "
-                             f"{s.index} (clients {sorted(listed)}): the node serves another run's file")
-        if s.file != entry.file or s.sha256 != entry.sha256:
-            raise ValueError(f"client {s.index}: its SuperNode serves {s.file} (sha256 {_short(s.sha256)}), but the "
-                             f"run's manifest lists {entry.file} (sha256 {_short(entry.sha256)}): the node serves "
-                             "another run's file, or the silo exported it again")
-        for what, claimed, listed_rows in (("training", s.train_rows, entry.train_rows),
-                                           ("test", s.test_rows, entry.test_rows)):
-            if listed_rows is not None and claimed != listed_rows:
-                raise ValueError(f"client {s.index}: its SuperNode claims {claimed} {what} rows in {s.file}, the run's "
-                                 f"manifest lists {listed_rows}: the silo's claim is refused")
-        if plan_fingerprint and s.plan_fingerprint != plan_fingerprint:
-            raise ValueError(f"client {s.index}: {s.file} was not exported with the run's plan.json (plan fingerprint "
-                             f"{_short(str(s.plan_fingerprint))}, the plan's {_short(plan_fingerprint)})")
+        reason = manifest_refusal(s, listed, plan_fingerprint)
+        if reason is not None:
+            raise ValueError(reason)
+
+
+@dataclass(frozen=True)
+class LeftOut:
+    """A silo the coordinator refused before round 1: its claimed client index, its file, and why."""
+
+    index: int
+    file: str
+    reason: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the silo as ``config.json``'s (and ``metrics.json``'s) ``run.left_out`` lists it."""
+        return {"client": self.index, "file": self.file, "reason": self.reason}
+
+    def line(self) -> str:
+        """Return the warning line of the silo (the CLI prints it, the status file carries it)."""
+        return f"left out before round 1: {self.reason}"
+
+
+class TooFewSilosError(LdpflError, ValueError):
+    """Too few silos remain once those the coordinator refused are left out: the run cannot start."""
+
+
+def screen(described: Sequence[tuple[int, ClientSummary]], entries: Sequence[ManifestEntry] = (),
+           plan_fingerprint: str | None = None, *, needed: int = 1
+           ) -> tuple[list[ClientSummary], dict[int, int], list[LeftOut]]:
+    """Leave out each silo whose summary the coordinator refuses; return the rest, client index → node, the left out.
+
+    ``described``: (node id, summary) for every SuperNode. One silo never stops a run: a silo whose claims the
+    manifest refuses (another file, other rows, another plan; :func:`manifest_refusal`) or whose claims do not
+    add up (:func:`summary_refusal`) is left out and named, and the run goes on with the others.
+
+    A client index claimed by two or more SuperNodes: the claimant serving the manifest's file of that index
+    (same name and sha256) is the honest one and keeps the index; every other claimant is named an impostor
+    and left out. Where the manifest cannot tell them apart (no manifest, or none or several serve the listed
+    file), every claimant of the index is left out. The claimants are named in (file, sha256, node) order, never
+    in reply order. Raise :class:`TooFewSilosError` (one line naming every left-out silo) when fewer than
+    ``needed`` remain (the ServerApp's: two, as a run of one silo is no federation, or more where
+    ``--min-clients-per-round`` or ``--clients-per-round`` ask for more).
+    """
+    listed = {e.index: e for e in entries}
+    by_index: dict[int, list[tuple[int, ClientSummary]]] = {}
+    for node, s in described:
+        by_index.setdefault(s.index, []).append((node, s))
+    kept: list[tuple[int, ClientSummary]] = []
+    left: list[LeftOut] = []
+    for index in sorted(by_index):
+        claimants = sorted(by_index[index], key=lambda ns: (ns[1].file, ns[1].sha256, ns[0]))
+        if len(claimants) > 1:
+            entry = listed.get(index)
+            honest = [ns for ns in claimants if entry is not None and (ns[1].file, ns[1].sha256)
+                      == (entry.file, entry.sha256)]
+            files = ", ".join(f"{s.file} (sha256 {_short(s.sha256)})" for _, s in claimants)
+            if entry is not None and len(honest) == 1:
+                kept.append(honest[0])
+                left.extend(LeftOut(index, s.file, (
+                    f"client {index}: its SuperNode serves {s.file} (sha256 {_short(s.sha256)}) and claims client "
+                    f"index {index}, which the run's manifest lists as {entry.file} (sha256 {_short(entry.sha256)}): "
+                    "the impostor is left out")) for node, s in claimants if node != honest[0][0])
+            else:
+                left.extend(LeftOut(index, s.file, (
+                    f"client {index}: claimed by {len(claimants)} SuperNodes ({files}), and the run's manifest "
+                    "cannot tell the honest one: every claimant is left out")) for _, s in claimants)
+            continue
+        kept.append(claimants[0])
+    screened: list[tuple[int, ClientSummary]] = []
+    for node, s in kept:
+        reason = (manifest_refusal(s, listed, plan_fingerprint) if entries else None) or summary_refusal(s)
+        if reason is None:
+            screened.append((node, s))
+        else:
+            left.append(LeftOut(s.index, s.file, reason))
+    left.sort(key=lambda x: (x.index, x.file))
+    if len(screened) < max(needed, 1):
+        named = "; ".join(x.reason for x in left)
+        raise TooFewSilosError(f"{named}; with the refused left out {len(screened)} of {len(described)} silos "
+                               f"remain, fewer than the {max(needed, 1)} the run needs (two, or "
+                               "--min-clients-per-round, --clients-per-round)")
+    return [s for _, s in screened], {s.index: node for node, s in screened}, left
 
 
 class OutDirUnseen(LdpflError, RuntimeError):

@@ -173,10 +173,14 @@ def _failure(reply: Message, client: int, what: str, *, tolerated: bool = False)
     return f"client {client}: no {what.split()[0]} reply ({reason[:200]}); lost"
 
 
-def describe(grid: Grid, nodes: list[int], timeout: float) -> tuple[list[ClientSummary], dict[int, int]]:
-    """Ask every node for its client summary; return the summaries and client index → node id."""
+def describe(grid: Grid, nodes: list[int], timeout: float) -> list[tuple[int, ClientSummary]]:
+    """Ask every node for its client summary; return (node id, summary) for each, in ``nodes`` order.
+
+    Two nodes may claim one client index: the server's ``server_side.screen`` tells the impostor (or leaves out
+    every claimant), so the run is never stopped by one silo's claim.
+    """
     replies = exchange(grid, {n: _message({INFO: _info()}, n, DESCRIBE, 0) for n in nodes}, timeout)
-    summaries, node_of = [], {}
+    described = []
     for node in nodes:
         reply = replies.get(node)
         if reply is None:
@@ -188,11 +192,8 @@ def describe(grid: Grid, nodes: list[int], timeout: float) -> tuple[list[ClientS
             summary = ClientSummary.from_json(str(reply.content.config_records[INFO]["json"]))
         except MessageError as error:
             raise MessageError(f"SuperNode {node} described its client file with an {error}") from None
-        if summary.index in node_of:
-            raise RuntimeError(f"two SuperNodes hold client index {summary.index} ({summary.file})")
-        summaries.append(summary)
-        node_of[summary.index] = node
-    return summaries, node_of
+        described.append((node, summary))
+    return described
 
 
 class FlowerTransport:

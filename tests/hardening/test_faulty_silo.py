@@ -331,6 +331,71 @@ def test_a_silos_row_claims_are_checked_against_the_manifest(three) -> None:
         check_summaries([*summaries[:BAD], histogram])
 
 
+def _screen_inputs(three):
+    from ldpfl.stage2_federate.flower_engine import client_side as cs
+    from ldpfl.stage2_federate.flower_engine.deployment import coordinator_run
+
+    summaries = [cs.summarize(cs.open_client(three / f"client_00{i}.h5", torch.device("cpu"))) for i in range(3)]
+    return summaries, coordinator_run(three).files
+
+
+def test_a_refused_claim_leaves_the_silo_out_and_the_run_goes_on_while_enough_remain(three) -> None:
+    from ldpfl.stage2_federate.flower_engine.server_side import TooFewSilosError, screen
+
+    summaries, entries = _screen_inputs(three)
+    forged = dataclasses.replace(summaries[BAD], train_rows=10**6,  # a histogram that adds up: the manifest says no
+                                 label_histogram=(10**6 - 36, 12, 12, 12))
+    described = [(10 + i, s) for i, s in enumerate([*summaries[:BAD], forged])]
+    kept, node_of, left = screen(described, entries, needed=2)
+    assert [s.index for s in kept] == [0, 1] and node_of == {0: 10, 1: 11}
+    assert [(x.index, x.file) for x in left] == [(BAD, "client_002.h5")]
+    assert left[0].reason == ("client 2: its SuperNode claims 1000000 training rows in client_002.h5, the run's "
+                              "manifest lists 48: the silo's claim is refused")
+    histogram = dataclasses.replace(summaries[0], label_histogram=(1, 0, 0, 0))  # claims that do not add up
+    kept, _, left = screen([(1, histogram), *described[1:]], entries, needed=1)
+    assert [s.index for s in kept] == [1] and [x.index for x in left] == [0, BAD]
+    assert "its summary claims 48 training rows but a label histogram" in left[0].reason
+    with pytest.raises(TooFewSilosError) as refused:
+        screen(described, entries, needed=3)
+    line = str(refused.value)
+    assert "\n" not in line and line.startswith("client 2: its SuperNode claims 1000000 training rows in client_002.h5")
+    assert line.endswith("2 of 3 silos remain, fewer than the 3 the run needs (two, or --min-clients-per-round, "
+                         "--clients-per-round)")
+
+
+def test_a_duplicated_index_names_the_impostor_by_its_digest_whatever_the_reply_order(three) -> None:
+    from ldpfl.stage2_federate.flower_engine.server_side import screen
+
+    summaries, entries = _screen_inputs(three)
+    impostor = dataclasses.replace(summaries[BAD], index=0)  # serves its own file, claims client 0's index
+    described = [(10, summaries[0]), (11, summaries[1]), (12, impostor)]
+    results = [screen(order, entries) for order in (described, described[::-1], [described[2], *described[:2]])]
+    for kept, node_of, left in results:
+        assert [s.file for s in kept] == ["client_000.h5", "client_001.h5"] and node_of == {0: 10, 1: 11}
+        assert [(x.index, x.file) for x in left] == [(0, "client_002.h5")]
+        assert left[0].reason.startswith("client 0: its SuperNode serves client_002.h5 (sha256 ")
+        assert "which the run's manifest lists as client_000.h5" in left[0].reason
+        assert left[0].reason.endswith("the impostor is left out")
+    # neither can be told apart (no manifest to check the digests against): both are left out, named in file order
+    for order in (described, described[::-1]):
+        kept, _, left = screen(order, needed=1)
+        assert [s.index for s in kept] == [1]
+        assert [x.file for x in left] == ["client_000.h5", "client_002.h5"]
+        assert all("claimed by 2 SuperNodes (client_000.h5 (sha256" in x.reason and "client_002.h5" in x.reason
+                   and x.reason.endswith("every claimant is left out") for x in left)
+
+
+def test_a_plan_without_a_left_out_silo_records_it(three) -> None:
+    from ldpfl.stage2_federate.flower_engine.server_side import LeftOut, plan_from_summaries
+
+    summaries, _ = _screen_inputs(three)
+    config = FederationConfig(rounds=1, hidden=(8,), seed=1, device="cpu")
+    left = [LeftOut(1, "client_001.h5", "client 1: refused")]
+    plan = plan_from_summaries(config, [summaries[0], summaries[2]], left_out=left)
+    assert sorted(plan.setups) == [0, 2] and [s.index for s in plan.summaries] == [0, 2]
+    assert plan.record["run"]["left_out"] == [{"client": 1, "file": "client_001.h5", "reason": "client 1: refused"}]
+
+
 # --------------------------------------------------------------------------------------------------
 # Files: a float feature that is not finite, a min-max range that overflows.
 
@@ -406,6 +471,64 @@ def test_flower_simulation_refuses_a_wrong_shape_and_a_nan_upload(three, tmp_pat
     assert leftovers(marked) == []
 
 
+def _faulty_describe_run(tmp_path, monkeypatch, three, fault: str, *args):
+    import os
+
+    from faulty_clientapp import DESCRIBE_FAULT
+
+    from ldpfl.stage2_federate.flower_engine import protocol
+
+    monkeypatch.setattr(protocol, "CLIENT_APP", "faulty_clientapp:app")  # the app's clientapp component
+    tests = str(ROOT / "tests")  # where faulty_clientapp lives, for Flower's processes
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [tests, os.environ.get("PYTHONPATH")])))
+    monkeypatch.setenv(DESCRIBE_FAULT, fault)
+    return run("federate", three, "--engine", "flower", "--rounds", "1", "--hidden", "8", "--local-epochs", "1",
+               "--batch-size", "16", "--device", "cpu", "--seed", "5", *args)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("fault", "fragment"), [
+    ("rows", "client 2: its SuperNode claims 1000000 training rows in client_002.h5, the run's manifest lists 48"),
+    ("index", "client 0: its SuperNode serves client_002.h5 (sha256 "),
+], ids=["rows", "index"])
+def test_flower_simulation_leaves_out_a_silo_whose_claim_is_refused(three, tmp_path, monkeypatch, marked, fault,
+                                                                    fragment) -> None:
+    pytest.importorskip("flwr", reason="the Flower engine needs pip install -e '.[flower]'")
+    pytest.importorskip("ray")
+    from flower_helpers import leftovers
+
+    out = tmp_path / "flower"
+    result = _faulty_describe_run(tmp_path, monkeypatch, three, fault, "--out", out)
+    assert result.exit_code == 0, result.output
+    assert f"Warning: left out before round 1: {fragment}" in result.output  # printed as the run starts
+    assert any(line.startswith(f"left out before round 1: {fragment}")  # and in the summary
+               for line in result.output.splitlines())
+    metrics = json.loads((out / "metrics.json").read_text())
+    left = metrics["config"]["run"]["left_out"]
+    assert [(x["client"], x["file"]) for x in left] == [(BAD if fault == "rows" else 0, "client_002.h5")]
+    assert left[0]["reason"].startswith(fragment)
+    assert [r["aggregated"] for r in metrics["rounds"]] == [[0, 1]]
+    assert [s["client"] for s in metrics["rounds"][0]["per_client"]] == [0, 1]
+    assert leftovers(marked) == []
+
+
+@pytest.mark.slow
+def test_flower_simulation_refuses_in_one_line_when_too_few_silos_remain(three, tmp_path, monkeypatch,
+                                                                         marked) -> None:
+    pytest.importorskip("flwr", reason="the Flower engine needs pip install -e '.[flower]'")
+    pytest.importorskip("ray")
+    from flower_helpers import leftovers
+
+    result = _faulty_describe_run(tmp_path, monkeypatch, three, "rows", "--out", tmp_path / "few",
+                                  "--min-clients-per-round", "3", "--quiet")
+    line = one_line_of(result)
+    assert line.startswith("Error: the Flower run failed: client 2: its SuperNode claims 1000000 training rows"), line
+    assert line.endswith("with the refused left out 2 of 3 silos remain, fewer than the 3 the run needs (two, or "
+                         "--min-clients-per-round, --clients-per-round)"), line
+    assert not (tmp_path / "few" / "metrics.json").exists()
+    assert leftovers(marked) == []
+
+
 # --------------------------------------------------------------------------------------------------
 # Through a real SuperLink deployment on 127.0.0.1 (3 SuperNodes, 2 rounds): every silo misbehaves once
 # (tests/faulty_deployment_clientapp.py), then one more submission with an inflated row claim.
@@ -439,7 +562,7 @@ def test_a_superlink_deployment_names_and_excludes_each_faulty_silo(three, tmp_p
                 "--quiet", "--rounds", "2", "--hidden", "16", "--batch-size", "16", "--device", "cpu", "--seed", "5")
         result = run(*args, "--out", tmp_path / "out")
         (faults / "claim-rows").touch()
-        claim = run(*args, "--out", tmp_path / "claim")
+        claim = run(*args, "--out", tmp_path / "claim", "--min-clients-per-round", "3")
     watch.stop()
     assert result.exit_code == 0, result.output
     rounds = json.loads((tmp_path / "out" / "metrics.json").read_text())["rounds"]
@@ -462,9 +585,11 @@ def test_a_superlink_deployment_names_and_excludes_each_faulty_silo(three, tmp_p
         assert record["test_accuracy"] == pytest.approx(sum(s["test_accuracy"] * s["test_rows"] for s in scores) / rows)
         assert 0.0 <= record["test_accuracy"] <= 1.0 and 0.0 <= record["train_accuracy"] <= 1.0
         assert math.isfinite(record["test_loss"]) and not record["kept_previous_model"]
-    line = one_line_of(claim)
+    line = one_line_of(claim)  # a refused claim leaves the silo out; with --min-clients-per-round 3 too few remain
     assert line == (f"Error: the Flower run failed: client {ROW_CLAIM}: its SuperNode claims {CLAIMED_ROWS} training "
-                    f"rows in client_000.h5, the run's manifest lists 48: the silo's claim is refused"), line
+                    f"rows in client_000.h5, the run's manifest lists 48: the silo's claim is refused; with the "
+                    f"refused left out 2 of 3 silos remain, fewer than the 3 the run needs (two, or "
+                    f"--min-clients-per-round, --clients-per-round)"), line
     assert not (tmp_path / "claim" / "metrics.json").exists()
     assert watch.running() == [] and leftovers(marked) == []
 
