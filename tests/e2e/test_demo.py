@@ -73,5 +73,7 @@ def test_private_demo_runs_a_second_configuration_next_to_ldpfl(tmp_path) -> Non
     assert summary["exact_epsilon_per_record"] > 30_000
     total = summary["private"]["release_guarantee"]  # DP-SGD of the updates over the whole run; files stay local
     assert total["private"] and 2.9 < total["epsilon"] <= 3.0 and total["delta"] == 1e-5
-    assert 0 < total["epsilon_add_remove"] < total["epsilon"]
+    # the test records' evaluation noise spends the same figure under both relations (Gaussian, the same
+    # sensitivity), calibrated exactly to the target: the add/remove figure can reach the replace-one one
+    assert 0 < total["epsilon_add_remove"] <= total["epsilon"]
     assert summary["private"]["inspection_ok"] is True

@@ -18,6 +18,7 @@ from ldp_stats import K_SE, binomial_se
 from randomgen import AESCounter, ChaCha
 
 from ldpfl import mechanisms as mech
+from ldpfl.mechanisms import sufficient_statistics as stats
 from ldpfl.mechanisms.randomness import random_words, secure_bit_generator
 
 DRAWS = 100_000
@@ -129,12 +130,28 @@ def ldpsign_rates(rng: np.random.Generator) -> Rates:
              sampled[where]) for where, x in (("at_plus_c", m.clip), ("at_minus_c", -m.clip))]
 
 
+def statistics_rates(rng: np.random.Generator) -> Rates:
+    """gaussian-stats: each part's noise beyond 1.96 of its σ (σ_M/√2 above M's diagonal) at the normal's 5 %."""
+    m = mech.create_mechanism("gaussian-stats", epsilon=1.0, width=20)
+    zero = stats.Statistics(np.zeros((5, 20)), np.zeros(5), np.zeros((20, 20)))
+    draws = [m.release(zero, rng=rng).statistics for _ in range(DRAWS // 100)]
+    scales = m.scales(20)
+    upper = np.triu_indices(20, 1)
+    parts = {"sums": (np.stack([d.sums for d in draws]), scales.sums),
+             "moments diagonal": (np.stack([np.diag(d.moments) for d in draws]), scales.moments),
+             "moments above it": (np.stack([d.moments[upper] for d in draws]), scales.moments / math.sqrt(2))}
+    p = math.erfc(1.959963984540054 / math.sqrt(2))
+    return [(what, int(np.sum(np.abs(values) > 1.959963984540054 * sigma)), values.size, p)
+            for what, (values, sigma) in parts.items()]
+
+
 RATE_CHECKS: dict[str, Callable[[np.random.Generator], Rates]] = {
     **{name: (lambda rng, name=name: bit_rates(name, rng)) for name in ("uer", "moue", "oue", "rr")},
     **{name: (lambda rng, name=name: gaussian_rates(name, rng))
        for name in ("gaussian", "gaussian-wu", "fedaw-gaussian")},
     "krr": krr_rates, "oue-label": oue_label_rates, "duchi": duchi_rates, "piecewise": piecewise_rates,
     "hybrid": hybrid_rates, "laplace": laplace_rates, "pdpm": pdpm_rates, "ldpsign": ldpsign_rates,
+    "gaussian-stats": statistics_rates,
 }
 
 
