@@ -70,12 +70,18 @@ def read_summary(folder: str | Path) -> dict[str, Any]:
         No such file, or not a JSON object.
     """
     path = Path(folder) / SUMMARY
+    return read_json_object(path, f"`resume` {folder} holds no {SUMMARY} (the folder of an earlier DP "
+                                  "personalization)", f"`resume` {path}")
+
+
+def read_json_object(path: Path, missing: str, label: str) -> dict[str, Any]:
+    """Return the JSON object at ``path``; ``PersonalizeError`` saying ``missing``, or that ``label`` is not one."""
     if not path.is_file():
-        raise PersonalizeError(f"`resume` {folder} holds no {SUMMARY} (the folder of an earlier DP personalization)")
+        raise PersonalizeError(missing)
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError) as error:
-        raise PersonalizeError(f"`resume` {path} is not readable JSON ({error})") from None
+        raise PersonalizeError(f"{label} is not readable JSON ({error})") from None
     if not isinstance(data, dict):
-        raise PersonalizeError(f"`resume` {path} is not a JSON object")
+        raise PersonalizeError(f"{label} is not a JSON object")
     return data

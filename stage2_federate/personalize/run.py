@@ -9,7 +9,6 @@ summary; ``outputs.write_outputs`` writes them.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -24,7 +23,7 @@ from ldpfl.mechanisms.randomness import Randomness
 from .accountant import SiloAccountant, check_budget, from_federation, resumed_accountant
 from .base_model import PERSONALIZATION, BaseModel, check_base_model, personalization_of
 from .evaluation import KEPT_ON_SILO
-from .outputs import MODEL, read_summary
+from .outputs import MODEL, read_json_object, read_summary
 from .records import OwnRecords, PersonalizeError, own_records, validation_split
 from .settings import DP, INTERPOLATE, PersonalizeSettings
 
@@ -43,16 +42,8 @@ class Prepared:
 
 
 def _metrics(path: Path) -> dict[str, Any]:
-    if not path.is_file():
-        raise PersonalizeError(f"no {METRICS_JSON} beside the model ({path}): DP fine-tuning reads the silo's "
-                               "accountant from its federation's metrics")
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as error:
-        raise PersonalizeError(f"{path} is not readable JSON ({error})") from None
-    if not isinstance(data, dict):
-        raise PersonalizeError(f"{path} is not a JSON object")
-    return data
+    return read_json_object(path, f"no {METRICS_JSON} beside the model ({path}): DP fine-tuning reads the silo's "
+                                  "accountant from its federation's metrics", str(path))
 
 
 def prepare(run_dir: str | Path, client_index: int, settings: PersonalizeSettings, *, model: str | Path,
