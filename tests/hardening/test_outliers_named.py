@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 from cli_checks import one_error_line, run
 from federate_files import write_run
-from test_faulty_silo import BAD, CONFIG, faulty, federate_with
 
+from hardening.test_faulty_silo import BAD, CONFIG, faulty, federate_with
 from ldpfl.stage2_federate import outliers as out
 from ldpfl.stage2_federate import outputs
 from ldpfl.stage2_federate.config import FederationConfig

@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 from federate_files import write_run
-from test_faulty_silo import BAD, CONFIG, federate_with
 
+from hardening.test_faulty_silo import BAD, CONFIG, federate_with
 from ldpfl.stage2_federate.in_process import InProcessTransport
 from ldpfl.stage2_federate.rounds import ClientResult
 from ldpfl.stage2_federate.upload_hashes import UploadHistory, upload_digest
