@@ -137,14 +137,10 @@ def epsilon_from_noise(scales: stats.NoiseScales, clip: float, delta: float) -> 
     return stats.epsilons(mu, delta, (shares[0] / total, shares[1] / total, shares[2] / total))
 
 
-def statistics_problems(handle: h5py.File, metadata: ClientMetadata) -> list[str]:
-    """Return one line per disagreement of a stats file with itself (none: an empty list)."""
-    if not is_statistics_file(metadata):
-        return []
-    mechanism = mechanism_of(metadata)
-    released = read_release(handle, metadata)
-    problems = []
+def noise_problems(metadata: ClientMetadata, released: Released, mechanism: GaussianStatistics) -> list[str]:
+    """Return how the noise the parameters give disagrees with the recorded ε (target and report), one line each."""
     recomputed = epsilon_from_noise(released.scales, mechanism.clip_for(metadata.features), mechanism.delta)
+    problems = []
     target = recomputed[mechanism.neighbours]
     if not math.isclose(target, mechanism.epsilon, rel_tol=1e-6, abs_tol=1e-6):
         problems.append(f"the noise the parameters give spends epsilon {target:.6g} ({mechanism.neighbours}), "
@@ -154,25 +150,45 @@ def statistics_problems(handle: h5py.File, metadata: ClientMetadata) -> list[str
             recomputed[accounting.REPLACE_ONE], report.exact_epsilon_per_record, rel_tol=1e-6):
         problems.append(f"the noise gives epsilon {recomputed[accounting.REPLACE_ONE]:.6g} replace-one, the report "
                         f"records {report.exact_epsilon_per_record:.6g}")
-    values = released.statistics
-    if not all(np.all(np.isfinite(v)) for v in (values.sums, values.counts, values.moments)):
-        return [*problems, f"'{GROUP}' holds a non-finite statistic"]
-    stored_rows = handle["train/features"]
-    expected = int(np.sum(np.rint(np.maximum(values.counts, 1.0))))  # before drawing: a crafted count is refused
-    if stored_rows.shape[0] != expected:
-        return [*problems, f"train holds {stored_rows.shape[0]} rows; the recorded counts give {expected}"]
-    rows, labels = mechanism.synthetic(released)
-    stored = np.asarray(stored_rows[...], dtype=np.float64)
-    if not np.array_equal(np.asarray(handle["train/labels"][...]), labels):
-        problems.append("train/labels differ from the labels the recorded statistics and synthetic key give")
-    scale = max(float(np.max(np.abs(rows), initial=0.0)), 1e-30)
-    worst = float(np.max(np.abs(stored - rows), initial=0.0)) / scale
-    if worst > ROW_TOLERANCE:
-        bad = int(np.argmax(np.max(np.abs(stored - rows), axis=1)))
-        problems.append(f"train/features row {bad} differs from the synthetic record the recorded statistics and "
-                        f"key give (by {worst:.2g} of the largest value)")
     return problems
 
 
+def row_problems(handle: h5py.File, released: Released, mechanism: GaussianStatistics) -> list[str]:
+    """Return how the stored synthetic rows and labels differ from those the statistics and key give.
+
+    The statistics are checked finite and their counts against the stored rows before any row is drawn (a crafted
+    count of 1e12 would ask for terabytes).
+    """
+    values = released.statistics
+    bad = [name for name in ("sums", "counts", "moments") if not np.all(np.isfinite(getattr(values, name)))]
+    if bad:
+        return [f"the released {', '.join(bad)} hold NaN or infinite values: no synthetic record follows from them"]
+    stored_rows = handle["train/features"]
+    expected = int(np.sum(np.rint(np.maximum(values.counts, 1.0))))
+    if stored_rows.shape[0] != expected:
+        return [f"train holds {stored_rows.shape[0]} rows; the recorded statistics and synthetic key give {expected}"]
+    rows, labels = mechanism.synthetic(released)
+    problems = []
+    if not np.array_equal(np.asarray(handle["train/labels"][...]), labels):
+        problems.append("train/labels differ from the labels the recorded statistics and synthetic key give")
+    difference = np.abs(np.asarray(stored_rows[...], dtype=np.float64) - rows)
+    worst = float(np.max(difference, initial=0.0)) / max(float(np.max(np.abs(rows), initial=0.0)), 1e-30)
+    if worst > ROW_TOLERANCE:
+        bad_row = int(np.argmax(np.max(difference, axis=1)))
+        problems.append(f"train/features row {bad_row} differs from the synthetic record the recorded statistics "
+                        f"and key give (by {worst:.2g} of the largest value)")
+    return problems
+
+
+def statistics_problems(handle: h5py.File, metadata: ClientMetadata) -> list[str]:
+    """Return one line per disagreement of a stats file with itself (none: an empty list): noise, then rows."""
+    if not is_statistics_file(metadata):
+        return []
+    mechanism = mechanism_of(metadata)
+    released = read_release(handle, metadata)
+    return noise_problems(metadata, released, mechanism) + row_problems(handle, released, mechanism)
+
+
 __all__ = ["DATASETS", "GROUP", "ROW_TOLERANCE", "check_group", "epsilon_from_noise", "expected_shapes", "feature_map",
-           "is_statistics_file", "mechanism_of", "read_release", "statistics_problems", "write_release"]
+           "is_statistics_file", "mechanism_of", "noise_problems", "read_release", "row_problems",
+           "statistics_problems", "write_release"]

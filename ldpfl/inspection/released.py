@@ -35,7 +35,7 @@ from ldpfl.contract.schema import ClientMetadata
 from ldpfl.mechanisms import accounting
 from ldpfl.mechanisms import statistics_model as model
 from ldpfl.mechanisms import sufficient_statistics as ss
-from ldpfl.mechanisms.gaussian_statistics import CLIP_FRACTION, GaussianStatistics
+from ldpfl.mechanisms.gaussian_statistics import CLIP_FRACTION, GaussianStatistics, Released
 
 SIGMA_KEYS = ("sigma_sums", "sigma_counts", "sigma_moments")
 """The privacy report's record of each part's noise scale (``GaussianStatistics.report``)."""
@@ -240,21 +240,13 @@ def _stated_epsilon(metadata: ClientMetadata) -> dict[str, float | None]:
             accounting.REPLACE_ONE: report.exact_epsilon_per_record}
 
 
-def _row_findings(handle: h5py.File, metadata: ClientMetadata, statistics: ss.Statistics) -> list[str]:
+def _row_findings(handle: h5py.File, released: Released, mechanism: GaussianStatistics) -> list[str]:
     """Return how the synthetic rows and labels differ from those the statistics and key give (one line each).
 
-    ``released_statistics.statistics_problems`` states the parameters' noise against ε first (lines naming
-    epsilon, which the noise check states from the recorded σ), then the rows: only the rows' lines are kept.
+    ``released_statistics.row_problems``: the rows alone; the noise check states ε from the recorded σ itself.
     """
-    bad = [name for name in ("sums", "counts", "moments") if not np.all(np.isfinite(getattr(statistics, name)))]
-    if bad:
-        return [f"the released {', '.join(bad)} hold NaN or infinite values: no synthetic record follows from them"]
-    expected = sum(n or 0 for n in synthetic_rows(statistics.counts))
-    stored = handle["train/features"].shape[0]
-    if expected != stored:  # before drawing them: counts of 1e12 would ask for 1e12 rows
-        return [f"train holds {stored} rows; the recorded statistics and synthetic key give {expected}"]
     try:
-        return [p for p in rs.statistics_problems(handle, metadata) if "epsilon" not in p]
+        return rs.row_problems(handle, released, mechanism)
     except CHECK_ERRORS as error:
         return [f"the synthetic rows could not be regenerated from the released statistics ({short_error(error)})"]
 
@@ -284,7 +276,7 @@ def statistics_summary(handle: h5py.File, metadata: ClientMetadata) -> tuple[Sta
     except CHECK_ERRORS as error:
         recomputed = {relation: math.nan for relation in RELATIONS}
         noise_findings.append(f"no epsilon follows from the recorded noise scales ({short_error(error)})")
-    row_findings = _row_findings(handle, metadata, released.statistics)
+    row_findings = _row_findings(handle, released, mechanism)
     summary = StatisticsSummary(
         width=metadata.features, classes=metadata.num_classes, statistics=released.statistics,
         scales=released.scales, recorded_scales=recorded, clip=clip, clip_is_default=mechanism.clip is None,
