@@ -114,6 +114,16 @@ def loss_acc(model, split) -> tuple[float, float]:
     return float(loss), float(acc)
 
 
+def per_silo_choice(grid, val, fit) -> tuple[list[FederatedMLP], list[dict]]:
+    """Each silo's model fitted at every learning rate of ``grid`` (``fit(i, lr)``): the one its validation picks."""
+    models, choices = [], []
+    for i in range(SILOS):
+        lr, model, table = pick([(lr, fit(i, lr)) for lr in grid], val[i])
+        models.append(model)
+        choices.append({"lr": lr, "table": table})
+    return models, choices
+
+
 def pick(candidates: list[tuple[float, FederatedMLP]], val) -> tuple[float, FederatedMLP, list[dict]]:
     """The candidate with the best validation accuracy (ties: lower validation loss), and every candidate's."""
     table = []
@@ -158,32 +168,20 @@ def run_split(x, y, dataset: str, partition: str, pool, test_rows, epsilon: floa
 
     base = linear_base(global_model)
     start = time.perf_counter()
-    alone_models, choices = [], []
-    for i in range(SILOS):
-        candidates = []
-        for lr in ADAM_GRID:
-            gen = torch.Generator().manual_seed(seed * 1000 + i * 10 + 1)
-            candidates.append((lr, train_alone(base, train[i], PersonalizeSettings(CLEAR, lr=lr), generator=gen)))
-        lr, model, table = pick(candidates, val[i])
-        alone_models.append(model)
-        choices.append({"lr": lr, "table": table})
-    models["alone-in-house"], chosen["alone-in-house"] = alone_models, choices
+    models["alone-in-house"], chosen["alone-in-house"] = per_silo_choice(
+        ADAM_GRID, val, lambda i, lr: train_alone(base, train[i], PersonalizeSettings(CLEAR, lr=lr),
+                                                  generator=torch.Generator().manual_seed(seed * 1000 + i * 10 + 1)))
     seconds["alone-in-house"] = time.perf_counter() - start
     print(f"{tag}: alone-in-house ({seconds['alone-in-house']:.0f} s)", flush=True)
 
     start = time.perf_counter()
-    clear_models, choices = [], []
-    for i in range(SILOS):
-        candidates = []
-        for lr in ADAM_GRID:
-            model = fresh_copy(global_model)
-            fine_tune_clear(model, train[i], PersonalizeSettings(CLEAR, lr=lr),
-                            generator=torch.Generator().manual_seed(seed * 1000 + i * 10 + 2))
-            candidates.append((lr, model))
-        lr, model, table = pick(candidates, val[i])
-        clear_models.append(model)
-        choices.append({"lr": lr, "table": table})
-    models["personalized-clear"], chosen["personalized-clear"] = clear_models, choices
+    def clear_fine_tuned(i: int, lr: float) -> FederatedMLP:
+        model = fresh_copy(global_model)
+        fine_tune_clear(model, train[i], PersonalizeSettings(CLEAR, lr=lr),
+                        generator=torch.Generator().manual_seed(seed * 1000 + i * 10 + 2))
+        return model
+
+    models["personalized-clear"], chosen["personalized-clear"] = per_silo_choice(ADAM_GRID, val, clear_fine_tuned)
     seconds["personalized-clear"] = time.perf_counter() - start
     print(f"{tag}: personalized-clear ({seconds['personalized-clear']:.0f} s)", flush=True)
 
@@ -215,8 +213,9 @@ def run_split(x, y, dataset: str, partition: str, pool, test_rows, epsilon: floa
     mixed, choices = [], []
     grid = PersonalizeSettings(INTERPOLATE).grid()
     for i in range(SILOS):
-        weight, table = choose_weight(global_model, alone_models[i], val[i], grid)
-        mixed.append(interpolate(global_model, alone_models[i], weight))
+        own = models["alone-in-house"][i]
+        weight, table = choose_weight(global_model, own, val[i], grid)
+        mixed.append(interpolate(global_model, own, weight))
         choices.append({"weight": weight, "table": table})
     models["interpolated"], chosen["interpolated"] = mixed, choices
     seconds["interpolated"] = time.perf_counter() - start + seconds["alone-in-house"]
