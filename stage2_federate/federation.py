@@ -144,18 +144,22 @@ def _run_locked(run_dir: Path, config: FederationConfig, target_dir: Path, paths
         raise ParameterError(f"{target_dir} already holds a federation run; continue it with `resume` or start "
                              "again with `overwrite`")
     payload = load_checkpoint(checkpoint_path, config) if resume else None
-    plan = plan_federation(run_dir, config)
+    plan = plan_federation(run_dir, config, min_clients=min_clients)  # leaves out a silo whose claim is refused
     inputs = client_digests(plan.data)
     writer = RunWriter(target_dir, config, plan.record, plan.privacy, inputs)
     driver = RunDriver.restored(plan, writer, payload, inputs)
     if payload is None and overwrite:
         outdir.clear_outputs(target_dir)  # nothing of the previous run may mix with this one's
-    expected = plan.data.first.client_count
-    if len(plan.data.clients) < expected and driver.start == 1:
-        driver.warnings.append(f"the run lists {len(plan.data.clients)} client file(s) but its files say "
-                               f"client_count {expected}: federating {len(plan.data.clients)} client(s) only")
-        if on_warning is not None:
-            on_warning(driver.warnings[-1])
+    left_out = plan.record["run"].get("left_out", [])
+    notes = [f"left out before round 1: {x['reason']}" for x in left_out]  # as the Flower engine words it
+    listed, expected = len(plan.data.clients) + len(left_out), plan.data.first.client_count
+    if listed < expected and driver.start == 1:
+        notes.append(f"the run lists {listed} client file(s) but its files say "
+                     f"client_count {expected}: federating {len(plan.data.clients)} client(s) only")
+    driver.warnings[:0] = notes
+    if on_warning is not None:
+        for note in notes:
+            on_warning(note)
 
     from tqdm.auto import tqdm
 

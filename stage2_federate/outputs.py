@@ -24,7 +24,9 @@ from ldpfl.contract.layout import METRICS_JSON
 
 from .client_privacy import ClientPrivacy
 from .guarantee import federation_guarantee
+from .label_claims import LabelClaimCap
 from .outliers import OutlierReport, persistent_outliers
+from .pooled_figure import PooledFigureFlag, final_round_flags
 from .round_record import RoundRecord
 
 if TYPE_CHECKING:
@@ -90,6 +92,9 @@ def write_metrics_json(path: str | os.PathLike, *, config: Mapping[str, Any], pr
     reports = [OutlierReport.from_dict(r["outliers"]) for r in rounds if r.get("outliers") is not None]
     if reports:  # issue 42: the silos the rule named in most rounds
         payload["named_outliers"] = [p.to_dict() for p in persistent_outliers(reports)]
+    flags = final_round_flags(rounds)
+    if flags:  # issue 42: a silo far above the others lifts the pooled figure (pooled_figure)
+        payload["pooled_figure_flags"] = flags
     if privacy and all(p.release_guarantee is not None for p in privacy):  # issue 22: everything released, one figure
         clean = any(key.startswith("clean_test_") for r in rounds for key in r)
         payload["release_guarantee"] = federation_guarantee(privacy, ledger, clean_metrics=clean).to_dict()
@@ -206,3 +211,14 @@ def outlier_lines(rounds: Sequence[Mapping[str, Any]]) -> list[str]:
     if not named:
         return [f"outliers: no silo {reports[-1].action} in most rounds"]
     return [f"outliers: {p.line()}" for p in named]
+
+
+def pooled_figure_lines(rounds: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Return the summary's lines on the silos that lift the final pooled test accuracy (``pooled_figure``)."""
+    return [PooledFigureFlag.line(flag) for flag in final_round_flags(rounds)]
+
+
+def label_claim_lines(config: Mapping[str, Any]) -> list[str]:
+    """Return the summary's line on the cap of unchecked label histograms (``config.json``'s ``label_claims``)."""
+    record = config.get("label_claims") if isinstance(config, Mapping) else None
+    return [LabelClaimCap.line(record)] if isinstance(record, Mapping) else []

@@ -9,7 +9,7 @@ sign aggregation when the mechanism's uploads are signs), the server rule, and t
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -30,7 +30,9 @@ from .client_privacy import ClientPrivacy
 from .config import DEFAULT_LR, DEVICES, DP_SGD_LR, FederationConfig
 from .data import ClientDataset, FederatedData, load_run
 from .dp_sgd_budget import DpSgdClient, plan_client
+from .label_claims import LabelClaimCap, cap_unchecked, screen_files
 from .label_noise import resolve_label_noise
+from .left_out import LeftOut, enough_remain, needed_silos
 from .model import (
     FederatedMLP,
     build_model,
@@ -49,7 +51,7 @@ from .perturbation import (
 )
 from .resources import check_model
 from .rounds import LocalTraining
-from .strategies import ClientProfile, SignAggregation, Strategy, StrategyOptions, create_strategy
+from .strategies import ClientProfile, FedAW, SignAggregation, Strategy, StrategyOptions, create_strategy
 from .streams import Streams
 
 
@@ -142,10 +144,13 @@ def plan_perturbations(config: FederationConfig, clients: Sequence[ClientLike], 
 
 
 def plan_strategy(config: FederationConfig, clients: Sequence[ClientLike],
-                  perturbations: dict[int, ClientPerturbation]) -> Strategy:
+                  perturbations: dict[int, ClientPerturbation], *,
+                  unchecked_histograms: Collection[int] = ()) -> tuple[Strategy, LabelClaimCap | None]:
     """Build the aggregation strategy over the clients' profiles, wrapped for sign uploads (WU eqs. 10, 13, 16).
 
     ``clients``: their data or their :class:`ClientSize` (index, training rows, label histogram).
+    ``unchecked_histograms``: the clients whose histogram the coordinator could not check; under DP-FedAW their
+    weight is capped (``label_claims.cap_unchecked``), and the cap is returned (None: nothing to cap).
     """
     sizes = [ClientSize.of(c) for c in clients]
     profiles = [ClientProfile(c.index, c.train_rows, c.label_histogram, perturbations[c.index].noise_scale,
@@ -154,12 +159,15 @@ def plan_strategy(config: FederationConfig, clients: Sequence[ClientLike],
     options = StrategyOptions(config.clients_per_round, config.sample_weighted, config.fraction,
                               config.max_client_weight, config.trim_fraction, target, config.outlier_report)
     strategy: Strategy = create_strategy(config.aggregation, profiles, options)
+    cap = None
+    if isinstance(strategy, FedAW) and unchecked_histograms:  # issue 42 item 3: an unchecked claim is bounded
+        strategy.similarities, cap = cap_unchecked(strategy.similarities, unchecked_histograms)
     if perturbation_wiring(config.perturbation).sign_aggregation:
         strategy = SignAggregation(strategy)
     if config.drop_per_round > strategy.clients_per_round:
         raise ValueError(f"drop per round ({config.drop_per_round}) exceeds the {strategy.clients_per_round} "
                          "clients selected per round")
-    return strategy
+    return strategy, cap
 
 
 def check_noise_scales(config: FederationConfig, perturbations: dict[int, ClientPerturbation]) -> None:
@@ -346,13 +354,15 @@ def resolved_settings(*, device: torch.device, training: LocalTraining, dim: int
 
 def build_plan(config: FederationConfig, clients: Sequence[ClientFacts], *, device: torch.device,
                batch_rows: int, threads: int | None, run: dict[str, Any],
-               engine: Mapping[str, Any] | None = None) -> FederationPlan:
+               engine: Mapping[str, Any] | None = None,
+               unchecked_histograms: Collection[int] = ()) -> FederationPlan:
     """Set up everything ``config`` describes for ``clients`` (sorted by index), for either engine.
 
     ``batch_rows``: the rows of the largest training plus evaluation batch this process holds (0 on a
     server whose clients train elsewhere), for the memory check; ``threads`` and ``run`` go to the record
     (``config.json``), as do ``engine``'s entries (the Flower engine: ``engine`` and, under ``resolved``,
-    ``flower``).
+    ``flower``). ``unchecked_histograms``: the clients whose label histogram the coordinator could not check
+    (their DP-FedAW weight is capped, and the cap written as the record's ``label_claims``).
     """
     ordered = tuple(sorted(clients, key=lambda c: c.index))
     first = ordered[0]
@@ -366,7 +376,7 @@ def build_plan(config: FederationConfig, clients: Sequence[ClientFacts], *, devi
     sizes = [ClientSize(c.index, c.train_rows, tuple(c.label_histogram)) for c in ordered]
     plan, target, perturbations = plan_perturbations(config, sizes, dim)
     check_noise_scales(config, perturbations)
-    strategy = plan_strategy(config, sizes, perturbations)
+    strategy, cap = plan_strategy(config, sizes, perturbations, unchecked_histograms=unchecked_histograms)
     rule = ServerRule.for_perturbation(config.perturbation, target, config.server_lr)
     label_noise = resolve_label_noise(config.label_noise_correction,  # issue 22: every file's T must agree
                                       [(c.file, c.label_release) for c in ordered])
@@ -391,18 +401,33 @@ def build_plan(config: FederationConfig, clients: Sequence[ClientFacts], *, devi
                                          plan=plan, budgeted=budgeted, perturbations=perturbations,
                                          strategy=strategy, threads=threads), **resolved_extra},
         "run": run,
+        **({} if cap is None else {"label_claims": cap.to_dict()}),
     }
     return FederationPlan(config, ordered, device, randomness, streams, model, perturbations, strategy, rule,
                           training, plan, privacy, record, ServerMomentum(float(config.server_momentum)))
 
 
-def plan_federation(run_dir: Path, config: FederationConfig) -> LocalPlan:
-    """Load the run in ``run_dir`` and set up everything ``config`` describes. Raises ``ValueError``."""
+def plan_federation(run_dir: Path, config: FederationConfig, *, min_clients: int | None = None) -> LocalPlan:
+    """Load the run in ``run_dir`` and set up everything ``config`` describes. Raises ``ValueError``.
+
+    A client whose file's claims its own records do not bear out (``label_claims.screen_files``) is left out and
+    named in ``run.left_out``, and the run goes on while enough remain (``left_out.needed_silos``: two, or
+    ``min_clients`` or ``clients_per_round``), else :class:`~.left_out.TooFewSilosError` (issue 42 item 4).
+    """
     if config.threads is not None:
         torch.set_num_threads(config.threads)
     device = resolve_device(config.device)
     data = load_run(run_dir, device)
+    listed = len(data.clients)
+    data.clients, left = screen_files(data.clients)
+    enough_remain(len(data.clients), listed, left, needed_silos(listed, min_clients=min_clients,
+                                                                clients_per_round=config.clients_per_round))
     batch_rows = config.batch_size + evaluation_rows(config.eval_batch_size, data.input_width)
     plan = build_plan(config, [ClientFile.of(c) for c in data.clients], device=device, batch_rows=batch_rows,
-                      threads=torch.get_num_threads(), run=data.describe())
+                      threads=torch.get_num_threads(), run=left_out_run(data.describe(), left))
     return LocalPlan(**plan.base(), data=data)
+
+
+def left_out_run(run: dict[str, Any], left: Sequence[LeftOut]) -> dict[str, Any]:
+    """Return ``run`` (``config.json``'s ``run``) with the silos refused before round 1 as ``left_out``, if any."""
+    return {**run, "left_out": [x.to_dict() for x in left]} if left else run

@@ -11,6 +11,7 @@ from ldpfl.contract.jsonout import json_ready
 
 from .client_privacy import ClientPrivacy
 from .outliers import OutlierReport, persistent_outliers
+from .pooled_figure import final_round_flags
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,7 @@ class FederationResult:
                 "named_outliers": [p.to_dict() for p in persistent_outliers(
                     [OutlierReport.from_dict(r["outliers"]) for r in self.history if r.get("outliers")])]}
                if any(r.get("outliers") for r in self.history) else {}),
+            **({"pooled_figure_flags": flags} if (flags := final_round_flags(self.history)) else {}),
             "outputs": {k: str(v) for k, v in self.paths.items()}, "config": self.config,
             "warnings": list(self.warnings),
             "privacy_ledger": None if self.privacy_ledger is None else self.privacy_ledger.to_dict(),

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from ldpfl.stage1_features.export.plan import describe_privacy
 from ldpfl.stage2_federate.ledger import ledger_lines
-from ldpfl.stage2_federate.outputs import outlier_lines, summary_table
+from ldpfl.stage2_federate.outputs import label_claim_lines, outlier_lines, pooled_figure_lines, summary_table
 
 if TYPE_CHECKING:
     from ldpfl.contract.gather import GatherResult
@@ -74,7 +74,8 @@ def gather_text(result: GatherResult) -> str:
 
 def federate_text(result: FederateResult) -> str:
     """Return ``ldpfl federate``'s summary: the rounds' table, the privacy ledger, the final accuracy, the outputs."""
-    lines = [summary_table(result.rounds), *outlier_lines(result.rounds), *left_out_lines(result.record.config)]
+    lines = [summary_table(result.rounds), *outlier_lines(result.rounds), *pooled_figure_lines(result.rounds),
+             *left_out_lines(result.record.config), *label_claim_lines(result.record.config)]
     if result.privacy_ledger is not None:
         lines.append("\n".join(ledger_lines(result.privacy_ledger)))
     final = result.final_accuracy

@@ -369,14 +369,21 @@ class ManifestEntry(JsonRecord):
     sha256: str
     train_rows: Count | None = None  # the manifest's rows of the file (None: not checked)
     test_rows: Count | None = None
+    train_labels: tuple[Count, ...] | None = None  # the manifest's training label counts (None: not listed)
 
     @classmethod
     def of(cls, record: Any) -> ManifestEntry:
-        """Return the entry of a manifest's ``FileRecord`` (``contract.manifest``), with its rows when listed."""
+        """Return the entry of a manifest's ``FileRecord`` (``contract.manifest``), with its rows when listed.
+
+        A record that lists per-split label counts (``label_histograms``, as the files' attribute) gives the
+        training split's as ``train_labels``, against which a SuperNode's claimed histogram is checked.
+        """
         rows = dict(getattr(record, "rows", {}) or {})
         train, test = rows.get("train"), rows.get("test")
+        labels = (dict(getattr(record, "label_histograms", None) or {})).get("train")
         return cls(int(record.client_index), str(record.path), str(record.sha256),
-                   None if train is None else int(train), None if test is None else int(test))
+                   None if train is None else int(train), None if test is None else int(test),
+                   None if labels is None else tuple(int(c) for c in labels))
 
     @staticmethod
     def list_to_json(entries: Sequence[ManifestEntry]) -> str:

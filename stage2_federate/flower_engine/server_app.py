@@ -60,7 +60,8 @@ def _run(grid: Grid, settings: AppRunConfig, out_dir: Path) -> None:
     summaries, node_of, left_out = ss.screen(
         describe(grid, nodes, settings.startup_timeout), list(settings.manifest), settings.plan_fingerprint,
         needed=max(settings.min_clients, config.clients_per_round or 1, min(2, len(nodes))))
-    plan = ss.plan_from_summaries(config, summaries, run_dir=settings.run_dir or None, left_out=left_out)
+    plan = ss.plan_from_summaries(config, summaries, run_dir=settings.run_dir or None, left_out=left_out,
+                                  entries=list(settings.manifest))
     inputs = {s.file: s.sha256 for s in plan.summaries}
     writer = RunWriter(out_dir, config, plan.record, plan.privacy, inputs, engine=ss.ENGINE)
     payload = load_checkpoint(writer.checkpoint, config, engine=ss.ENGINE) if settings.resume else None

@@ -22,6 +22,9 @@ from filelock import FileLock, Timeout
 from ldpfl.common.errors import LdpflError
 from ldpfl.contract.atomic import atomic_write_text
 from ldpfl.stage2_federate.config import FederationConfig
+from ldpfl.stage2_federate.label_claims import histogram_refusal
+from ldpfl.stage2_federate.left_out import LeftOut, enough_remain
+from ldpfl.stage2_federate.left_out import TooFewSilosError as TooFewSilosError  # raised by screen
 from ldpfl.stage2_federate.model import parameter_count
 from ldpfl.stage2_federate.perturbation import perturbation_wiring
 from ldpfl.stage2_federate.plan import FederationPlan, build_plan, resolve_device
@@ -77,11 +80,14 @@ def check_summaries(summaries: Sequence[ClientSummary]) -> list[ClientSummary]:
 
 
 def plan_from_summaries(config: FederationConfig, summaries: Sequence[ClientSummary], *,
-                        run_dir: str | None = None, left_out: Sequence[LeftOut] = ()) -> ServerPlan:
+                        run_dir: str | None = None, left_out: Sequence[LeftOut] = (),
+                        entries: Sequence[ManifestEntry] = ()) -> ServerPlan:
     """Set up the run from the clients' summaries with the local engine's builder (``plan.build_plan``).
 
     The server holds the model and the uploads of a round, and trains nothing itself: its memory check
     counts no batch. ``left_out``: the silos :func:`screen` refused, recorded in the run's ``run.left_out``.
+    ``entries``: the manifest's; a silo whose entry lists no training label counts has a histogram the server
+    cannot check, whose DP-FedAW weight is capped (``label_claims``).
     """
     ordered = check_summaries(summaries)
     first = ordered[0]
@@ -91,8 +97,10 @@ def plan_from_summaries(config: FederationConfig, summaries: Sequence[ClientSumm
            "train_rows": [s.train_rows for s in ordered], "test_rows": [s.test_rows for s in ordered]}
     if left_out:  # the silos refused before round 1 (``screen``), named in config.json and metrics.json
         run["left_out"] = [x.to_dict() for x in left_out]
+    listed = {e.index for e in entries if e.train_labels is not None}  # screen compared these with the claims
     plan = build_plan(config, ordered, device=resolve_device(config.device), batch_rows=0, threads=config.threads,
-                      run=run, engine={"engine": ENGINE, "resolved": {"flower": _flower_version()}})
+                      run=run, engine={"engine": ENGINE, "resolved": {"flower": _flower_version()}},
+                      unchecked_histograms=[s.index for s in ordered if s.index not in listed])
     return ServerPlan(**plan.base(), setups=client_setups(plan))
 
 
@@ -142,6 +150,10 @@ def manifest_refusal(s: ClientSummary, listed: dict[int, ManifestEntry],
         if listed_rows is not None and claimed != listed_rows:
             return (f"client {s.index}: its SuperNode claims {claimed} {what} rows in {s.file}, the run's "
                     f"manifest lists {listed_rows}: the silo's claim is refused")
+    if entry.train_labels is not None:  # issue 42 item 3: DP-FedAW's weight comes from the histogram
+        reason = histogram_refusal(s.index, s.file, s.label_histogram, entry.train_labels, "the run's manifest lists")
+        if reason is not None:
+            return reason
     if plan_fingerprint and s.plan_fingerprint != plan_fingerprint:
         return (f"client {s.index}: {s.file} was not exported with the run's plan.json (plan fingerprint "
                 f"{_short(str(s.plan_fingerprint))}, the plan's {_short(plan_fingerprint)})")
@@ -164,27 +176,6 @@ def check_manifest(summaries: Sequence[ClientSummary], entries: Sequence[Manifes
         reason = manifest_refusal(s, listed, plan_fingerprint)
         if reason is not None:
             raise ValueError(reason)
-
-
-@dataclass(frozen=True)
-class LeftOut:
-    """A silo the coordinator refused before round 1: its claimed client index, its file, and why."""
-
-    index: int
-    file: str
-    reason: str
-
-    def to_dict(self) -> dict[str, Any]:
-        """Return the silo as ``config.json``'s (and ``metrics.json``'s) ``run.left_out`` lists it."""
-        return {"client": self.index, "file": self.file, "reason": self.reason}
-
-    def line(self) -> str:
-        """Return the warning line of the silo (the CLI prints it, the status file carries it)."""
-        return f"left out before round 1: {self.reason}"
-
-
-class TooFewSilosError(LdpflError, ValueError):
-    """Too few silos remain once those the coordinator refused are left out: the run cannot start."""
 
 
 def screen(described: Sequence[tuple[int, ClientSummary]], entries: Sequence[ManifestEntry] = (),
@@ -237,11 +228,7 @@ def screen(described: Sequence[tuple[int, ClientSummary]], entries: Sequence[Man
         else:
             left.append(LeftOut(s.index, s.file, reason))
     left.sort(key=lambda x: (x.index, x.file))
-    if len(screened) < max(needed, 1):
-        named = "; ".join(x.reason for x in left)
-        raise TooFewSilosError(f"{named}; with the refused left out {len(screened)} of {len(described)} silos "
-                               f"remain, fewer than the {max(needed, 1)} the run needs (two, or "
-                               "--min-clients-per-round, --clients-per-round)")
+    enough_remain(len(screened), len(described), left, needed)
     return [s for _, s in screened], {s.index: node for node, s in screened}, left
 
 
