@@ -11,7 +11,10 @@ directory that ``ldpfl federate`` and ``ldpfl inspect`` read:
    their ``plan.json``, and of the ``plan`` passed in), their files must have been exported with it, and
    they must form one run (``ldpfl.contract.schema.compare_metadata``, the comparison the validator uses): an
    error names the file that disagrees;
-3. the files are copied into a hidden temporary directory next to the target, with the plan and a new
+3. each file's duplicated records are counted (``ldpfl.contract.duplicates``: training rows repeated, test rows
+   repeated, test rows that repeat a training row) and reported; with ``dedupe`` a file that has any is rewritten
+   without them (its manifest entry then gives the new sha256 and rows), the others are copied as they are;
+4. the files are copied into a hidden temporary directory next to the target, with the plan and a new
    manifest (``tool: ldpfl gather``), the copy is validated again, and the directory is renamed into
    place. On any error nothing is left under the target name.
 
@@ -30,8 +33,10 @@ from typing import Any
 
 from ldpfl.common.errors import LdpflError
 from ldpfl.contract.atomic import TMP_MARK, fsync_directory, fsync_file
+from ldpfl.contract.client_reader import open_client_file
 from ldpfl.contract.digest import sha256_file
-from ldpfl.contract.manifest import FileRecord, write_manifest
+from ldpfl.contract.duplicates import DuplicateCount, count_and_keep, expected, file_digests, write_deduplicated
+from ldpfl.contract.manifest import FileRecord, record_for, write_manifest
 from ldpfl.contract.plan import PLAN_FILE, SharedPlan, read_plan, write_plan
 from ldpfl.contract.release_guarantee import ReleaseGuarantee, stored_or_computed, weakest
 from ldpfl.contract.run_dir import files_off_plan, validate_run
@@ -58,12 +63,21 @@ class GatherResult:
         The shared plan's fingerprint (``None`` when no source carries a plan).
     release_guarantees : mapping of int to ReleaseGuarantee
         Each client file's ``release_guarantee`` (everything it releases about one record), by client index.
+    duplicates : mapping of int to DuplicateCount
+        Each client file's duplicated records as its silo sent it, by client index.
+    deduplicated : bool
+        Whether the duplicated records were dropped (``dedupe``).
+    expected_duplicates : frozenset of int
+        The clients whose release repeats rows by construction (``label``): their counts are not a finding.
     """
 
     run_dir: Path
     files: tuple[tuple[int, Path], ...]
     plan_fingerprint: str | None
     release_guarantees: Mapping[int, ReleaseGuarantee] = field(default_factory=dict)
+    duplicates: Mapping[int, DuplicateCount] = field(default_factory=dict)
+    deduplicated: bool = False
+    expected_duplicates: frozenset[int] = frozenset()
 
     @property
     def release_guarantee(self) -> ReleaseGuarantee | None:
@@ -73,11 +87,26 @@ class GatherResult:
     def to_dict(self) -> dict[str, Any]:
         """Return the JSON summary (``ldpfl gather --json``)."""
         return {"run_dir": str(self.run_dir), "plan_fingerprint": self.plan_fingerprint,
-                "files": [{"client_index": i, "source": str(p)} for i, p in self.files]}
+                "deduplicated": self.deduplicated,
+                "files": [{"client_index": i, "source": str(p),
+                           "duplicates": self.duplicates[i].to_dict() if i in self.duplicates else None,
+                           "dropped": self.duplicates[i].total if self.deduplicated and i in self.duplicates else 0}
+                          for i, p in self.files]}
+
+    def duplicate_lines(self) -> list[str]:
+        """Return one line per client file that holds duplicated records (what was found, and whether dropped)."""
+        lines = []
+        for index, counts in sorted(self.duplicates.items()):
+            if not counts.total:
+                continue
+            what = ("dropped" if self.deduplicated else "kept (gather --dedupe drops them)")
+            why = "; expected: a label release repeats its one-hot rows" if index in self.expected_duplicates else ""
+            lines.append(f"  ! client {index:>3}  {counts.describe()}: {what}{why}")
+        return lines
 
 
 def gather_runs(sources: Sequence[str | os.PathLike[str]], out_dir: str | os.PathLike[str], *,
-                plan: SharedPlan | None = None) -> GatherResult:
+                plan: SharedPlan | None = None, dedupe: bool = False) -> GatherResult:
     """Gather the client files of several run directories (one per silo) into ``out_dir``.
 
     Parameters
@@ -89,6 +118,8 @@ def gather_runs(sources: Sequence[str | os.PathLike[str]], out_dir: str | os.Pat
     plan : SharedPlan, optional
         The plan every source must carry; by default the sources' ``plan.json`` must agree among
         themselves (sources without one are refused when another has one).
+    dedupe : bool
+        Drop each file's duplicated records (``ldpfl.contract.duplicates``); by default they are counted only.
 
     Returns
     -------
@@ -145,25 +176,42 @@ def gather_runs(sources: Sequence[str | os.PathLike[str]], out_dir: str | os.Pat
         problems += files_off_plan(shared.fingerprint, named, plan_source)
     if problems:
         raise FormatError(out, f"the silos' files do not form one run: {'; '.join(problems)}")
+    duplicates, keep, expected_in = {}, {}, set()
+    for path, record, metadata in gathered:
+        with open_client_file(path) as (handle, _, _rows):
+            duplicates[record.client_index], keep[record.client_index] = count_and_keep(file_digests(path, handle))
+        if expected(metadata):
+            expected_in.add(record.client_index)
 
     remove_stale_gathers(out)
     tmp = out.with_name(f".{out.name}.{os.getpid()}{TMP_MARK}")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
+    written: list[FileRecord] = []
     try:
         for path, record, _ in gathered:
             target = tmp / record.path
+            if dedupe and duplicates[record.client_index].total:
+                kept = keep[record.client_index]
+                digest = write_deduplicated(path, target, kept)
+                written.append(record_for(target, record.client_index, digest,
+                                          {split: int(mask.sum()) for split, mask in kept.items()}))
+                continue
             shutil.copyfile(path, target)
             fsync_file(target)
             if sha256_file(target) != record.sha256:
                 raise FormatError(path, "changed while it was copied (sha256 differs from its manifest's)")
+            written.append(record)
         if shared is not None:
             write_plan(shared, tmp / PLAN_FILE)
         first = gathered[0][2]
         info: dict[str, Any] = {"tool": TOOL, "dataset": first.dataset, "client_count": first.client_count,
                                 "sources": [str(s) for s in sources],
                                 "plan_fingerprint": None if shared is None else shared.fingerprint}
-        write_manifest(tmp, [record for _, record, _ in gathered], info)
+        dropped = {str(i): c.to_dict() for i, c in sorted(duplicates.items()) if dedupe and c.total}
+        if dropped:
+            info["deduplicated"] = dropped  # the rows gather --dedupe dropped from each silo's file
+        write_manifest(tmp, written, info)
         validate_run(tmp)  # the one validator, on exactly what will be federated
         if out.exists():
             out.rmdir()  # empty, checked above
@@ -174,7 +222,8 @@ def gather_runs(sources: Sequence[str | os.PathLike[str]], out_dir: str | os.Pat
     guarantees = {record.client_index: stored_or_computed(metadata, records=sum(record.rows.values()))
                   for _, record, metadata in gathered}
     return GatherResult(out, tuple((record.client_index, path) for path, record, _ in gathered),
-                        None if shared is None else shared.fingerprint, guarantees)
+                        None if shared is None else shared.fingerprint, guarantees, duplicates, dedupe,
+                        frozenset(expected_in))
 
 
 def remove_stale_gathers(out: str | os.PathLike[str]) -> list[str]:

@@ -16,7 +16,7 @@ from .progress import ProgressCallback, report
 
 
 def gather(sources: Sequence[StrPath], *, out: StrPath, plan: SharedPlan | StrPath | None = None,
-           progress: ProgressCallback | None = None) -> GatherResult:
+           dedupe: bool = False, progress: ProgressCallback | None = None) -> GatherResult:
     """Gather the silos' export directories ``sources`` into the new run directory ``out``.
 
     Parameters
@@ -27,14 +27,17 @@ def gather(sources: Sequence[StrPath], *, out: StrPath, plan: SharedPlan | StrPa
         The new run directory (must not exist, or be empty); on any error nothing is left there.
     plan : SharedPlan or path, optional
         The plan every source must carry; default the sources' ``plan.json``, which must agree.
+    dedupe : bool
+        Drop the duplicated records of each silo's file (training rows repeated, test rows repeated, test rows
+        that repeat a training row); by default they are counted (``GatherResult.duplicates``) and kept.
     progress : callable, optional
         Called with a :class:`~ldpfl.api.progress.Progress` when the job starts and when it is done.
 
     Returns
     -------
     GatherResult
-        The run directory, each client index with its source file, the plan's fingerprint and each
-        client file's ``release_guarantee`` (``release_guarantee``: the weakest).
+        The run directory, each client index with its source file, the plan's fingerprint, each
+        client file's ``release_guarantee`` (``release_guarantee``: the weakest) and its duplicated records.
 
     Raises
     ------
@@ -44,7 +47,7 @@ def gather(sources: Sequence[StrPath], *, out: StrPath, plan: SharedPlan | StrPa
     """
     report(progress, "gather", "step", 0, 1)
     shared = plan if isinstance(plan, SharedPlan) or plan is None else read_plan(plan)
-    result = gather_runs(list(sources), out, plan=shared)
+    result = gather_runs(list(sources), out, plan=shared, dedupe=dedupe)
     report(progress, "gather", "step", 1, 1, str(result.run_dir))
     return result
 

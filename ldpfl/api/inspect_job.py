@@ -81,8 +81,18 @@ class InspectResult:
         return self.report.to_dict()
 
     def format_text(self, *, details: bool = False) -> str:
-        """Return the human-readable report (a run's table; with ``details``, every file's section)."""
-        return inspection_text(self.report, details=details)
+        """Return the human-readable report (a run's table; with ``details``, every file's section), then records."""
+        return "\n".join([inspection_text(self.report, details=details), *record_lines(self.report)])
+
+
+def record_lines(found: Inspection) -> list[str]:
+    """Return what the records say beyond the file sections: duplicated records (a file: always; a run: where any)."""
+    readable = [f for f in found.files if f.duplicates is not None]
+    if found.kind == "file":
+        return [f"records     {f.duplicates.describe()}" for f in readable if f.duplicates is not None]
+    shown = [f for f in readable if f.duplicates is not None and f.duplicates.total]
+    return ["records", *(f"  client {f.metadata.client_index if f.metadata else '?'}: {f.duplicates.describe()}"
+                         for f in shown if f.duplicates is not None)] if shown else []
 
 
 def inspect(path: StrPath, *, plot: StrPath | None = None, recompute: bool = False,

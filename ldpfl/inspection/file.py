@@ -23,6 +23,16 @@ import numpy as np
 from ldpfl import mechanisms as mech
 from ldpfl.contract import inventory
 from ldpfl.contract.client_reader import iter_feature_chunks, open_client_file, short_error
+from ldpfl.contract.duplicates import (
+    DuplicateCount,
+    beyond_chance,
+    chance_pairs,
+    count_and_keep,
+    expected,
+    file_digests,
+    log_equal_bits,
+    log_equal_values,
+)
 from ldpfl.contract.file_checks import checksum_problems, unprotected_datasets
 from ldpfl.contract.guarantee_check import GuaranteeCheck, check_stored
 from ldpfl.contract.jsonout import json_ready
@@ -72,6 +82,8 @@ class FileReport:
     bits: BitStatistics | None = None
     floats: FloatStatistics | None = None
     released_statistics: StatisticsSummary | None = None  # a stats:K file's release and its checks (issue 40)
+    duplicates: DuplicateCount | None = None  # repeated records (issue 42 item 3; ldpfl.contract.duplicates)
+    chance_pairs: float = 0.0  # the equal pairs distinct records would hold by chance (the file's value shares)
     flags: list[str] = field(default_factory=list)
     error: str | None = None  # "PATH: problem", one line
     error_problem: str | None = None  # the problem alone
@@ -111,6 +123,8 @@ class FileReport:
             "bit_statistics": None if self.bits is None else self.bits.to_dict(),
             "float_statistics": None if self.floats is None else self.floats.to_dict(),
             "released_statistics": None if self.released_statistics is None else self.released_statistics.to_dict(),
+            "duplicates": None if self.duplicates is None else self.duplicates.to_dict() | {
+                "chance_pairs": self.chance_pairs},
         })
 
 
@@ -172,8 +186,12 @@ def _count_packed(path: Path, handle: h5py.File, split: str, stored_width: int,
 
 
 def _float_statistics(path: Path, handle: h5py.File, features: int, mechanism: Any | None,
-                      block_rows: int | None) -> FloatStatistics:
-    """Per-feature moments over every split and, for PDPM, the share of each of its outputs."""
+                      block_rows: int | None) -> tuple[FloatStatistics, float]:
+    """Per-feature moments over every split and, for PDPM, the share of each of its outputs.
+
+    Also returns log P(two distinct rows are equal) from each coordinate's shares of the mechanism's few outputs
+    (``ldpfl.contract.duplicates.log_equal_values``); -inf for a mechanism of continuous outputs.
+    """
     moments = MomentAccumulator(features)
     lo, hi, non_finite = math.inf, -math.inf, 0
     outputs = None
@@ -182,6 +200,8 @@ def _float_statistics(path: Path, handle: h5py.File, features: int, mechanism: A
         names = ("high", "low", "centre") if len(values) == 3 else tuple(f"v{i}" for i in range(len(values)))
         outputs = dict(zip(names, (float(v) for v in values), strict=True))  # PDPM's three, duchi's ±B, ...
     hits = np.zeros(len(outputs or ()) + 1, dtype=np.int64)  # each output, then "other"
+    per_column = np.zeros((features, len(outputs or ())), dtype=np.int64)
+    points = np.array([np.float32(v) for v in (outputs or {}).values()], dtype=np.float32)
     for split in SPLITS:
         dset = handle[split]["features"]
         blocks, step = _iter_rows(handle, split, "features", block_rows)
@@ -192,13 +212,15 @@ def _float_statistics(path: Path, handle: h5py.File, features: int, mechanism: A
             moments.add(block)
             lo, hi = min(lo, float(np.nanmin(block))), max(hi, float(np.nanmax(block)))
             if outputs is not None:
-                counts = [int(np.count_nonzero(block == np.float32(v))) for v in outputs.values()]
+                per_column += np.count_nonzero(block[:, :, None] == points, axis=0)
+                counts = [int(np.count_nonzero(block == v)) for v in points]
                 hits += np.array([*counts, block.size - sum(counts)])
     fractions = None
     if outputs is not None and hits.sum():
         fractions = dict(zip([*outputs, "other"], (hits / hits.sum()).tolist(), strict=True))
+    log_equal = log_equal_values(per_column / moments.n) if outputs is not None and moments.n else -math.inf
     return FloatStatistics(moments.n, moments.mean.copy(), moments.std, lo if moments.n else None,
-                           hi if moments.n else None, non_finite, outputs, fractions)
+                           hi if moments.n else None, non_finite, outputs, fractions), log_equal
 
 
 def _read_input_density(path: Path, handle: h5py.File) -> np.ndarray | None:
@@ -238,8 +260,12 @@ def _read_data(path: Path, handle: h5py.File, metadata: ClientMetadata, mechanis
             input_density=density)
         for cls in report.bits.classes:
             report.flags.extend(cls.problems())
+        total = sum(report.rows.values())
+        if total:
+            report.chance_pairs = chance_pairs(total, log_equal_bits(sum(ones.values())[:width] / total))
     else:
-        report.floats = _float_statistics(path, handle, metadata.features, mechanism, block_rows)
+        report.floats, log_equal = _float_statistics(path, handle, metadata.features, mechanism, block_rows)
+        report.chance_pairs = chance_pairs(sum(report.rows.values()), log_equal)
         if report.floats.non_finite:
             report.flags.append(f"{report.floats.non_finite} feature values are NaN or infinite")
         other = (report.floats.output_fractions or {}).get("other")
@@ -285,6 +311,8 @@ def inspect_file(path: str | os.PathLike, *, manifest: ManifestCheck | None = No
             _read_data(path, handle, metadata, mechanism, report, block_rows)
             report.released_statistics, problems = statistics_summary(handle, metadata)  # after the checksums
             report.flags.extend(problems)
+            report.duplicates, problems = duplicate_summary(path, handle, metadata, report.chance_pairs)
+            report.flags.extend(problems)
             if report.manifest.rows is not None and dict(report.manifest.rows) != report.rows:
                 report.flags.append(f"rows {report.rows} differ from the manifest's {dict(report.manifest.rows)}")
     except FormatError as error:
@@ -293,6 +321,22 @@ def inspect_file(path: str | os.PathLike, *, manifest: ManifestCheck | None = No
         problem = f"unexpected {type(error).__name__} while reading ({short_error(error)})"
         report.error, report.error_problem = f"{path}: {problem}", problem
     return report
+
+
+def duplicate_summary(path: Path, handle: h5py.File, metadata: ClientMetadata,
+                      pairs: float = 0.0) -> tuple[DuplicateCount, list[str]]:
+    """Return the file's duplicated records (``ldpfl.contract.duplicates``) and the flag they raise, if any.
+
+    Repeated records weigh more in training and in the pooled test figure, and test rows that repeat training
+    rows score as seen. The count is flagged only beyond what ``pairs`` equal pairs of distinct records give by
+    chance (``beyond_chance``); a ``label`` release repeats its one-hot rows by construction and is not flagged.
+    """
+    counts, _ = count_and_keep(file_digests(path, handle))
+    if expected(metadata) or not beyond_chance(counts.total, pairs):
+        return counts, []
+    return counts, [f"{counts.describe()}, beyond the {pairs:.3g} equal pairs distinct records give by chance: "
+                    "repeated records weigh more in training and in the pooled test figure (ldpfl gather --dedupe "
+                    "drops them)"]
 
 
 def guarantee_summary(handle: h5py.File, metadata: ClientMetadata, rows: Mapping[str, int], *,
