@@ -6,7 +6,8 @@ once, beside the synthetic rows of ``/train``:
 ```
 /released_statistics/sums           float64 (c, K)   noisy per-class sums of the clipped projected records
 /released_statistics/counts         float64 (c,)     noisy class counts
-/released_statistics/moments        float64 (K, K)   noisy second moments (symmetric)
+/released_statistics/moments        float64 (K, K)   noisy second moments (symmetric): about the release's own
+                                                       class means (``moments_about`` class-means), or the origin
 /released_statistics/synthetic_key  int64 (1,)       the public key the synthetic records were drawn with
 ```
 
@@ -15,7 +16,8 @@ shares), which the privacy report also records (``sigma_*``). :func:`statistics_
 flags and what ``federate``/``gather`` refuse:
 
 * the noise the parameters imply gives back the recorded ε under both relations (eq. 1 of
-  ``sufficient_statistics`` inverted: μ² = C²/σ_S² + 1/σ_N² + C⁴/σ_M²);
+  ``sufficient_statistics`` inverted: μ² = C²/σ_S² + 1/σ_N² + C_M⁴/σ_M², C_M being C_r for moments about the
+  class means, C about the origin);
 * the synthetic rows and labels are those the recorded statistics and key give (float32 rows within a relative
   1e-4 of the recomputation: the Cholesky factor and the products go through BLAS, whose rounding may differ
   between machines).
@@ -23,6 +25,7 @@ flags and what ``federate``/``gather`` refuse:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from pathlib import Path
@@ -34,7 +37,7 @@ from ldpfl.contract.release_point import STATS, parse_release
 from ldpfl.contract.schema import ClientMetadata, FormatError
 from ldpfl.mechanisms import accounting
 from ldpfl.mechanisms import sufficient_statistics as stats
-from ldpfl.mechanisms.gaussian_statistics import GaussianStatistics, Released
+from ldpfl.mechanisms.gaussian_statistics import ORIGIN, GaussianStatistics, Released
 
 GROUP = "released_statistics"
 DATASETS = ("sums", "counts", "moments", "synthetic_key")
@@ -52,10 +55,15 @@ def is_statistics_file(metadata: ClientMetadata) -> bool:
 
 
 def mechanism_of(metadata: ClientMetadata) -> GaussianStatistics:
-    """Return the file's ``gaussian-stats`` mechanism, built from its recorded parameters."""
+    """Return the file's ``gaussian-stats`` mechanism, built from its recorded parameters.
+
+    A file written before ``moments_about`` existed released its moments about the origin.
+    """
     mechanism = metadata.mechanism_spec().build()
     if not isinstance(mechanism, GaussianStatistics):
         raise ValueError(f"a stats release names mechanism {metadata.mechanism!r}, expected 'gaussian-stats'")
+    if "moments_about" not in metadata.mechanism_parameters:
+        mechanism = dataclasses.replace(mechanism, moments_about=ORIGIN)
     return mechanism
 
 
@@ -90,10 +98,11 @@ def check_group(path: Path, handle: h5py.File, metadata: ClientMetadata) -> None
 def read_release(handle: h5py.File, metadata: ClientMetadata) -> Released:
     """Return the file's release: its statistics, the noise its parameters imply, and the synthetic key."""
     group = handle[GROUP]
+    mechanism = mechanism_of(metadata)
     released = stats.Statistics(np.asarray(group["sums"][...], dtype=np.float64),
                                 np.asarray(group["counts"][...], dtype=np.float64),
-                                np.asarray(group["moments"][...], dtype=np.float64))
-    return Released(released, mechanism_of(metadata).scales(metadata.features), int(group["synthetic_key"][0]))
+                                np.asarray(group["moments"][...], dtype=np.float64), centered=mechanism.centered)
+    return Released(released, mechanism.scales(metadata.features), int(group["synthetic_key"][0]))
 
 
 def write_release(file: h5py.File, released: Released) -> None:
@@ -129,17 +138,24 @@ def feature_map(metadata: ClientMetadata) -> Callable[[np.ndarray], np.ndarray] 
     return project
 
 
-def epsilon_from_noise(scales: stats.NoiseScales, clip: float, delta: float) -> dict[str, float]:
-    """Return ε under each relation of the noise ``scales`` at clip C: μ from eq. 1, replace-one from eq. 2."""
-    mu = math.sqrt(clip**2 / scales.sums**2 + 1 / scales.counts**2 + clip**4 / scales.moments**2)
-    shares = (clip**2 / scales.sums**2 / mu**2, 1 / scales.counts**2 / mu**2, clip**4 / scales.moments**2 / mu**2)
-    total = sum(shares)
-    return stats.epsilons(mu, delta, (shares[0] / total, shares[1] / total, shares[2] / total))
+def epsilon_from_noise(scales: stats.NoiseScales, clip: float, delta: float, *, moments_clip: float | None = None,
+                       centered: bool = False) -> dict[str, float]:
+    """Return ε under each relation of the noise ``scales``: μ from eq. 1 (1'), replace-one from eq. 2 (3).
+
+    ``clip`` is C; ``moments_clip`` C_M, what bounds a record's term in the moments (C_r centered; default C).
+    """
+    moments_clip = clip if moments_clip is None else moments_clip
+    parts = (clip**2 / scales.sums**2, 1 / scales.counts**2, moments_clip**4 / scales.moments**2)
+    mu = math.sqrt(sum(parts))
+    total = sum(parts)
+    return stats.epsilons(mu, delta, (parts[0] / total, parts[1] / total, parts[2] / total), centered=centered)
 
 
 def noise_problems(metadata: ClientMetadata, released: Released, mechanism: GaussianStatistics) -> list[str]:
     """Return how the noise the parameters give disagrees with the recorded ε (target and report), one line each."""
-    recomputed = epsilon_from_noise(released.scales, mechanism.clip_for(metadata.features), mechanism.delta)
+    recomputed = epsilon_from_noise(released.scales, mechanism.clip_for(metadata.features), mechanism.delta,
+                                    moments_clip=mechanism.moments_clip_for(metadata.features),
+                                    centered=mechanism.centered)
     problems = []
     target = recomputed[mechanism.neighbours]
     if not math.isclose(target, mechanism.epsilon, rel_tol=1e-6, abs_tol=1e-6):

@@ -14,11 +14,16 @@ Everything after is post-processing:
   model sampled from a public seed), no privacy spent.
 
 ``--tune-clip`` chose the clip fraction f on MNIST-5k's validation records at ε = 3 (0.6: nearly every record is
-clipped, a normalization); ``--tune`` then chooses (k, shares, shrinkage) at each ε on the IID silos' validation
-records (seed 0) and writes the grid; the front uses the choice recorded for each ε. Accuracy is on the
-official test records (never used for a choice) and on each silo's own held-out records.
+clipped, a normalization); ``--tune-residual`` the clip of a residual about its class mean (C_r = r·C) the same
+way, for the release of moments about each silo's own noisy class means (``--moments-about class-means``, the
+package's default since it halves the moments' noise; ``origin`` is the first release's). ``--tune`` then
+chooses (k, shares, shrinkage) at each ε on the IID silos' validation records (seed 0) and writes the grid; the
+front uses the choice recorded for each ε. Files of the origin release carry ``_origin`` in their names.
+Accuracy is on the official test records (never used for a choice) and on each silo's own held-out records.
 
     python experiments/exp10_released_stats.py --dataset mnist5k --tune-clip --out docs/results
+    python experiments/exp10_released_stats.py --dataset mnist5k --tune-residual --out docs/results
+    python experiments/exp10_released_stats.py --tune-residual --out docs/results
     python experiments/exp10_released_stats.py --tune --out docs/results
     python experiments/exp10_released_stats.py --dataset mnist5k --tune --out docs/results
     python experiments/exp10_released_stats.py --partitions iid dirichlet-0.1 dirichlet-0.5 shards-1 --out docs/results
@@ -44,6 +49,14 @@ SILOS, DELTA, CLASSES, WIDTH = 10, 1e-5, 10, 3969
 PROJECTION_SEED, SYNTHETIC_SEED = 0, 1
 GRID = {"k": {"fashion-mnist": [192, 256, 384, 512], "mnist5k": [32, 64, 128, 192, 256, 512]},
         "shares": [(0.5, 0.05, 0.45), (0.3, 0.02, 0.68)], "shrinkage": [0.05, 0.1, 0.2, 0.4]}
+CENTERED_GRID = {"k": {"fashion-mnist": [256, 384, 512, 768, 1024], "mnist5k": [32, 64, 128, 256, 512]},
+                 "shares": [(0.5, 0.05, 0.45), (0.3, 0.02, 0.68)], "shrinkage": [0.05, 0.1, 0.2]}
+"""The grid of the release about the class means (wider K: its moments carry half the noise)."""
+RESIDUAL_GRID = {"k": {"mnist5k": [64, 128, 256], "fashion-mnist": [512, 768]},
+                 "shares": [(0.5, 0.05, 0.45), (0.3, 0.02, 0.68)],
+                 "residual_fraction": [0.4, 0.5, 0.6, 0.8], "shrinkage": [0.05, 0.1, 0.2, 0.4]}
+"""The grid at epsilon 3 of the residual clip C_r = r·C: MNIST-5k's 200 validation records cannot tell r apart
+(every r within one record), so r was chosen on Fashion-MNIST's validation records (0.6, the package default)."""
 """The grid chosen from on validation records at each epsilon; the clip fraction is MNIST-5k's (``--tune-clip``)."""
 CLIP_GRID = {"k": [128, 256, 384], "shares": [(0.5, 0.05, 0.45), (0.3, 0.02, 0.68), (0.65, 0.03, 0.32)],
              "clip_fraction": [0.6, 0.75, 0.9], "shrinkage": [0.05, 0.1, 0.2, 0.4, 0.8]}
@@ -60,10 +73,19 @@ def projected(x: np.ndarray, k: int, clip_fraction: float) -> tuple[np.ndarray, 
     return z, clip
 
 
-def releases(z, y, splits, epsilon: float, shares, rng) -> tuple[list[ss.Statistics], ss.NoiseScales]:
-    mu = ss.calibrate_mu(epsilon, DELTA, shares=shares)
-    scales = ss.noise_scales(mu, 1.0, shares)
-    stats = [ss.release(ss.statistics(z[s["train"]], y[s["train"]], CLASSES), scales, rng) for s in splits]
+def releases(z, y, splits, epsilon: float, shares, rng, residual: float | None = None
+             ) -> tuple[list[ss.Statistics], ss.NoiseScales]:
+    """Each silo's release (C = 1: z is divided by C); ``residual`` C_r: moments about its own noisy class means."""
+    mu = ss.calibrate_mu(epsilon, DELTA, shares=shares, centered=residual is not None)
+    scales = ss.noise_scales(mu, 1.0, shares, moments_clip=residual)
+    if residual is None:
+        return [ss.release(ss.statistics(z[s["train"]], y[s["train"]], CLASSES), scales, rng) for s in splits], scales
+    stats = []
+    for s in splits:  # the package's two parts (gaussian_statistics.release_records), on C = 1
+        zs, ys = z[s["train"]], y[s["train"]]
+        first = ss.release_first_part(ss.statistics(zs, ys, CLASSES, moments=False), scales, rng)
+        moments = ss.residual_moments(zs, ys, ss.noisy_means(first), residual)
+        stats.append(ss.release_second_part(first, moments, scales, rng))
     return stats, scales
 
 
@@ -104,27 +126,54 @@ def fc_federation(models: list[sm.GaussianModel], z_test, y_test, seed: int, *, 
     return w, b
 
 
-def tune(x, y, pool, out: Path, dataset: str, epsilons, clip_fraction: float) -> dict:
+def tune(x, y, pool, out: Path, dataset: str, epsilons, clip_fraction: float, residual: float | None) -> dict:
     """Choose (k, shares, shrinkage) at each epsilon on the 10 IID silos' validation records (seed 0)."""
     splits = silo_splits(y, pool, "iid", 0)
     val = np.concatenate([s["val"] for s in splits])
     rows = []
-    for k in GRID["k"][dataset]:
+    grid = GRID if residual is None else CENTERED_GRID
+    for k in grid["k"][dataset]:
         z, _clip = projected(x, k, clip_fraction)
-        for epsilon, shares in itertools.product(epsilons, GRID["shares"]):
-            stats, scales = releases(z, y, splits, epsilon, shares, np.random.default_rng(0))
+        for epsilon, shares in itertools.product(epsilons, grid["shares"]):
+            stats, scales = releases(z, y, splits, epsilon, shares, np.random.default_rng(0), residual)
             total, noise = pooled(stats, scales)
-            for a in GRID["shrinkage"]:
+            for a in grid["shrinkage"]:
                 acc = lda_accuracy(sm.estimate(total, noise, shrinkage=a), z[val], y[val])
                 rows.append({"epsilon": epsilon, "k": k, "clip_fraction": clip_fraction, "shares": list(shares),
-                             "shrinkage": a, "validation_accuracy": acc})
+                             "residual_fraction": residual, "shrinkage": a, "validation_accuracy": acc})
                 print(json.dumps(rows[-1]), flush=True)
     chosen = {f"{e:g}": max((r for r in rows if r["epsilon"] == e), key=lambda r: r["validation_accuracy"])
               for e in epsilons}
     result = {"dataset": dataset, "chosen_on": "the 10 IID silos' validation records (5 %), seed 0, each epsilon",
               "clip_fraction_from": "MNIST-5k (exp10_clip_tuning_mnist5k.json)", "grid": rows, "chosen": chosen}
-    (out / f"exp10_tuning_{dataset}.json").write_text(json.dumps(result, indent=1))
+    (out / f"exp10_tuning_{dataset}{suffix(residual)}.json").write_text(json.dumps(result, indent=1))
     return chosen
+
+
+def suffix(residual: float | None) -> str:
+    """The results' file-name suffix: none for the release about the class means, ``_origin`` for the first."""
+    return "_origin" if residual is None else ""
+
+
+def tune_residual(x, y, pool, out: Path, dataset: str, clip_fraction: float) -> dict:
+    """The grid (``RESIDUAL_GRID``) at epsilon 3 on the IID silos' validation records: the residual clip fraction."""
+    splits = silo_splits(y, pool, "iid", 0)
+    val = np.concatenate([s["val"] for s in splits])
+    rows = []
+    for k in RESIDUAL_GRID["k"][dataset]:
+        z, _clip = projected(x, k, clip_fraction)
+        for r, shares in itertools.product(RESIDUAL_GRID["residual_fraction"], RESIDUAL_GRID["shares"]):
+            stats, scales = releases(z, y, splits, 3.0, shares, np.random.default_rng(0), r)
+            total, noise = pooled(stats, scales)
+            for a in RESIDUAL_GRID["shrinkage"]:
+                acc = lda_accuracy(sm.estimate(total, noise, shrinkage=a), z[val], y[val])
+                rows.append({"k": k, "residual_fraction": r, "shares": list(shares), "shrinkage": a,
+                             "validation_accuracy": acc})
+    best = max(rows, key=lambda r: r["validation_accuracy"])
+    result = {"dataset": dataset, "chosen_on": "the 10 IID silos' validation records, epsilon 3, seed 0",
+              "clip_fraction": clip_fraction, "grid": rows, "chosen": best}
+    (out / f"exp10_residual_tuning_{dataset}.json").write_text(json.dumps(result, indent=1))
+    return best
 
 
 def tune_clip(x, y, pool, out: Path, dataset: str) -> dict:
@@ -154,6 +203,7 @@ def front(x, y, pool, test, choices: dict, partitions, epsilons, seeds: int, dat
     for epsilon in epsilons:
         chosen = choices.get(f"{epsilon:g}", choices.get("all"))
         k, f, shares, a = chosen["k"], chosen["clip_fraction"], tuple(chosen["shares"]), chosen["shrinkage"]
+        residual = chosen.get("residual_fraction")
         if (k, f) not in spaces:
             spaces.clear()
             spaces[(k, f)] = projected(x, k, f)
@@ -163,13 +213,15 @@ def front(x, y, pool, test, choices: dict, partitions, epsilons, seeds: int, dat
             for seed in range(seeds if epsilon == 3 else 1):
                 start = time.perf_counter()
                 rng = np.random.default_rng([seed, int(epsilon * 1000)])
-                stats, scales = releases(z, y, splits, epsilon, shares, rng)
+                stats, scales = releases(z, y, splits, epsilon, shares, rng, residual)
                 mu = scales.mu
-                eps = ss.epsilons(mu, DELTA, shares)
+                eps = ss.epsilons(mu, DELTA, shares, centered=residual is not None)
                 total, noise = pooled(stats, scales)
                 model = sm.estimate(total, noise, shrinkage=a)
                 alone = [sm.estimate(s, scales, shrinkage=a) for s in stats]
                 common = {"dataset": dataset, "partition": partition, "seed": seed,
+                          "moments_about": "origin" if residual is None else "class-means",
+                          "residual_fraction": residual,
                           "epsilon_add_remove": eps["add-remove"], "epsilon_replace_one": eps["replace-one"],
                           "delta": DELTA, "epsilon_add_remove_target": epsilon, "k": k, "clip": clip,
                           "clip_fraction": f, "shares": list(shares), "shrinkage": a, "mu": mu,
@@ -204,6 +256,9 @@ def main() -> None:
     parser.add_argument("--dataset", choices=("fashion-mnist", "mnist5k"), default="fashion-mnist")
     parser.add_argument("--tune", action="store_true", help="choose k, shares and shrinkage on validation")
     parser.add_argument("--tune-clip", action="store_true", help="choose the clip fraction (MNIST-5k, epsilon 3)")
+    parser.add_argument("--tune-residual", action="store_true",
+                        help="choose the residual clip fraction (MNIST-5k, epsilon 3)")
+    parser.add_argument("--moments-about", choices=("class-means", "origin"), default="class-means")
     parser.add_argument("--partitions", nargs="+", default=["iid", "dirichlet-0.1", "dirichlet-0.5", "shards-1"])
     parser.add_argument("--epsilons", nargs="+", type=float, default=[1, 2, 3, 5, 8])
     parser.add_argument("--seeds", type=int, default=3, help="seeds at epsilon 3 (one at the others)")
@@ -214,19 +269,26 @@ def main() -> None:
     x, y = features(Path(f"runs/exp8_cache/{short}_scatter"), args.dataset)
     pool, test = pools(args.dataset, y)
     args.out.mkdir(parents=True, exist_ok=True)
-    tuning = args.out / f"exp10_tuning_{args.dataset}.json"
+    clip_fraction = json.loads((args.out / "exp10_clip_tuning_mnist5k.json").read_text())["chosen"]["clip_fraction"]
+    residual = None
+    if args.moments_about == "class-means" and not args.tune_residual:
+        residual = json.loads((args.out / "exp10_residual_tuning_fashion-mnist.json").read_text())["chosen"][
+            "residual_fraction"]
+    tuning = args.out / f"exp10_tuning_{args.dataset}{suffix(residual)}.json"
     if args.tune_clip:
         print("chosen", tune_clip(x, y, pool, args.out, args.dataset))
         return
+    if args.tune_residual:
+        print("chosen", tune_residual(x, y, pool, args.out, args.dataset, clip_fraction))
+        return
     if args.tune:
-        clip_fraction = json.loads((args.out / "exp10_clip_tuning_mnist5k.json").read_text())["chosen"]["clip_fraction"]
-        print("chosen", tune(x, y, pool, args.out, args.dataset, args.epsilons, clip_fraction))
+        print("chosen", tune(x, y, pool, args.out, args.dataset, args.epsilons, clip_fraction, residual))
         return
     stored = json.loads(tuning.read_text())["chosen"]
     choices = stored if "k" not in stored else {"all": stored}
     records = front(x, y, pool, test, choices, args.partitions, args.epsilons, args.seeds, args.dataset,
                     not args.no_fc)
-    path = args.out / f"exp10_released_stats_{args.dataset}.json"
+    path = args.out / f"exp10_released_stats_{args.dataset}{suffix(residual)}.json"
     old = json.loads(path.read_text()) if path.exists() else []
     keep = [r for r in old if r["partition"] not in args.partitions]
     path.write_text(json.dumps(keep + records, indent=1))

@@ -33,6 +33,12 @@ CLIP_FRACTION = 0.6
 """The default clip C = 0.6·√k: a GroupNorm'd ScatterNet record of r values has norm ≤ √r, so its projection on
 k of r orthonormal directions about √k; 0.6 was chosen on MNIST-5k's validation records (docs/RESULTS.md
 section 9) and clips nearly every record (a normalization)."""
+RESIDUAL_FRACTION = 0.6
+"""The default clip of a residual about its class mean, C_r = 0.6·C: MNIST-5k's validation records cannot tell
+0.4-0.8 apart, so it was chosen on Fashion-MNIST's validation records at ε = 3 (docs/RESULTS.md section 9; the
+residuals' median norm is about 0.6 C there)."""
+CLASS_MEANS, ORIGIN = "class-means", "origin"
+"""What the released second moments are taken about (``moments_about``): see sufficient_statistics, eq. 1'."""
 STATISTICS_DOMAIN = "statistics"
 SYNTHETIC_KEY_BOUND = 2**53
 """The synthetic records' public key is drawn uniformly below this from the silo's stream, after the noise (2^53:
@@ -71,6 +77,9 @@ class GaussianStatistics(Mechanism):
     moments_share: float = param(stats.SHARES[2], "share of the budget spent on the second moments")
     projection_key: int = param(0, "public key of the random orthonormal projection (numpy PCG64)")
     shrinkage: float = param(model.SHRINKAGE, "ridge of the estimated covariance, in noise edges")
+    moments_about: str = param(CLASS_MEANS, "second moments about the release's own noisy class-means (the "
+                                            "default: the noise falls with C_r^2) or about the origin")
+    residual_clip: float | None = param(None, "L2 clip C_r of a residual about its class mean (default 0.6*C)")
     neighbours: str = param(accounting.ADD_REMOVE, "the relation epsilon is stated under: add-remove or replace-one")
 
     def __post_init__(self) -> None:
@@ -89,28 +98,44 @@ class GaussianStatistics(Mechanism):
         if not math.isfinite(self.shrinkage) or self.shrinkage < 0:
             raise ValueError(f"shrinkage must be a finite number >= 0, got {self.shrinkage!r}")
         accounting.require_neighbours(self.neighbours)
+        if self.moments_about not in (CLASS_MEANS, ORIGIN):
+            raise ValueError(f"moments_about must be {CLASS_MEANS!r} or {ORIGIN!r}, got {self.moments_about!r}")
+        if self.residual_clip is not None:
+            require_finite_positive("residual_clip", self.residual_clip)
 
     @property
     def shares(self) -> tuple[float, float, float]:
         """(s_S, s_N, s_M): the budget μ² split among sums, counts and second moments."""
         return (self.sums_share, self.counts_share, self.moments_share)
 
+    @property
+    def centered(self) -> bool:
+        """Whether the second moments are about the release's own class means (eq. 1' of sufficient_statistics)."""
+        return self.moments_about == CLASS_MEANS
+
     def clip_for(self, width: int) -> float:
         """Return C for records of ``width`` values: the given clip, else 0.6·√width."""
         return float(self.clip) if self.clip is not None else CLIP_FRACTION * math.sqrt(width)
 
+    def moments_clip_for(self, width: int) -> float:
+        """Return the clip of what enters the second moments: C_r (centered; default 0.6·C), else C."""
+        if not self.centered:
+            return self.clip_for(width)
+        return float(self.residual_clip) if self.residual_clip is not None else RESIDUAL_FRACTION * self.clip_for(width)
+
     @property
     def mu(self) -> float:
         """μ, the add/remove Gaussian-DP figure the target (ε, δ) allows (exact analytic Gaussian)."""
-        return stats.calibrate_mu(self.epsilon, self.delta, neighbours=self.neighbours, shares=self.shares)
+        return stats.calibrate_mu(self.epsilon, self.delta, neighbours=self.neighbours, shares=self.shares,
+                                  centered=self.centered)
 
     def scales(self, width: int) -> stats.NoiseScales:
-        """Return each part's σ for records of ``width`` values (eq. 1 of sufficient_statistics)."""
-        return stats.noise_scales(self.mu, self.clip_for(width), self.shares)
+        """Return each part's σ for records of ``width`` values (eq. 1, 1' of sufficient_statistics)."""
+        return stats.noise_scales(self.mu, self.clip_for(width), self.shares, moments_clip=self.moments_clip_for(width))
 
     def epsilons(self) -> dict[str, float]:
         """Return the release's ε under each relation at δ."""
-        return stats.epsilons(self.mu, self.delta, self.shares)
+        return stats.epsilons(self.mu, self.delta, self.shares, centered=self.centered)
 
     def clipped(self, z: np.ndarray) -> np.ndarray:
         """Return projected records ``z`` (n, k) clipped to L2 norm C (float64): the release's feature map."""
@@ -122,16 +147,43 @@ class GaussianStatistics(Mechanism):
         return stats.statistics(self.clipped(z), labels, classes)
 
     def release(self, clean: stats.Statistics, *, rng: np.random.Generator) -> Released:
-        """Return ``clean`` (of records clipped to C) with the noise drawn from ``rng``, then the synthetic key."""
+        """Return ``clean`` (of records clipped to C) with the noise drawn from ``rng``, then the synthetic key.
+
+        Moments about the origin only: a centered release needs the records again (:meth:`release_first`).
+        """
+        if self.centered:
+            raise ValueError("a release of moments about the class means is made in two parts (release_first, "
+                             "then release_second over the same records)")
         rng = require_generator(rng)
         scales = self.scales(clean.width)
         noisy = stats.release(clean, scales, rng)
         return Released(noisy, scales, int(rng.integers(SYNTHETIC_KEY_BOUND)))
 
+    def release_first(self, clean: stats.Statistics, *, rng: np.random.Generator) -> stats.Statistics:
+        """Return part (a) of a centered release: ``clean``'s sums and counts with their noise (eq. 1')."""
+        return stats.release_first_part(clean, self.scales(clean.width), require_generator(rng))
+
+    def residual_moments(self, z: np.ndarray, labels: np.ndarray, first: stats.Statistics) -> np.ndarray:
+        """Return Σ r rᵀ of projected records ``z`` clipped to C, r about ``first``'s noisy means clipped to C_r."""
+        width = int(np.shape(z)[-1])
+        return stats.residual_moments(self.clipped(z), labels, stats.noisy_means(first), self.moments_clip_for(width))
+
+    def release_second(self, first: stats.Statistics, moments: np.ndarray, *,
+                       rng: np.random.Generator) -> Released:
+        """Return the centered release: part (b), the residual ``moments`` with their noise, then the key."""
+        rng = require_generator(rng)
+        scales = self.scales(first.width)
+        return Released(stats.release_second_part(first, moments, scales, rng), scales,
+                        int(rng.integers(SYNTHETIC_KEY_BOUND)))
+
     def release_records(self, z: np.ndarray, labels: np.ndarray, classes: int, *,
                         rng: np.random.Generator) -> Released:
         """Clip projected records ``z`` (n, k), release their statistics with noise from ``rng``, draw the key."""
-        return self.release(self.clean_statistics(z, labels, classes), rng=rng)
+        clean = self.clean_statistics(z, labels, classes)
+        if not self.centered:
+            return self.release(clean, rng=rng)
+        first = self.release_first(clean, rng=rng)
+        return self.release_second(first, self.residual_moments(z, labels, first), rng=rng)
 
     def synthetic(self, released: Released) -> tuple[np.ndarray, np.ndarray]:
         """Return the synthetic records (float64) and labels the release gives (a function of it and its key)."""
@@ -169,21 +221,26 @@ class GaussianStatistics(Mechanism):
             exact_epsilon_per_record=figures[accounting.REPLACE_ONE],
             exact_delta=self.delta, coordinate="statistic", record="record (its clipped projection and its label)",
             sigma=None if scales is None else scales.moments, sensitivity=None if width is None else
-            self.clip_for(width) ** 2,
+            self.moments_clip_for(width) ** 2,
             probabilities={"mu_add_remove": self.mu, "epsilon_add_remove": figures[accounting.ADD_REMOVE],
                            "epsilon_replace_one": figures[accounting.REPLACE_ONE],
-                           "replace_one_factor": stats.replace_one_factor(self.shares), **sigmas},
+                           "replace_one_factor": stats.replace_one_factor(self.shares, centered=self.centered),
+                           **sigmas},
             notes=(
-                "one release of the per-class sums (sensitivity C), class counts (1) and second moments (C^2, "
-                "Frobenius) of the projected records clipped to L2 norm C, each with Gaussian noise; labels are "
-                "covered (the statistics are per class); synthetic records are post-processing",
+                "one release of the per-class sums (sensitivity C), class counts (1) and second moments of the "
+                "projected records clipped to L2 norm C, each with Gaussian noise; " + (
+                    "the second moments are those of the residuals about the release's own noisy class means, "
+                    "clipped to C_r (sensitivity C_r^2, Frobenius; adaptive composition)" if self.centered else
+                    "the second moments are about the origin (sensitivity C^2, Frobenius)")
+                + "; labels are covered (the statistics are per class); synthetic records are post-processing",
                 f"exact epsilon {figures[accounting.ADD_REMOVE]:.4g} under add/remove and "
                 f"{figures[accounting.REPLACE_ONE]:.4g} under replace-one at delta {self.delta:g} (analytic "
                 "Gaussian, Balle & Wang 2018; replace-one moves the release by mu_r = "
-                f"{stats.replace_one_factor(self.shares):.4f} mu)",
+                f"{stats.replace_one_factor(self.shares, centered=self.centered):.4f} mu)",
                 "continuous Gaussian noise from the silo's CSPRNG stream (as DP-SGD's), not the lattice sampler",
             ),
         )
 
 
-__all__ = ["CLIP_FRACTION", "STATISTICS_DOMAIN", "GaussianStatistics", "Released"]
+__all__ = ["CLASS_MEANS", "CLIP_FRACTION", "ORIGIN", "RESIDUAL_FRACTION", "STATISTICS_DOMAIN", "GaussianStatistics",
+           "Released"]

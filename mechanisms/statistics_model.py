@@ -4,7 +4,8 @@ Post-processing of :mod:`ldpfl.mechanisms.sufficient_statistics` releases (no pr
 statistics (S, N, M) of n = Σ_c N_c records:
 
 * class means μ_c = S_c / N_c and priors π_c = N_c / n (each N_c floored at 1: a noisy count may be ≤ 0);
-* the within-class covariance Σ = (M − Σ_c S_c S_cᵀ / N_c) / (n − c) (Fisher's pooled scatter);
+* the within-class covariance Σ = (M − Σ_c S_c S_cᵀ / N_c) / (n − c) (Fisher's pooled scatter), or M / (n − c)
+  when M is already about the class means (a centered release);
 * M's noise is σ_M (G + Gᵀ)/2, a Wigner matrix: its spectrum fills [−τ√(2k), τ√(2k)] with τ = σ_M/(n − c)
   (the semicircle law: off-diagonal variance τ²/2, Anderson, Guionnet, Zeitouni 2010, Theorem 2.1.1), so
   Σ's eigenvalues below that edge are noise. Σ is regularized to Σ + λ I with λ = ``shrinkage`` · τ√(2k)
@@ -63,7 +64,7 @@ def estimate(stats: Statistics, scales: NoiseScales, *, shrinkage: float = SHRIN
     counts = np.maximum(stats.counts, 1.0)
     records = float(counts.sum())
     means = stats.sums / counts[:, None]
-    scatter = stats.moments - (stats.sums.T / counts) @ stats.sums
+    scatter = stats.scatter()
     covariance = (scatter + scatter.T) / (2.0 * max(records - stats.classes, 1.0))
     values, vectors = np.linalg.eigh(covariance)
     ridge = shrinkage * noise_edge(scales, records, stats.classes, stats.width)

@@ -35,7 +35,7 @@ from ldpfl.contract.schema import ClientMetadata
 from ldpfl.mechanisms import accounting
 from ldpfl.mechanisms import statistics_model as model
 from ldpfl.mechanisms import sufficient_statistics as ss
-from ldpfl.mechanisms.gaussian_statistics import CLIP_FRACTION, GaussianStatistics, Released
+from ldpfl.mechanisms.gaussian_statistics import CLASS_MEANS, CLIP_FRACTION, GaussianStatistics, Released
 
 SIGMA_KEYS = ("sigma_sums", "sigma_counts", "sigma_moments")
 """The privacy report's record of each part's noise scale (``GaussianStatistics.report``)."""
@@ -57,6 +57,8 @@ class StatisticsSummary:
     clip: float
     clip_is_default: bool
     shares: tuple[float, float, float]
+    moments_about: str  # class-means (the release's own noisy means) or origin
+    moments_clip: float  # C_r about the class means, C about the origin
     shrinkage: float
     delta: float
     neighbours: str  # the relation the target ε is stated under
@@ -94,7 +96,8 @@ class StatisticsSummary:
         return json_ready({
             "width": self.width, "classes": self.classes,
             "counts": self.statistics.counts.tolist(), "synthetic_rows_per_class": self.synthetic_rows,
-            "clip": self.clip, "clip_is_default": self.clip_is_default,
+            "clip": self.clip, "clip_is_default": self.clip_is_default, "moments_about": self.moments_about,
+            "moments_clip": self.moments_clip,
             "shares": dict(zip(("sums", "counts", "moments"), self.shares, strict=True)),
             "mu_add_remove": self.scales.mu,
             "sigma": {"sums": self.scales.sums, "counts": self.scales.counts, "moments": self.scales.moments},
@@ -137,7 +140,9 @@ class StatisticsSummary:
             f"  synthetic   {' '.join('-' if n is None else str(n) for n in self.synthetic_rows)} rows per class, "
             "drawn with the public "
             f"key {self.synthetic_key}",
-            f"  clip        {clip}: each projected record's L2 norm",
+            f"  clip        {clip}: each projected record's L2 norm; second moments about the "
+            + (f"release's own noisy class means, each residual clipped to C_r = {self.moments_clip:.4g}"
+               if self.moments_about == CLASS_MEANS else "origin"),
             f"  budget      mu = {_fmt(self.scales.mu, 6)} (Gaussian DP, add/remove), shares sums "
             f"{self.shares[0]:g} / counts {self.shares[1]:g} / second moments {self.shares[2]:g}",
             f"  noise       sigma sums {_fmt(sigmas['sigma_sums'])}, counts {_fmt(sigmas['sigma_counts'])}, second "
@@ -169,12 +174,12 @@ def synthetic_rows(counts: np.ndarray) -> list[int | None]:
 def covariance_spectrum(statistics: ss.Statistics) -> np.ndarray:
     """Return the eigenvalues (descending) of the pooled within-class covariance the statistics estimate.
 
-    ``statistics_model.estimate``'s first step: (M − Σ_c S_c S_cᵀ / N_c) / (n − c), N_c floored at 1, before its
+    ``statistics_model.estimate``'s first step: the within-class scatter / (n − c), N_c floored at 1, before its
     eigenvalues are floored at 0 and the ridge added, so the noise's spread about 0 (its semicircle, radius the
     noise edge) shows.
     """
     counts = np.maximum(statistics.counts, 1.0)
-    scatter = statistics.moments - (statistics.sums.T / counts) @ statistics.sums
+    scatter = statistics.scatter()  # the centered moments, or M − Σ_c S_c S_cᵀ / N_c
     covariance = (scatter + scatter.T) / (2.0 * max(float(counts.sum()) - statistics.classes, 1.0))
     try:
         return np.linalg.eigvalsh(covariance)[::-1] if np.all(np.isfinite(covariance)) else np.array([])
@@ -271,7 +276,9 @@ def statistics_summary(handle: h5py.File, metadata: ClientMetadata) -> tuple[Sta
         recorded["sigma_sums"], recorded["sigma_counts"], recorded["sigma_moments"], math.nan)
     noise_findings = _noise_findings(released.scales, recorded)
     try:
-        recomputed = rs.epsilon_from_noise(noise, clip, mechanism.delta)
+        recomputed = rs.epsilon_from_noise(noise, clip, mechanism.delta,
+                                           moments_clip=mechanism.moments_clip_for(metadata.features),
+                                           centered=mechanism.centered)
         noise_findings += _epsilon_findings(recomputed, mechanism, stated)
     except CHECK_ERRORS as error:
         recomputed = {relation: math.nan for relation in RELATIONS}
@@ -280,7 +287,9 @@ def statistics_summary(handle: h5py.File, metadata: ClientMetadata) -> tuple[Sta
     summary = StatisticsSummary(
         width=metadata.features, classes=metadata.num_classes, statistics=released.statistics,
         scales=released.scales, recorded_scales=recorded, clip=clip, clip_is_default=mechanism.clip is None,
-        shares=mechanism.shares, shrinkage=mechanism.shrinkage, delta=mechanism.delta,
+        shares=mechanism.shares, moments_about=mechanism.moments_about,
+        moments_clip=mechanism.moments_clip_for(metadata.features), shrinkage=mechanism.shrinkage,
+        delta=mechanism.delta,
         neighbours=mechanism.neighbours, target_epsilon=mechanism.epsilon, stated_epsilon=stated,
         recomputed_epsilon=recomputed, synthetic_key=released.synthetic_key,
         noise_findings=tuple(noise_findings), row_findings=tuple(row_findings))

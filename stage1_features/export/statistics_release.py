@@ -3,9 +3,13 @@
 The client's training records go through the weight-free extractor (``scatter``, or the columns of a table
 under ``none``) a batch at a time; each batch is projected on the plan's K public directions
 (``sufficient_statistics.projection`` at the plan's ``projection_key``), clipped to C and summed into the
-per-class sums, counts and second moments (they add across batches, so nothing is held but K² numbers). The
-``gaussian-stats`` mechanism adds its noise once, from the client's release stream (the CSPRNG unless seeded),
-and draws the public key of the synthetic records. The file then holds:
+per-class sums and counts (they add across batches). With moments about the class means (the default), the
+``gaussian-stats`` mechanism releases the sums and counts first, then the second moments of the residuals about
+the silo's own noisy class means, which needs the records a second time: the projected records wait in a
+temporary file on the silo's machine (n × K float64, deleted when the release is done), so the extractor runs
+once and memory holds a batch and K² numbers. With moments about the origin the moments are summed in the first
+pass. All noise comes from the client's release stream (the CSPRNG unless seeded), then the public key of the
+synthetic records is drawn. The file then holds:
 
 * ``/train``: the synthetic records and their labels (round(noisy N_c) rows of class c), drawn from the
   release's class-conditional Gaussian (``statistics_model``), a function of the statistics and the key;
@@ -20,6 +24,7 @@ statistics are per class); the synthetic records, and anything computed from the
 from __future__ import annotations
 
 import dataclasses
+import tempfile
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -41,6 +46,8 @@ from ldpfl.stage1_features.export.release import stored_layout
 from ldpfl.stage1_features.export.worker_guard import require_parent
 
 Batches = Callable[[str, Mapping[str, np.ndarray]], Iterator[tuple[np.ndarray, np.ndarray]]]
+RESIDUAL_ROWS = 8192
+"""Records read back at a time for the second moments about the class means."""
 EMPTY_CLASS_NOTE = ("client {client}: class(es) {classes} have no training records; what is released for each is "
                     "noise alone (its sums, count and second-moment share), and its synthetic records (round of "
                     "the noisy count, usually 0) carry no information about it")
@@ -107,14 +114,35 @@ def export_statistics(task: Any, dataset: Any, splits: Mapping[str, np.ndarray],
     point = ReleasePoint(STATS, spec.features)
     width = int(spec.features)
     classes = int(dataset.num_classes)
-    clean = sufficient_statistics.Statistics(np.zeros((classes, width)), np.zeros(classes), np.zeros((width, width)))
     bar = progress_bar(total=len(splits["train"]), desc=f"client {task.index} statistics", unit="row", leave=False,
                        position=task.position, disable=not task.progress)
-    with bar:
+    with bar, tempfile.TemporaryDirectory(prefix="ldpfl-stats-") as scratch:
+        records = np.lib.format.open_memmap(Path(scratch) / "projected.npy", mode="w+", dtype=np.float64,
+                                            shape=(len(splits["train"]), width)) if mechanism.centered else None
+        record_labels = np.empty(len(splits["train"]), dtype=np.int64)
+        clean = sufficient_statistics.Statistics(np.zeros((classes, width)), np.zeros(classes),
+                                                 np.zeros((width, width)))
+        offset = 0
         for z, y in projected_batches(batches("train", labels), width, mechanism.projection_key):
-            clean = clean + mechanism.clean_statistics(z, y, classes)
+            if records is None:  # about the origin: the second moments add up in this pass
+                clean = clean + mechanism.clean_statistics(z, y, classes)
+            else:
+                on_clip = mechanism.clipped(z)
+                records[offset:offset + len(y)] = on_clip
+                record_labels[offset:offset + len(y)] = y
+                clean = clean + sufficient_statistics.statistics(on_clip, y, classes, moments=False)
+            offset += len(y)
             bar.update(len(y))
-    released = mechanism.release(clean, rng=release_rng)  # the one release: everything below is post-processing
+        if records is None:
+            released = mechanism.release(clean, rng=release_rng)  # the one release: the rest is post-processing
+        else:
+            first = mechanism.release_first(clean, rng=release_rng)  # (a) sums and counts, then (b) about their means
+            moments = np.zeros((width, width))
+            for start in range(0, offset, RESIDUAL_ROWS):
+                stop = min(start + RESIDUAL_ROWS, offset)
+                moments += mechanism.residual_moments(records[start:stop], record_labels[start:stop], first)
+            released = mechanism.release_second(first, moments, rng=release_rng)
+            del records
     rows, synthetic_labels = mechanism.synthetic(released)
     layout = stored_layout(point, spec)
     row_counts = {"train": len(rows), "test": 0}

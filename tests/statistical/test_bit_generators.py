@@ -134,7 +134,8 @@ def statistics_rates(rng: np.random.Generator) -> Rates:
     """gaussian-stats: each part's noise beyond 1.96 of its σ (σ_M/√2 above M's diagonal) at the normal's 5 %."""
     m = mech.create_mechanism("gaussian-stats", epsilon=1.0, width=20)
     zero = stats.Statistics(np.zeros((5, 20)), np.zeros(5), np.zeros((20, 20)))
-    draws = [m.release(zero, rng=rng).statistics for _ in range(DRAWS // 100)]
+    draws = [m.release_second(m.release_first(zero, rng=rng), np.zeros((20, 20)), rng=rng).statistics
+             for _ in range(DRAWS // 100)]
     scales = m.scales(20)
     upper = np.triu_indices(20, 1)
     parts = {"sums": (np.stack([d.sums for d in draws]), scales.sums),

@@ -117,6 +117,81 @@ def test_a_records_largest_effect_is_bounded_and_attained(shares) -> None:
     assert max(distances) == pytest.approx(mu * ss.replace_one_factor(shares), rel=1e-9)
 
 
+def _centered(z: np.ndarray, labels: np.ndarray, classes: int, means: np.ndarray, residual_clip: float
+              ) -> ss.Statistics:
+    """The clean centered statistics for fixed (already released) class means: sums, counts, residual moments."""
+    plain = ss.statistics(z, labels, classes, moments=False)
+    return ss.Statistics(plain.sums, plain.counts, ss.residual_moments(z, labels, means, residual_clip), True)
+
+
+@pytest.mark.parametrize("shares", [ss.SHARES, (0.3, 0.02, 0.68), (0.1, 0.3, 0.6)])
+def test_a_records_largest_effect_on_a_centered_release_is_bounded_and_attained(shares) -> None:
+    """Eq. 1' and 3: with the means of part (a) fixed, one record moves the scaled release ≤ μ (add/remove) and
+    ≤ μ_r (replace-one), and both are reached."""
+    rng = np.random.default_rng(8)
+    width, classes, clip, residual_clip, mu = 6, 3, 1.5, 0.8, 0.7
+    scales = ss.noise_scales(mu, clip, shares, moments_clip=residual_clip)
+    base = ss.project_and_clip(rng.normal(size=(20, width)) * 3, np.eye(width), clip)
+    labels = rng.integers(0, classes, 20)
+    means = rng.normal(size=(classes, width))
+    before = _centered(base, labels, classes, means, residual_clip)
+    worst_add, worst_replace = 0.0, 0.0
+    for _ in range(300):
+        record = ss.project_and_clip(rng.normal(size=(1, width)) * rng.uniform(0.1, 10), np.eye(width), clip)
+        label = rng.integers(0, classes, 1)
+        added = _centered(np.vstack([base, record]), np.concatenate([labels, label]), classes, means, residual_clip)
+        worst_add = max(worst_add, _scaled_distance(added, before, scales))
+        replaced = _centered(np.vstack([record, base[1:]]), np.concatenate([label, labels[1:]]), classes, means,
+                             residual_clip)
+        worst_replace = max(worst_replace, _scaled_distance(replaced, before, scales))
+    factor = ss.replace_one_factor(shares, centered=True)
+    assert worst_add <= mu * (1 + 1e-9)
+    assert worst_replace <= mu * factor * (1 + 1e-9)
+    # Attained: a record on the clip whose residual reaches C_r (add/remove); z and z' = −z of one class about a
+    # mean orthogonal to z with norm C (residuals orthogonal, both clipped to C_r), or two classes' records.
+    means = np.zeros((classes, width))
+    means[0, 1] = clip
+    empty = _centered(np.zeros((0, width)), np.zeros(0, dtype=int), classes, means, residual_clip)
+    edge = np.zeros((1, width))
+    edge[0, 0] = clip
+    one = _centered(edge, np.array([0]), classes, means, residual_clip)
+    assert _scaled_distance(one, empty, scales) == pytest.approx(mu, rel=1e-9)
+    distances = [_scaled_distance(one, _centered(-edge, np.array([0]), classes, means, residual_clip), scales),
+                 _scaled_distance(one, _centered(np.roll(edge, 2, axis=1), np.array([1]), classes, means,
+                                                 residual_clip), scales)]
+    assert max(distances) == pytest.approx(mu * factor, rel=1e-9)
+
+
+def test_a_centered_release_spends_what_its_noise_says() -> None:
+    """Its two parts composed by dp-accounting's PLD (σ_i/Δ_i, with C_r for the moments) give the same ε."""
+    import dp_accounting
+    from dp_accounting import pld
+
+    shares, clip, residual_clip = ss.SHARES, 2.0, 1.1
+    mu = ss.calibrate_mu(3.0, DELTA, shares=shares, centered=True)
+    scales = ss.noise_scales(mu, clip, shares, moments_clip=residual_clip)
+    accountant = pld.PLDAccountant(dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE,
+                                   value_discretization_interval=1e-4)
+    for sigma, sensitivity in ((scales.sums, clip), (scales.counts, 1.0), (scales.moments, residual_clip**2)):
+        accountant.compose(dp_accounting.GaussianDpEvent(sigma / sensitivity))
+    assert 3.0 - 1e-9 <= accountant.get_epsilon(DELTA) <= 3.0 * (1 + 1e-3)
+    assert ss.epsilons(mu, DELTA, shares, centered=True)["add-remove"] == pytest.approx(3.0, abs=1e-6)
+    replace_one = ss.calibrate_mu(3.0, DELTA, shares=shares, centered=True, neighbours=accounting.REPLACE_ONE)
+    assert ss.epsilons(replace_one, DELTA, shares, centered=True)["replace-one"] == pytest.approx(3.0, abs=1e-6)
+
+
+def test_pooling_centered_releases_adds_their_within_class_scatters() -> None:
+    rng = np.random.default_rng(4)
+    z = rng.normal(size=(60, 4))
+    labels = rng.integers(0, 3, 60)
+    raw = ss.statistics(z, labels, 3)
+    means = raw.sums / raw.counts[:, None]
+    centered = _centered(z, labels, 3, means, 1e9)
+    assert np.allclose(centered.scatter(), raw.scatter())  # about the exact means: the same scatter
+    assert (centered + centered).centered and np.allclose((centered + raw).moments, 2 * raw.scatter())
+    assert not (raw + raw).centered and np.allclose((raw + raw).moments, 2 * raw.moments)
+
+
 # --------------------------------------------------------------------------------------------------
 # The noise the accountant assumes.
 
