@@ -39,11 +39,11 @@ from ldpfl.mechanisms import accounting
 from ldpfl.stage1_features.datasets.loaders import load_dataset
 from ldpfl.stage1_features.export.partition import make_partition
 from ldpfl.stage1_features.models.scatter import ScatterNet
-from ldpfl.stage2_federate.aggregation import ServerMomentum
 from ldpfl.stage2_federate.data import ClientSplit
 from ldpfl.stage2_federate.dp_sgd import train_dp_sgd
 from ldpfl.stage2_federate.dp_sgd_budget import DpSgdClient
 from ldpfl.stage2_federate.model import build_model, evaluate, get_vector, make_optimizer, set_vector
+from ldpfl.stage2_federate.server_optimizers import FedAvgM
 
 SILOS, ROUNDS, Q, CLIP, DELTA, MOMENTUM = 10, 300, 0.1365, 0.1, 1e-5, 0.9
 WIDTH, CLASSES = 3969, 10
@@ -122,7 +122,7 @@ def run_federated(x, y, splits, sigma: float, lr: float, seed: int, *, q: float 
     data = [split_of(x, y, s["train"]) for s in splits]
     clients = [dp_client(i, len(s["train"]), sigma, 1, q=q, clip=clip) for i, s in enumerate(splits)]
     rngs = [np.random.default_rng([seed, i, 2]) for i in range(SILOS)]
-    momentum = ServerMomentum(server_momentum)
+    momentum = FedAvgM(server_momentum)
     vector = get_vector(model).numpy()
     for _round in range(rounds):
         uploads = []
@@ -131,7 +131,7 @@ def run_federated(x, y, splits, sigma: float, lr: float, seed: int, *, q: float 
             train_dp_sgd(model, data[i], clients[i], optimizer=make_optimizer("sgd", model.parameters(), lr),
                          generator=gen, rng=rngs[i])
             uploads.append(get_vector(model).numpy())
-        vector = momentum.apply(vector, np.mean(uploads, axis=0).astype(np.float32))
+        vector = momentum.step(vector, np.mean(uploads, axis=0).astype(np.float32))
     set_vector(model, torch.from_numpy(vector.copy()))
     return model
 

@@ -50,9 +50,9 @@ from exp8_shared_features import (  # noqa: E402
     split_of,
 )
 
-from ldpfl.stage2_federate.aggregation import ServerMomentum  # noqa: E402
 from ldpfl.stage2_federate.dp_sgd import train_dp_sgd  # noqa: E402
 from ldpfl.stage2_federate.model import build_model, evaluate, get_vector, make_optimizer, set_vector, train_local  # noqa: E402
+from ldpfl.stage2_federate.server_optimizers import FedAvgM  # noqa: E402
 from ldpfl.stage2_federate.strategies import ClientProfile, StrategyOptions, create_strategy  # noqa: E402
 
 STRATEGIES = ("fedavg", "median", "trimmed-mean", "norm-clipped")
@@ -83,7 +83,7 @@ def federate(x, y, splits, strategy_name: str, scenario: str, *, rounds: int, lo
         sigma = sigma_for(dp_epsilon)  # calibrated over exp8's 300 steps
         clients = [dp_client(i, len(s["train"]), sigma, 1) for i, s in enumerate(splits)]
         streams = [np.random.default_rng([seed, i, 2]) for i in range(len(splits))]
-        momentum = ServerMomentum(MOMENTUM)
+        momentum = FedAvgM(MOMENTUM)
     vector = get_vector(model).numpy().copy()
     history = []
     for round_number in range(1, rounds + 1):
@@ -102,7 +102,7 @@ def federate(x, y, splits, strategy_name: str, scenario: str, *, rounds: int, lo
         combined = strategy.aggregate(vector, uploads, rng=rng)
         assert combined.vector is not None
         vector = (np.asarray(combined.vector, dtype=np.float32) if dp_epsilon is None
-                  else momentum.apply(vector, np.asarray(combined.vector, dtype=np.float32)))
+                  else momentum.step(vector, np.asarray(combined.vector, dtype=np.float32)))
         history.append({"round": round_number, **({"clip_norm": combined.info["clip_norm"]}
                                                   if "clip_norm" in combined.info else {})})
     set_vector(model, torch.from_numpy(vector.copy()))

@@ -3,14 +3,14 @@
 Every function takes the clients' vectors as a sequence of 1-D arrays (or a 2-D array whose rows are
 clients) and returns new arrays. Randomness, where a rule needs it, comes from a Generator passed in.
 Paper keys: LDPFL = Chamikara et al. (004), WU = Wu, Xu, Zhu (000), PLDP = Shen et al. (002),
-FEDAW = Tan et al. (003).
+FEDAW = Tan et al. (003). What the server keeps across rounds (server momentum, FedAdam's moments) lives in
+``server_optimizers``.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -228,23 +228,3 @@ def fraction_count(fraction: float, total: int) -> int:
     if total < 1:
         raise ValueError(f"the number of clients must be >= 1, got {total!r}")
     return max(1, int(math.floor(fraction * total + 1e-9)))
-
-
-@dataclass
-class ServerMomentum:
-    """Server momentum (FedAvgM; Hsu, Qi, Brown 2019, Algorithm 1): v ← β·v + (W' − W), W ← W + v.
-
-    W' is the server rule's next model; with β = 0 it is returned unchanged. ``velocity`` is the server's
-    state (kept in the checkpoint). A round that kept the previous model leaves v unchanged.
-    """
-
-    beta: float = 0.0
-    velocity: np.ndarray | None = None
-
-    def apply(self, global_vector: np.ndarray, next_vector: np.ndarray, *, kept: bool = False) -> np.ndarray:
-        """Return the next global vector after momentum (``next_vector`` itself when β = 0 or ``kept``)."""
-        if self.beta == 0.0 or kept:
-            return next_vector
-        step = np.asarray(next_vector, dtype=np.float32) - np.asarray(global_vector, dtype=np.float32)
-        self.velocity = step if self.velocity is None else np.float32(self.beta) * self.velocity + step
-        return (np.asarray(global_vector, dtype=np.float32) + self.velocity).astype(np.float32)

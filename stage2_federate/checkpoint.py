@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,7 @@ from ldpfl.contract.atomic import atomic_write
 from ldpfl.contract.schema import FormatError
 from ldpfl.contract.version import package_version
 
-from .config import FederationConfig
+from .config import WRITTEN_WHEN_SET, FederationConfig
 from .data import FederatedData
 from .model_archive import check_archive
 from .perturbation import perturbation_wiring
@@ -29,8 +29,11 @@ from .round_record import RoundRecord, rows
 from .streams import Streams
 
 CHECKPOINT_FORMAT = "ldpfl-federation-checkpoint"
-CHECKPOINT_VERSION = 2
-"""Version 2 records the sha256 of every client file the run trains on (``inputs``)."""
+CHECKPOINT_VERSION = 3
+"""Version 2 records the sha256 of every client file the run trains on (``inputs``); version 3 keeps the server
+optimizer's state under ``server_state`` (version 2 kept server momentum's velocity alone, as ``velocity``)."""
+READABLE_VERSIONS = (2, CHECKPOINT_VERSION)
+"""The versions :func:`load_checkpoint` reads (:func:`server_state` reads version 2's velocity)."""
 # Options that may change when a run is resumed (they do not change what the run computes, or, for
 # ``rounds``, only how long it goes on).
 RESUMABLE_CHANGES = frozenset({"rounds", "device", "threads", "eval_batch_size", "eval_clean"})
@@ -57,18 +60,19 @@ class Snapshot:
 
     model: dict[str, torch.Tensor]
     rng: dict[str, Any]
-    velocity: np.ndarray | None = None  # the server momentum's v (``server_momentum``), None without it
+    server: Mapping[str, np.ndarray] = field(default_factory=dict)  # the server optimizer's state (none: empty)
     uploads: Mapping[str, list[int]] | None = None  # the digests of the uploads checked so far (``upload_hashes``)
 
     @classmethod
-    def of(cls, model: torch.nn.Module, streams: Streams, velocity: np.ndarray | None = None,
+    def of(cls, model: torch.nn.Module, streams: Streams, server: Mapping[str, np.ndarray] | None = None,
            uploads: Mapping[str, list[int]] | None = None) -> Snapshot:
-        """Return a copy of ``model``'s parameters (CPU), of the stream states and of the server's velocity now.
+        """Return a copy of ``model``'s parameters (CPU), of the stream states and of the server optimizer's state.
 
-        ``uploads``: the server's upload digests (``upload_hashes.UploadHistory.state``), kept as given.
+        ``server``: ``ServerOptimizer.state()`` (named arrays); ``uploads``: the server's upload digests
+        (``upload_hashes.UploadHistory.state``), kept as given.
         """
         return cls({k: v.detach().cpu().clone() for k, v in model.state_dict().items()},
-                   copy.deepcopy(streams.state()), None if velocity is None else velocity.copy(),
+                   copy.deepcopy(streams.state()), {k: np.array(v, copy=True) for k, v in (server or {}).items()},
                    None if uploads is None else dict(uploads))
 
 
@@ -84,8 +88,9 @@ def save_checkpoint(path: Path, *, round_number: int, state: Snapshot, config: F
     payload: dict[str, Any] = {"format": CHECKPOINT_FORMAT, "version": CHECKPOINT_VERSION, "round": round_number}
     if engine != LOCAL_ENGINE:
         payload["engine"] = engine
-    if state.velocity is not None:
-        payload["velocity"] = torch.from_numpy(state.velocity)
+    if state.server:
+        payload["server_state"] = {name: torch.from_numpy(np.ascontiguousarray(array))
+                                   for name, array in state.server.items()}
     payload.update(model=state.model, rng=state.rng, history=rows(history), config=config.to_dict(),
                    randomness=randomness)
     if engine != LOCAL_ENGINE:
@@ -180,12 +185,13 @@ def load_checkpoint(path: Path, config: FederationConfig, *, engine: str = LOCAL
         raise ValueError(f"cannot resume: {path} is not a readable checkpoint ({type(error).__name__})") from None
     if not isinstance(payload, dict) or payload.get("format") != CHECKPOINT_FORMAT:
         raise ValueError(f"cannot resume: {path} is not an ldpfl federation checkpoint")
-    if payload.get("version") != CHECKPOINT_VERSION:
+    if payload.get("version") not in READABLE_VERSIONS:
         raise ValueError(f"cannot resume: {path} has checkpoint version {payload.get('version')!r}, this code "
-                         f"reads {CHECKPOINT_VERSION}")
+                         f"reads {' and '.join(map(str, READABLE_VERSIONS))}")
     check_keys(path, payload)
     check_engine(path, payload, engine)
-    saved, now = {**ADDED_FIELDS, **payload["config"]}, config.to_dict()
+    saved = {**ADDED_FIELDS, **WRITTEN_WHEN_SET, **payload["config"]}
+    now = {**WRITTEN_WHEN_SET, **config.to_dict()}
     differing = sorted(k for k in set(saved) | set(now) if k not in RESUMABLE_CHANGES and saved.get(k) != now.get(k))
     if differing:
         shown = "; ".join(f"{k}: checkpoint {saved.get(k)!r}, now {now.get(k)!r}" for k in differing)
@@ -199,3 +205,19 @@ def load_checkpoint(path: Path, config: FederationConfig, *, engine: str = LOCAL
         raise ParameterError(f"cannot resume: the checkpoint is at round {payload['round']}, beyond `rounds` "
                              f"{config.rounds}")
     return payload
+
+
+def server_state(path: Path, payload: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    """Return the server optimizer's state a loaded checkpoint holds (empty: none), as named arrays.
+
+    A version-2 checkpoint kept server momentum's velocity alone (``velocity``): it is read as FedAvgM's state.
+    """
+    if "velocity" in payload and payload.get("version") == 2:
+        saved: Any = {"velocity": payload["velocity"]}
+    else:
+        saved = payload.get("server_state", {})
+    if not isinstance(saved, Mapping) or not all(isinstance(k, str) and isinstance(v, torch.Tensor)
+                                                 for k, v in saved.items()):
+        raise ValueError(f"cannot resume: {path} is a damaged checkpoint: 'server_state' holds something other than "
+                         "named tensors")
+    return {name: tensor.numpy().copy() for name, tensor in saved.items()}

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,6 +21,7 @@ from ldpfl.mechanisms.validation import require_finite_positive, require_int_in_
 from . import budgets
 from .options import FEDERATION_OPTIONS
 from .perturbation import SIGN_MODES, SIGN_UPDATE, TARGETS, perturbation_names, perturbation_wiring
+from .server_optimizers import DEFAULT_SERVER_OPTIMIZER, create_server_optimizer, server_optimizer_names
 from .strategies import MEDIAN, NORM_CLIPPED, TRIMMED_MEAN, strategy_names
 
 ROBUST_RULES = (MEDIAN, TRIMMED_MEAN, NORM_CLIPPED)
@@ -136,6 +137,10 @@ class FederationConfig:
     eval_every: int = 1
     local_steps: int = 1
     server_momentum: float = 0.0
+    # The server optimizer that moves the model along each round's step (``server_optimizers``): fedavgm uses
+    # ``server_momentum``; another reads its own parameters from ``server_params`` (name → number).
+    server_optimizer: str = DEFAULT_SERVER_OPTIMIZER
+    server_params: Mapping[str, float] = field(default_factory=dict)
     # The server's defences against a faulty or hostile silo (issue 31; stage2_federate.reply_checks, strategies):
     # the update-norm bound (None: 10 x the round's median), a cap on any silo's aggregation weight, and the
     # fraction the trimmed mean drops at each end of every coordinate.
@@ -215,10 +220,22 @@ class FederationConfig:
                                  f"{self.perturbation!r} takes no budget (choose a perturbation, or drop "
                                  "`client_epsilons`)")
         self._check_dp_sgd()
+        self._check_server_optimizer()
         self._check_defences()
         self._check_head()
         if self.seed is not None:
             mech.make_randomness(self.seed)  # validates
+
+    def _check_server_optimizer(self) -> None:
+        """Refuse a server optimizer that is not registered, or options it does not take (quoting them)."""
+        object.__setattr__(self, "server_params", _named("server_params", _checked_params, self.server_params))
+        if self.server_optimizer not in server_optimizer_names():
+            raise ParameterError(f"`server_optimizer` must be one of {', '.join(server_optimizer_names())}, got "
+                                 f"{self.server_optimizer!r}")
+        if self.server_optimizer != DEFAULT_SERVER_OPTIMIZER and self.server_momentum != 0.0:
+            raise ParameterError(f"`server_momentum` is the beta of server optimizer {DEFAULT_SERVER_OPTIMIZER!r}; "
+                                 f"{self.server_optimizer!r} takes its parameters from `server_params`")
+        create_server_optimizer(self)  # its parameters' checks
 
     def _check_head(self) -> None:
         """Refuse an unknown head, a `shrinkage` without `head` lda, or lda with a training-time privacy option."""
@@ -330,9 +347,32 @@ class FederationConfig:
         return perturbation_wiring(self.perturbation).ranges is not None
 
     def to_dict(self) -> dict[str, Any]:
-        """Return the configuration as JSON-ready values, without the seed."""
+        """Return the configuration as JSON-ready values, without the seed.
+
+        The fields of :data:`WRITTEN_WHEN_SET` are left out at their defaults: a run without them writes the
+        ``config.json`` (and checkpoint) it wrote before they existed.
+        """
         data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "seed"}
         for key, value in data.items():
             if isinstance(value, tuple):
                 data[key] = list(value)
+            elif isinstance(value, Mapping):
+                data[key] = dict(value)
+        for key, default in WRITTEN_WHEN_SET.items():
+            if data[key] == default:
+                del data[key]
         return data
+
+
+WRITTEN_WHEN_SET: Mapping[str, Any] = {"server_optimizer": DEFAULT_SERVER_OPTIMIZER, "server_params": {}}
+"""Fields that ``FederationConfig.to_dict`` writes only when they differ from these defaults."""
+
+
+def _checked_params(value: Mapping[str, float]) -> dict[str, float]:
+    """Return ``value`` (NAME → number) as a dict sorted by name; ValueError for anything else."""
+    if not isinstance(value, Mapping):
+        raise ValueError(f"must map names to numbers, got {type(value).__name__}")
+    for name, number in value.items():
+        if not isinstance(name, str) or isinstance(number, bool) or not isinstance(number, int | float):
+            raise ValueError(f"{name!r}: {number!r} is not a name and a number")
+    return {name: float(value[name]) for name in sorted(value)}

@@ -38,7 +38,7 @@ from typing import Any, Protocol
 from ldpfl.common.errors import LdpflError
 from ldpfl.mechanisms.gaussian_statistics import GaussianStatistics
 
-from .checkpoint import Snapshot, check_inputs
+from .checkpoint import Snapshot, check_inputs, server_state
 from .model import parameter_count
 from .plan import FederationPlan
 from .reply_checks import ReplyLimits, check_evaluations, check_training, rejection_note
@@ -180,8 +180,7 @@ def restore(plan: FederationPlan, payload: dict[str, Any], path: Path, inputs: d
     check_dp_sgd_extension(plan, payload)
     plan.model.load_state_dict(payload["model"])
     plan.streams.restore(payload["rng"])
-    if "velocity" in payload:
-        plan.momentum.velocity = payload["velocity"].numpy().copy()
+    plan.server_optimizer.restore(server_state(path, payload))
     plan.relabel_randomness(payload["randomness"])
     return [RoundRecord.from_dict(row) for row in payload["history"]], int(payload["round"]) + 1
 
@@ -247,12 +246,12 @@ def run_rounds(plan: FederationPlan, transport: Transport, writer: RunWriter, hi
         dropped = draw_dropouts(selected, plan.config.drop_per_round, plan.streams.server)  # after training (IV-E)
         surviving = {r.client: r.upload for r in fresh if r.upload is not None and r.client not in dropped}
         server = server_step(broadcast.vector, surviving, plan.strategy, plan.rule, rng=plan.streams.server)
-        plan.set_vector(plan.momentum.apply(broadcast.vector, server.vector, kept=server.kept_previous))
+        plan.set_vector(plan.server_optimizer.step(broadcast.vector, server.vector, kept=server.kept_previous))
         record = round_record(round_number, selected=selected, clients=fresh, dropped=dropped,
                               server=server, epsilons=epsilons, lost=training.lost if transport.can_lose else None,
                               notes=notes, rejected=rejected)
-        pending = _Trained(record, Snapshot.of(plan.model, plan.streams, plan.momentum.velocity, uploads.state()),
-                           started)
+        state = Snapshot.of(plan.model, plan.streams, plan.server_optimizer.state(), uploads.state())
+        pending = _Trained(record, state, started)
         if not is_evaluated(round_number, every=every, rounds=rounds):
             keep(pending.unevaluated(), pending.state)
             pending = None

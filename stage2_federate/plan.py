@@ -25,7 +25,6 @@ from ldpfl.contract.release_guarantee import ReleaseGuarantee, stored_or_compute
 from ldpfl.mechanisms.report import PrivacyReport
 
 from . import budgets
-from .aggregation import ServerMomentum
 from .client_privacy import ClientPrivacy
 from .config import DEFAULT_LR, DEVICES, DP_SGD_LR, FederationConfig
 from .data import ClientDataset, FederatedData, load_run
@@ -51,6 +50,7 @@ from .perturbation import (
 )
 from .resources import check_model
 from .rounds import LocalTraining
+from .server_optimizers import ServerOptimizer, create_server_optimizer
 from .strategies import ClientProfile, FedAW, SignAggregation, Strategy, StrategyOptions, create_strategy
 from .streams import Streams
 
@@ -274,7 +274,7 @@ class FederationPlan:
     client_plan: ClientPlan
     privacy: tuple[ClientPrivacy, ...]  # in client-index order: metrics.json's privacy entries
     record: dict[str, Any]
-    momentum: ServerMomentum  # the server momentum (FedAvgM) and its velocity
+    server_optimizer: ServerOptimizer  # the server's step after the strategy (FedAvgM...), its state
 
     def relabel_randomness(self, mode: str) -> None:
         """Label the records with ``mode`` and the streams' generator (a resumed run keeps those it started with).
@@ -404,7 +404,7 @@ def build_plan(config: FederationConfig, clients: Sequence[ClientFacts], *, devi
         **({} if cap is None else {"label_claims": cap.to_dict()}),
     }
     return FederationPlan(config, ordered, device, randomness, streams, model, perturbations, strategy, rule,
-                          training, plan, privacy, record, ServerMomentum(float(config.server_momentum)))
+                          training, plan, privacy, record, create_server_optimizer(config))
 
 
 def plan_federation(run_dir: Path, config: FederationConfig, *, min_clients: int | None = None) -> LocalPlan:

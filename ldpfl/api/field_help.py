@@ -21,6 +21,7 @@ from ldpfl.stage1_features.export.release import takes_text
 from ldpfl.stage1_features.models import cnn
 from ldpfl.stage2_federate.options import FEDERATION_OPTIONS
 from ldpfl.stage2_federate.perturbation import option_help, perturbation_names, perturbation_wiring
+from ldpfl.stage2_federate.server_optimizers import server_optimizer_class, server_optimizer_names
 from ldpfl.stage2_federate.strategies import strategy_class, strategy_names
 
 _MARKED = re.compile(r"`([A-Za-z_][A-Za-z0-9_]*)`")
@@ -157,6 +158,8 @@ FEDERATION_HELP: Mapping[str, str] = MappingProxyType({
                    "evaluation reply then carries less noise at the same `eval_epsilon`."),
     "local_steps": "`dp_sgd`: DP-SGD steps of each silo per round (they replace `local_epochs`).",
     "server_momentum": "Server momentum beta (FedAvgM, Hsu et al. 2019): v <- beta v + (aggregate - W), W <- W + v.",
+    "server_params": ("NAME=VALUE: a parameter of `server_optimizer` (repeat for each); see `server_optimizer` for "
+                      "the names and defaults."),
     "max_update_norm": ("The server refuses a silo's upload whose update (upload - global model, or the uploaded "
                         "update) has an L2 norm above this; the silo is named in the round's 'rejected' and left out "
                         "of the round. Default: 10 x the lower median update norm of the round's uploads (scaled up "
@@ -198,9 +201,21 @@ def federation_help() -> dict[str, str]:
     perturbations = "; ".join(f"{name}: {w.summary} [perturbs the {w.target}]" for name, w in wirings.items())
     strategies = "; ".join(f"{name}: {strategy_class(name).SUMMARY}" for name in strategy_names())
     return {**FEDERATION_HELP, **{name: option_help(name) for name in FEDERATION_OPTIONS},
+            "server_optimizer": server_optimizers_help(),
             "aggregation": strategies + " (P_i sums to 1, so one uniform omega could select nobody: omega is drawn "
                            "uniformly below the largest P_i, the same as redrawing it until someone is selected).",
             "perturbation": f"Model perturbation of each client's upload. {perturbations}."}
+
+
+def server_optimizers_help() -> str:
+    """Return the text of ``server_optimizer``: each registered optimizer, its ``server_params`` and defaults."""
+    parts = []
+    for name in server_optimizer_names():
+        cls = server_optimizer_class(name)
+        takes = ", ".join(f"{key}={spec.default:g} in {spec.interval()}" for key, spec in cls.PARAMETERS.items())
+        parts.append(f"{name}: {cls.SUMMARY}" + (f" [`server_params` {takes}]" if takes else ""))
+    return ("The server's step along each round's aggregate, with its state kept across rounds (in the "
+            f"checkpoint). {'; '.join(parts)}.")
 
 
 def describe(table: Mapping[str, str], name: str, spell: Callable[[str], str] = str) -> str:

@@ -138,6 +138,8 @@ class FederationFields(TypedDict, total=False):
     eval_every: int
     local_steps: int
     server_momentum: float
+    server_optimizer: str
+    server_params: Mapping[str, float]
     max_update_norm: float | None
     max_client_weight: float | None
     trim_fraction: float | None

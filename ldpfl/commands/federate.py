@@ -26,6 +26,7 @@ from ldpfl.stage2_federate.flower_engine.control import SuperLinkError
 from ldpfl.stage2_federate.flower_engine.launch import FlowerRunError
 from ldpfl.stage2_federate.options import FEDERATION_OPTIONS
 from ldpfl.stage2_federate.perturbation import SIGN_MODES, TARGETS, perturbation_names
+from ldpfl.stage2_federate.server_optimizers import server_optimizer_names
 from ldpfl.stage2_federate.strategies import strategy_names
 
 from .options import field_options, flag
@@ -46,6 +47,22 @@ def _parse_hidden(ctx: click.Context, param: click.Parameter, value: str) -> tup
     if any(s < 1 for s in sizes):
         raise click.BadParameter(f"layer sizes must be >= 1, got {value!r}")
     return sizes
+
+
+def _parse_params(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> dict[str, float]:
+    """Return NAME → number from the NAME=VALUE texts of a repeated option."""
+    params: dict[str, float] = {}
+    for text in value:
+        name, sep, number = text.partition("=")
+        if not sep or not name.strip():
+            raise click.BadParameter(f"{text!r} is not NAME=VALUE")
+        if name.strip() in params:
+            raise click.BadParameter(f"{name.strip()!r} is given twice")
+        try:
+            params[name.strip()] = float(number)
+        except ValueError:
+            raise click.BadParameter(f"{text!r}: {number.strip()!r} is not a number") from None
+    return params
 
 
 def federation_option_flags(command: Callable[..., Any]) -> Callable[..., Any]:
@@ -122,6 +139,8 @@ Examples:
 @option("--eval-every", type=int, metavar="K", show_default=True)
 @option("--local-steps", type=click.IntRange(min=1), show_default=True)
 @option("--server-momentum", type=click.FloatRange(0.0, 1.0, max_open=True), show_default=True)
+@option("--server-optimizer", type=click.Choice(server_optimizer_names()), show_default=True)
+@option("--server-params", multiple=True, default=(), metavar="NAME=VALUE", callback=_parse_params)
 @option("--max-update-norm", type=click.FloatRange(min=0.0, min_open=True))
 @option("--max-client-weight", type=click.FloatRange(0.0, 1.0, min_open=True))
 @option("--trim-fraction", type=click.FloatRange(0.0, 0.5, max_open=True))
