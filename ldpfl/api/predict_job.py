@@ -34,6 +34,7 @@ from ldpfl.prediction import BATCH_ROWS, GlobalModel, PredictError, Prediction, 
 from ldpfl.stage1_features.models import cnn
 from ldpfl.stage2_federate.personalize.base_model import is_local_only, personalization_of
 
+from . import own_figures as own
 from .fields import StrPath
 from .progress import Bar, ProgressCallback, Tally
 
@@ -112,7 +113,8 @@ def predict(run_dir: StrPath | None = None, *, client_index: int | None = None, 
             cnn: StrPath | None = None, dataset: str | None = None, data: StrPath | None = None,
             data_dir: str | None = None, data_options: Mapping[str, object] | None = None, split: Split | None = None,
             randomized: bool = False, seed: int | None = None, released: StrPath | None = None,
-            out: StrPath | None = None, batch_size: int = BATCH_ROWS, threads: int | None = None,
+            global_model: StrPath | None = None, out: StrPath | None = None, batch_size: int = BATCH_ROWS,
+            threads: int | None = None,
             progress: ProgressCallback | None = None, progress_bars: bool = False,
             on_warning: Callable[[str], None] | None = None) -> PredictResult:
     """Predict a silo's records with the federated model, through the silo's own pipeline.
@@ -142,6 +144,9 @@ def predict(run_dir: StrPath | None = None, *, client_index: int | None = None, 
         With ``randomized``: reproducible randomness (testing only: no privacy against anyone who knows it).
     released : path, optional
         Predict the rows stored in a client file instead (its ``split``, test by default).
+    global_model : path, optional
+        With a personalized ``model`` (``ldpfl personalize``): the federation's model it started from, measured on
+        the same records (``own_heldout``); default ``RUN_DIR/federation/model.pt`` when it is that model.
     out : path, optional
         Also write the predictions to this .csv or .json file (atomically).
     batch_size : int
@@ -166,7 +171,7 @@ def predict(run_dir: StrPath | None = None, *, client_index: int | None = None, 
     if target is not None and (not str(target).strip() or target.suffix.lower() not in OUT_SUFFIXES):
         raise PredictError(f"`out` must name a .csv or .json file, got {str(out)!r}")
     if target is not None:  # never onto an input or a run's artifact (issue 24)
-        check_write_target(target, "out", [run_dir, released, model, cnn, data])
+        check_write_target(target, "out", [run_dir, released, model, cnn, data, global_model])
     if seed is not None and not randomized:
         raise PredictError("`seed` applies to `randomized` only")
     if released is not None:
@@ -189,7 +194,8 @@ def predict(run_dir: StrPath | None = None, *, client_index: int | None = None, 
         if on_warning is not None:
             on_warning(message)
 
-    result, guarantee = _predict(run_dir, released, client_index=client_index, model_path=model, cnn_path=cnn,
+    result, guarantee = _predict(run_dir, released, client_index=client_index, model_path=model,
+                                 global_path=None if global_model is None else Path(global_model), cnn_path=cnn,
                                  dataset=dataset, data=data, data_dir=data_dir, reader_options=reader_options,
                                  split=split, randomized=randomized, seed=seed, batch_size=batch_size,
                                  threads=threads, progress=progress, progress_bars=progress_bars, warn=warn)
@@ -202,10 +208,11 @@ def predict(run_dir: StrPath | None = None, *, client_index: int | None = None, 
 
 
 def _predict(run_dir: StrPath | None, released: StrPath | None, *, client_index: int | None,
-             model_path: StrPath | None, cnn_path: StrPath | None, dataset: str | None, data: StrPath | None,
-             data_dir: str | None, reader_options: dict[str, object], split: Split | None, randomized: bool,
-             seed: int | None, batch_size: int, threads: int | None, progress: ProgressCallback | None,
-             progress_bars: bool, warn: Callable[[str], None]) -> tuple[Prediction, ReleaseGuarantee | None]:
+             model_path: StrPath | None, global_path: Path | None, cnn_path: StrPath | None, dataset: str | None,
+             data: StrPath | None, data_dir: str | None, reader_options: dict[str, object], split: Split | None,
+             randomized: bool, seed: int | None, batch_size: int, threads: int | None,
+             progress: ProgressCallback | None, progress_bars: bool,
+             warn: Callable[[str], None]) -> tuple[Prediction, ReleaseGuarantee | None]:
     """Load the model, predict (the silo's records or a client file's rows) and pass on the warnings."""
     if threads is not None:
         for variable in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
@@ -226,6 +233,7 @@ def _predict(run_dir: StrPath | None, released: StrPath | None, *, client_index:
                               "`model`")
     model = pr.load_global_model(model_file)
     personal = personalization_of(model.trained_on)
+    others = own.started_from(model, global_path, pr.default_model_path(base), warn)  # refusals before warnings
     if personal is not None:  # a silo's own model (ldpfl personalize): say what it is and whether it may travel
         warn(f"{model_file} is client {personal.get('client_index')}'s personalized model ({personal.get('method')}): "
              f"{personal.get('note')}" + ("; it and its predictions stay on that silo" if is_local_only(
@@ -236,7 +244,7 @@ def _predict(run_dir: StrPath | None, released: StrPath | None, *, client_index:
         guarantee = stored_or_computed(meta, records=sum(rows.values()))
         with _counter(progress, progress_bars, rows.get(split or "test")) as bar:
             result = pr.predict_released(Path(released), model, split=split or "test", batch_rows=batch_size,
-                                         progress=bar)
+                                         progress=bar, others=others)
     else:
         silo = pr.open_silo(base, client_index)
         warnings = pr.check_inputs(silo, model, None if cnn_path is None else Path(cnn_path))
@@ -258,10 +266,11 @@ def _predict(run_dir: StrPath | None, released: StrPath | None, *, client_index:
         with _counter(progress, progress_bars, len(records.rows)) as bar:
             result = pr.predict_silo(silo, records, model, randomized=randomized, rng=rng,
                                      cnn_path=None if cnn_path is None else Path(cnn_path), batch_rows=batch_size,
-                                     progress=bar)
+                                     progress=bar, others=others)
     if personal is not None:
         result.summary["model_personalization"] = {
             key: personal.get(key) for key in ("method", "client_index", "local_only", "epsilon")}
+    result.summary |= own.figures(result, model, others)
     for warning in dict.fromkeys([*warnings, *result.warnings]):
         warn(warning)
     return result, guarantee

@@ -6,6 +6,7 @@ A thin command: it maps the flags to the function's arguments and prints the res
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -16,6 +17,7 @@ from ldpfl.api.predict_job import predict
 from ldpfl.api.text import predict_lines
 from ldpfl.contract.jsonout import echo_json
 from ldpfl.stage1_features.own_data.formats import COLOR_MODES, SCALES
+from ldpfl.stage2_federate.personalize.own_accuracy import own_heldout_lines
 
 from .export_options import reader_fields
 from .options import options
@@ -67,6 +69,9 @@ _with_options = options(
     click.option("--released", type=click.Path(dir_okay=False, path_type=Path), default=None,
                  help="Predict the rows stored in a client file instead (client_NNN.h5: randomized; "
                       "client_NNN.local.h5: clean), as ldpfl federate evaluated them; no RUN_DIR needed."),
+    click.option("--global-model", "global_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+                 help="With a personalized --model (ldpfl personalize): the federation's model it started from, "
+                      "measured on the same records  [default: RUN_DIR/federation/model.pt when it is that model]"),
     click.option("--out", "out_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
                  help="Write the predictions to a .csv or .json file (atomically) instead of stdout."),
     click.option("--batch-size", type=click.IntRange(min=1), default=function_defaults(predict)["batch_size"],
@@ -84,7 +89,8 @@ _with_options = options(
 def predict_command(run_dir: Path | None, client_index: int | None, model_path: Path | None, cnn_path: Path | None,
                     dataset: str | None, data: str | None, data_dir: str | None,
                     split: Literal["test", "train", "all"] | None,
-                    randomized: bool, seed: int | None, released: Path | None, out_path: Path | None,
+                    randomized: bool, seed: int | None, released: Path | None, global_path: Path | None,
+                    out_path: Path | None,
                     batch_size: int, threads: int | None, as_json: bool, quiet: bool, **reader: Any) -> None:
     """Predict a silo's records with the federated model, through the silo's own pipeline.
 
@@ -102,11 +108,14 @@ def predict_command(run_dir: Path | None, client_index: int | None, model_path: 
 
     Output: CSV on stdout (index,predicted_class[,class_name][,label]; index = the record's row in its
     dataset or file), or --out FILE (.csv or .json). With labels, the accuracy is printed (stderr when the
-    CSV goes to stdout).
+    CSV goes to stdout), overall and per class. On the silo's own held-out records (its test split, or its
+    client_NNN.local.h5) the figures are the silo's own (own_heldout in --json): computed on the silo and NOT
+    released. A personalized --model is measured beside the global model it started from (--global-model).
     """
     result = predict(run_dir, client_index=client_index, model=model_path, cnn=cnn_path, dataset=dataset, data=data,
                      data_dir=data_dir, data_options=reader_fields(reader, keep_auto=True), split=split,
-                     randomized=randomized, seed=seed, released=released, out=out_path, batch_size=batch_size,
+                     randomized=randomized, seed=seed, released=released, global_model=global_path, out=out_path,
+                     batch_size=batch_size,
                      threads=threads, progress_bars=not quiet, on_warning=_warn)
     if as_json:
         echo_json(result.to_dict())
@@ -114,8 +123,24 @@ def predict_command(run_dir: Path | None, client_index: int | None, model_path: 
     if out_path is None:
         click.echo(result.csv_text(), nl=False)
     if not quiet:
-        for line in predict_lines(result.summary):
+        for line in [*predict_lines(result.summary), *own_lines(result.summary)]:
             click.echo(line, err=out_path is None)
+
+
+def own_lines(summary: Mapping[str, Any]) -> list[str]:
+    """Return the text of the summary's own held-out figures (each model, per class), or its per-class accuracy."""
+    block = summary.get("own_heldout")
+    if isinstance(block, Mapping):
+        personal = block.get("personalized")
+        if not isinstance(personal, Mapping):
+            return own_heldout_lines(block)
+        local = ", LOCAL ONLY" if personal.get("local_only") else ""
+        return own_heldout_lines(block, {"personalized": f"personalized ({personal.get('method')}{local})"})
+    per_class = summary.get("per_class_accuracy")
+    if not per_class:
+        return []
+    cells = [f"{k}: {v:.4f}" for k, v in enumerate(per_class) if v is not None]
+    return [f"accuracy per class: {', '.join(cells)}"]
 
 
 def _warn(message: str) -> None:

@@ -22,8 +22,8 @@ from ldpfl.mechanisms.randomness import Randomness
 
 from .accountant import SiloAccountant, check_budget, from_federation, resumed_accountant
 from .base_model import PERSONALIZATION, BaseModel, check_base_model, personalization_of
-from .evaluation import KEPT_ON_SILO
 from .outputs import MODEL, read_json_object, read_summary
+from .own_accuracy import own_heldout, own_heldout_lines
 from .records import OwnRecords, PersonalizeError, own_records, validation_split
 from .settings import DP, INTERPOLATE, PersonalizeSettings
 
@@ -134,9 +134,10 @@ def personalize_silo(prepared: Prepared, randomness: Randomness) -> Personalizat
         figures["alone"] = evaluation.own_accuracy(alone, test).to_json()
     else:
         training.fine_tune_clear(model, train, settings, generator=generator)
-    figures = {"global": evaluation.own_accuracy(start, test).to_json(),
-               "personalized": evaluation.own_accuracy(model, test).to_json(), **figures}
     local_only = settings.local_only
+    figures = {"global": evaluation.own_accuracy(start, test).to_json(),
+               "personalized": {**evaluation.own_accuracy(model, test).to_json(), "method": settings.method,
+                                "local_only": local_only}, **figures}
     epsilon = math.inf if accountant is None else accountant.epsilons()[accountant.neighbours]
     mark = {"method": settings.method, "client_index": records.client_index, "client_file": records.client_file.name,
             "file_sha256": records.file_sha256, "global_model_sha256": prepared.global_sha256,
@@ -152,22 +153,15 @@ def personalize_silo(prepared: Prepared, randomness: Randomness) -> Personalizat
                "global_model": str(base.path), "global_model_sha256": prepared.global_sha256,
                "records": {"source": str(records.source), "train": len(train), "test": len(test)},
                "settings": settings.to_json(), "randomness": randomness.label, **details,
-               "own_heldout": {"released": False, "note": KEPT_ON_SILO, **figures}}
+               "own_heldout": own_heldout(figures, client_index=records.client_index, inputs="clean")}
     return Personalization(model, record, summary, accountant)
 
 
 def summary_lines(summary: Mapping[str, Any]) -> list[str]:
     """Return the text summary of a personalization (``ldpfl personalize`` without ``--json``)."""
-    own = summary["own_heldout"]
-
-    def acc(name: str) -> str:
-        value = own[name]["accuracy"]
-        return "n/a" if value is None else f"{value:.4f}"
-
+    local = ", LOCAL ONLY" if summary["local_only"] else ", may be released"
     lines = [f"client {summary['client_index']}: {summary['method']} personalization of {summary['global_model']}",
-             f"own held-out accuracy ({own['global']['records']} records): global {acc('global')}, personalized "
-             f"{acc('personalized')}" + (f", alone {acc('alone')}" if "alone" in own else "")
-             + " -- kept on the silo, NOT released"]
+             *own_heldout_lines(summary["own_heldout"], {"personalized": f"personalized ({summary['method']}{local})"})]
     if "interpolation" in summary:
         lines.append(f"interpolation weight of the global model {summary['interpolation']['weight']:.3g}, chosen on "
                      "validation records only")

@@ -18,7 +18,8 @@ from pathlib import Path
 import dp_accounting
 import numpy as np
 import pytest
-from cli_checks import command, one_error_line
+from cli_checks import command, ok, one_error_line
+from cli_checks import run as run_cli
 from dp_accounting import pld
 from federate_files import write_run
 
@@ -26,7 +27,7 @@ import ldpfl
 from ldpfl.mechanisms.randomness import make_randomness
 from ldpfl.stage2_federate.model import FederatedMLP
 from ldpfl.stage2_federate.model_file import read_model, save_model
-from ldpfl.stage2_federate.personalize.run import personalize_silo, prepare
+from ldpfl.stage2_federate.personalize.run import personalize_silo, prepare, summary_lines
 from ldpfl.stage2_federate.personalize.settings import PersonalizeSettings
 
 personalize = command("personalize")
@@ -42,6 +43,13 @@ def run(tmp_path_factory) -> Path:
     ldpfl.federate(out, rounds=ROUNDS, dp_sgd=True, noise_multiplier=SIGMA, optimizer="sgd", hidden=(), seed=1,
                    device="cpu")
     return out
+
+
+@pytest.fixture(scope="module")
+def clear(run, tmp_path_factory) -> ldpfl.PersonalizeResult:
+    """Client 0's clear-personalized model (local-only), from the run's global model."""
+    return ldpfl.personalize(run, client_index=0, method="clear", epochs=2, seed=1,
+                             out=tmp_path_factory.mktemp("clear") / "clear")
 
 
 def _direct(sigma: float, q: float, steps: int, delta: float, relation) -> float:
@@ -80,8 +88,7 @@ def test_dp_fine_tuning_continues_the_silos_accountant(run, tmp_path):
     assert len(own["personalized"]["per_class_accuracy"]) == 10 and own["personalized"]["records"] == 30
 
 
-def test_a_clear_model_is_local_only_and_refused_where_a_released_one_is_expected(run, tmp_path):
-    clear = ldpfl.personalize(run, client_index=0, method="clear", epochs=2, seed=1, out=tmp_path / "clear")
+def test_a_clear_model_is_local_only_and_refused_where_a_released_one_is_expected(run, clear, tmp_path):
     assert clear.local_only and clear.epsilon == float("inf")
     assert read_model(clear.model).trained_on["personalization"]["local_only"] is True
     predicted = ldpfl.predict(released=run / "client_000.h5", model=clear.model)
@@ -91,6 +98,55 @@ def test_a_clear_model_is_local_only_and_refused_where_a_released_one_is_expecte
                                       "--out", tmp_path / "from_clear"))
     assert "local-only model" in line and "not a released model" in line
     assert not (tmp_path / "from_clear").exists()
+
+
+FIGURES = ("accuracy", "correct", "records", "per_class_accuracy", "per_class_records")
+
+
+def test_predict_reports_the_silos_own_figures_of_the_personalized_and_the_global_model(run, clear, tmp_path):
+    made = clear.summary["own_heldout"]
+    shown = ldpfl.predict(released=run / "client_000.h5", model=clear.model)  # the local-only file's test split
+    own = shown.summary["own_heldout"]
+    assert own["released"] is False and own["evaluated_on"] == "own-heldout" and "NOT released" in own["note"]
+    assert own["personalized"]["local_only"] is True and own["personalized"]["method"] == "clear"
+    assert own["personalized"]["model"] == str(clear.model)
+    assert own["global"]["model"] == str(run / "federation" / "model.pt")  # found by the sha256 the model records
+    for role in ("global", "personalized"):  # the same rows, the same figures as the personalization's
+        assert {k: own[role][k] for k in FIGURES} == {k: made[role][k] for k in FIGURES}, role
+    assert len(own["global"]["per_class_accuracy"]) == 10 and own["global"]["records"] == 30
+    through = ldpfl.predict(run, client_index=0, model=clear.model).summary["own_heldout"]  # the pipeline, rerun
+    for role in ("global", "personalized"):  # a local-only file's clean rows are the extractor's values as they are
+        assert {k: through[role][k] for k in FIGURES} == {k: made[role][k] for k in FIGURES}, role
+    alone = ldpfl.predict(released=run / "client_000.h5").summary["own_heldout"]  # the global model by itself
+    assert "personalized" not in alone and {k: alone["global"][k] for k in FIGURES} == {k: made["global"][k]
+                                                                                          for k in FIGURES}
+    text = ok(run_cli("predict", "--released", run / "client_000.h5", "--model", clear.model, "--out",
+                      tmp_path / "q.csv")).stdout
+    g, p = made["global"]["accuracy"], made["personalized"]["accuracy"]
+    assert (f"own held-out accuracy (30 records): global {g:.4f}, personalized (clear, LOCAL ONLY) {p:.4f} -- kept on "
+            "the silo, NOT released") in text
+    assert "per class (global / personalized (clear, LOCAL ONLY); records): 0: " in text
+
+
+def test_predict_refuses_a_global_model_the_personalization_did_not_start_from(run, clear, tmp_path):
+    other = _crafted(run, tmp_path)  # the run's record, other weights: another sha256
+    out = tmp_path / "p.csv"
+    line = one_error_line(run_cli("predict", "--released", run / "client_000.h5", "--model", clear.model,
+                                  "--global-model", other, "--out", out))
+    assert "is not the global model" in line and "started from" in line
+    line = one_error_line(run_cli("predict", "--released", run / "client_000.h5", "--global-model", other, "--out",
+                                  out))
+    assert "not a personalized model" in line
+    assert not out.exists()
+
+
+def test_personalize_prints_the_own_figures_per_class(run, clear):
+    lines = summary_lines(clear.summary)
+    made = clear.summary["own_heldout"]
+    assert lines[1].startswith(f"own held-out accuracy (30 records): global {made['global']['accuracy']:.4f}, "
+                               "personalized (clear, LOCAL ONLY) ")
+    assert lines[2].startswith("  per class (global / personalized (clear, LOCAL ONLY); records): ")
+    assert made["personalized"]["local_only"] is True and made["released"] is False
 
 
 def test_the_interpolation_weight_is_chosen_on_validation_records_only(run):

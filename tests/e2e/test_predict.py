@@ -86,6 +86,16 @@ def test_clean_predictions_reproduce_the_clean_test_accuracy(digits_run: Path) -
                                                                          for p in stored["predictions"]]
         assert [p["label"] for p in fresh["predictions"]] == [p["label"] for p in stored["predictions"]]
         correct, total = correct + fresh["correct"], total + fresh["records"]
+        for summary in (fresh, stored):  # the silo's own held-out records in clear: its own figures, not released
+            own = summary["own_heldout"]
+            assert own["released"] is False and own["evaluated_on"] == "own-heldout" and "personalized" not in own
+            assert (own["global"]["accuracy"], own["global"]["records"]) == (summary["accuracy"], summary["records"])
+            assert own["global"]["per_class_accuracy"] == summary["per_class_accuracy"]
+        labels = np.array([p["label"] for p in fresh["predictions"]])
+        right = np.array([p["label"] == p["predicted_class"] for p in fresh["predictions"]])
+        assert fresh["per_class_records"] == np.bincount(labels, minlength=10).tolist()
+        expected = [pytest.approx(right[labels == c].mean()) if (labels == c).any() else None for c in range(10)]
+        assert fresh["per_class_accuracy"] == expected
     final = last_round(digits_run)
     assert correct == round(final["clean_test_accuracy"] * total)
     assert len({p["predicted_class"] for p in fresh["predictions"]}) > 2  # not a constant model
@@ -95,6 +105,10 @@ def test_clean_predictions_reproduce_the_clean_test_accuracy(digits_run: Path) -
 def test_stored_randomized_rows_reproduce_the_test_accuracy(digits_run: Path) -> None:
     results = [predict_json("--released", digits_run / client_file_name(i)) for i in range(CLIENTS)]
     assert all(r["inputs"] == "released" and r["privacy"]["randomized"] for r in results)
+    # randomized rows a coordinator may hold too: per-class figures, but not the silo's own held-out block
+    assert all("own_heldout" not in r and len(r["per_class_accuracy"]) == 10 for r in results)
+    assert [sum(round(a * n) for a, n in zip(r["per_class_accuracy"], r["per_class_records"], strict=True) if n)
+            for r in results] == [r["correct"] for r in results]
     total = sum(r["records"] for r in results)
     assert sum(r["correct"] for r in results) == round(last_round(digits_run)["test_accuracy"] * total)
 
