@@ -1,8 +1,8 @@
 """Server optimizers: what the server does with each round's step W' − W, with state kept across rounds.
 
 One algorithm per module, registered under its name (the ``server_optimizer`` choices): ``fedavgm`` (server
-momentum, the default; β = 0 is plain FedAvg). The interface, the registry and the parameters'
-checks are in ``base``, with Reddi et al.'s framing (FedOpt).
+momentum, the default; β = 0 is plain FedAvg) and ``fedadam`` (Adam on the server, Reddi et al. 2021). The
+interface, the registry and the parameters' checks are in ``base``, with Reddi et al.'s framing (FedOpt).
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .base import SERVER_OPTIMIZERS, Parameter, ServerOptimizer, register
+from .fedadam import FedAdam
 from .fedavgm import FedAvgM
 
 if TYPE_CHECKING:
@@ -33,5 +34,5 @@ def create_server_optimizer(config: FederationConfig) -> ServerOptimizer:
     return server_optimizer_class(config.server_optimizer).from_config(config)
 
 
-__all__ = ["DEFAULT_SERVER_OPTIMIZER", "FedAvgM", "Parameter", "SERVER_OPTIMIZERS", "ServerOptimizer",
+__all__ = ["DEFAULT_SERVER_OPTIMIZER", "FedAdam", "FedAvgM", "Parameter", "SERVER_OPTIMIZERS", "ServerOptimizer",
            "create_server_optimizer", "register", "server_optimizer_class", "server_optimizer_names"]

@@ -8,6 +8,7 @@ from ldpfl.stage2_federate.federation import FederationConfig, run_federation
 from ldpfl.stage2_federate.model_file import read_model
 
 FAST = dict(hidden=(8,), local_epochs=1, batch_size=32, lr=0.01, threads=1, seed=5)
+FEDADAM = dict(server_optimizer="fedadam", server_params={"lr": 0.05, "tau": 0.01})
 
 
 def federate(run_dir, out, rounds, resume=False, **overrides):
@@ -21,6 +22,16 @@ def weights(result):
 
 def assert_same(a, b):
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_fedadams_moments_are_restored_from_the_checkpoint(packed_run, tmp_path):
+    whole = federate(packed_run, tmp_path / "whole", 2, **FEDADAM)
+    federate(packed_run, tmp_path / "split", 1, **FEDADAM)
+    saved = torch.load(tmp_path / "split" / "checkpoint.pt", weights_only=True)
+    assert saved["server_state"].keys() == {"m", "v"} and saved["config"]["server_optimizer"] == "fedadam"
+    resumed = federate(packed_run, tmp_path / "split", 2, resume=True, **FEDADAM)
+    assert resumed.resumed_from_round == 1
+    assert_same(weights(whole), weights(resumed))
 
 
 def test_a_version_2_checkpoint_with_a_velocity_resumes_server_momentum(packed_run, tmp_path):
