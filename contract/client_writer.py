@@ -8,6 +8,7 @@ name (``ldpfl.contract.atomic``).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import os
 from collections.abc import Mapping
@@ -19,6 +20,7 @@ import numpy as np
 
 from ldpfl.common.errors import ParameterError
 from ldpfl.contract.atomic import disk_full, link_durably, replace_durably, temporary_path
+from ldpfl.contract.clamped import ClampedValues
 from ldpfl.contract.digest import sha256_file
 from ldpfl.contract.released_statistics import write_release
 from ldpfl.contract.schema import SPLITS, ClientMetadata
@@ -104,6 +106,11 @@ class ClientFileWriter:
             raise ValueError(f"input_bit_density must have shape ({self.metadata.feature_width},), got {density.shape}")
         self._file.require_group("stats").create_dataset("input_bit_density", data=density, fletcher32=True,
                                                          chunks=density.shape)
+
+    def write_clamped_values(self, clamped: ClampedValues) -> None:
+        """Set the root attribute ``clamped_values`` (known only after the rows are streamed; ``contract.clamped``)."""
+        self.metadata = dataclasses.replace(self.metadata, clamped_values=clamped)
+        self._file.attrs["clamped_values"] = self.metadata.to_attrs()["clamped_values"]
 
     def write_released_statistics(self, released: Released) -> None:
         """Store the ``/released_statistics`` group of a ``stats:K`` release (``contract.released_statistics``)."""

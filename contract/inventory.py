@@ -51,6 +51,9 @@ ATTRIBUTES: Mapping[str, str] = {
     # statistics
     "label_histograms": RELEASED_DERIVED,  # counts of the released (randomized) labels
     "local_accuracy": LOCAL_ONLY,  # accuracy on the clear test split: NaN in a shareable file
+    # values the encoding clamped (issue 42): written only where the values are not randomized (mechanism none,
+    # features part ε = ∞) or local-only; inspect flags it in a private shareable file (ldpfl.contract.clamped)
+    "clamped_values": RANDOMIZED,
 }
 """Root attributes of a client file; ``local_accuracy`` holds a value only in ``client_NNN.local.h5``."""
 

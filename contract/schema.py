@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from ldpfl.common.errors import LdpflError
+from ldpfl.contract.clamped import ClampedValues
 from ldpfl.contract.extractor_training import UNTRAINED_EXTRACTORS, ExtractorTraining
 from ldpfl.contract.jsonout import json_default
 from ldpfl.contract.label_release import LabelRelease
@@ -40,14 +41,15 @@ from ldpfl.mechanisms.report import PrivacyReport
 from ldpfl.mechanisms.spec import ENCODING_KEYS, MechanismSpec
 
 SCHEMA = "ldpfl-features"
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 """Written by this code. Version 2 stores the derived boolean ``private`` as int8 0/1 (version 1: numpy bool);
 version 3 adds the attributes ``release`` and ``local_only`` (and the optional ``class_names``,
 ``plan_fingerprint``); version 4 adds ``label_release``, ``extractor_training`` and ``release_guarantee``
 (issue 22: one per-record guarantee over everything the file releases); version 5 adds ``generator``, the bit
 generator the noise came from (issue 23: ``AES-CTR`` or ``ChaCha20`` unseeded, ``PCG64`` seeded); version 6 adds the
-group ``/released_statistics`` of a ``stats:K`` release (issue 40: ``ldpfl.contract.released_statistics``)."""
-SUPPORTED_SCHEMA_VERSIONS = (1, 2, 3, 4, 5, 6)
+group ``/released_statistics`` of a ``stats:K`` release (issue 40: ``ldpfl.contract.released_statistics``); version 7
+adds the optional ``clamped_values``, the values the encoding clamped (issue 42: ``ldpfl.contract.clamped``)."""
+SUPPORTED_SCHEMA_VERSIONS = (1, 2, 3, 4, 5, 6, 7)
 """Read by this code (client files and manifests)."""
 SPLITS = ("train", "test")
 
@@ -58,7 +60,7 @@ MAX_CLASSES = 100_000
 MAX_ENCODING_BITS = 31
 
 JSON_ATTRIBUTES = ("partition", "mechanism_parameters", "privacy_report", "label_histograms")
-OPTIONAL_JSON_ATTRIBUTES = ("label_release", "extractor_training", "release_guarantee")
+OPTIONAL_JSON_ATTRIBUTES = ("label_release", "extractor_training", "release_guarantee", "clamped_values")
 """JSON objects of version 4 (``None`` when a file of an older version does not record them):
 
 * ``label_release``: how the labels were released: ``{"mechanism": "clear"}`` (the true labels) or
@@ -69,7 +71,9 @@ OPTIONAL_JSON_ATTRIBUTES = ("label_release", "extractor_training", "release_guar
   ``{"training": "dp-sgd", "epsilon": ε, "delta": δ, "noise_multiplier": σ, "sampling_probability": q,
   "steps": T, "records": n, ...}``;
 * ``release_guarantee``: the per-record (ε, δ) over everything the file releases, with its parts
-  (``ldpfl.contract.release_guarantee``)."""
+  (``ldpfl.contract.release_guarantee``);
+* ``clamped_values`` (version 7): how many values the encoding clamped, in files whose values are not randomized
+  (``ldpfl.contract.clamped``)."""
 INT_ATTRIBUTES = ("num_classes", "client_index", "client_count", "integer_bits", "fraction_bits", "features",
                   "schema_version")
 
@@ -154,6 +158,8 @@ class ClientMetadata:
     """Everything the file releases about one record (``None``: not recorded); a mapping given here is read."""
     generator: str = UNRECORDED
     """The bit generator of the noise (``mechanisms.randomness.GENERATORS``); ``unspecified`` if not known."""
+    clamped_values: ClampedValues | None = None
+    """The values the encoding clamped (``None``: not recorded); a mapping given here is read as the attribute."""
 
     def __post_init__(self) -> None:
         """Read the privacy records given as their JSON form (``ValueError`` when one is malformed)."""
@@ -354,6 +360,7 @@ _RECORD_READERS: dict[str, Callable[[Any], Any]] = {
     "privacy_report": lambda value: PrivacyReport.from_dict(value, ignore_unknown=True),
     "label_release": LabelRelease.from_json,
     "release_guarantee": ReleaseGuarantee.from_dict,
+    "clamped_values": ClampedValues.from_dict,
 }
 """The JSON attributes that are typed records: each read once, here, by its record's one reader."""
 
@@ -368,7 +375,7 @@ def _read_record(name: str, value: Any, path: str | os.PathLike[str]) -> Any:
         raise FormatError(path, f"attribute {name!r} is malformed ({error})") from None
 
 
-def _record_json(value: PrivacyReport | LabelRelease | ReleaseGuarantee) -> dict[str, Any]:
+def _record_json(value: PrivacyReport | LabelRelease | ReleaseGuarantee | ClampedValues) -> dict[str, Any]:
     """Return a typed attribute's JSON form (its record's one writer)."""
     return value.to_json() if isinstance(value, LabelRelease) else value.to_dict()
 

@@ -86,13 +86,23 @@ class InspectResult:
 
 
 def record_lines(found: Inspection) -> list[str]:
-    """Return what the records say beyond the file sections: duplicated records (a file: always; a run: where any)."""
-    readable = [f for f in found.files if f.duplicates is not None]
-    if found.kind == "file":
-        return [f"records     {f.duplicates.describe()}" for f in readable if f.duplicates is not None]
-    shown = [f for f in readable if f.duplicates is not None and f.duplicates.total]
-    return ["records", *(f"  client {f.metadata.client_index if f.metadata else '?'}: {f.duplicates.describe()}"
-                         for f in shown if f.duplicates is not None)] if shown else []
+    """Return what the records say beyond the file sections (issue 42): duplicated records, clamped values.
+
+    A file: both, always (clamped values where the file records them); a run: the clients that have any.
+    """
+    lines = []
+    for f in found.files:
+        client = "?" if f.metadata is None else f.metadata.client_index
+        clamped = None if f.metadata is None else f.metadata.clamped_values
+        if found.kind == "file":
+            lines += [] if f.duplicates is None else [f"records     {f.duplicates.describe()}"]
+            lines += [] if clamped is None else [f"clamped     {clamped.describe()}"]
+            continue
+        if f.duplicates is not None and f.duplicates.total:
+            lines.append(f"  client {client}: {f.duplicates.describe()}")
+        if clamped is not None and clamped.values:
+            lines.append(f"  client {client}: {clamped.describe()}")
+    return lines if found.kind == "file" or not lines else ["records", *lines]
 
 
 def inspect(path: StrPath, *, plot: StrPath | None = None, recompute: bool = False,

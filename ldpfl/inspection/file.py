@@ -22,6 +22,7 @@ import numpy as np
 
 from ldpfl import mechanisms as mech
 from ldpfl.contract import inventory
+from ldpfl.contract.clamped import MAX_CLAMPED_SHARE
 from ldpfl.contract.client_reader import iter_feature_chunks, open_client_file, short_error
 from ldpfl.contract.duplicates import (
     DuplicateCount,
@@ -262,7 +263,7 @@ def _read_data(path: Path, handle: h5py.File, metadata: ClientMetadata, mechanis
             report.flags.extend(cls.problems())
         total = sum(report.rows.values())
         if total:
-            report.chance_pairs = chance_pairs(total, log_equal_bits(sum(ones.values())[:width] / total))
+            report.chance_pairs = chance_pairs(total, log_equal_bits((ones["train"] + ones["test"])[:width] / total))
     else:
         report.floats, log_equal = _float_statistics(path, handle, metadata.features, mechanism, block_rows)
         report.chance_pairs = chance_pairs(sum(report.rows.values()), log_equal)
@@ -313,6 +314,7 @@ def inspect_file(path: str | os.PathLike, *, manifest: ManifestCheck | None = No
             report.flags.extend(problems)
             report.duplicates, problems = duplicate_summary(path, handle, metadata, report.chance_pairs)
             report.flags.extend(problems)
+            report.flags.extend(clamped_problems(metadata, sum(rows.values())))
             if report.manifest.rows is not None and dict(report.manifest.rows) != report.rows:
                 report.flags.append(f"rows {report.rows} differ from the manifest's {dict(report.manifest.rows)}")
     except FormatError as error:
@@ -321,6 +323,28 @@ def inspect_file(path: str | os.PathLike, *, manifest: ManifestCheck | None = No
         problem = f"unexpected {type(error).__name__} while reading ({short_error(error)})"
         report.error, report.error_problem = f"{path}: {problem}", problem
     return report
+
+
+def clamped_problems(metadata: ClientMetadata, rows: int) -> list[str]:
+    """Return what contradicts the attribute ``clamped_values`` (``ldpfl.contract.clamped``), if the file has one.
+
+    A count past ``MAX_CLAMPED_SHARE`` (an export refuses it), one over other rows than the file's, and one in a
+    shareable private file (an exact count of the clear records, which its guarantee does not cover).
+    """
+    clamped = metadata.clamped_values
+    if clamped is None:
+        return []
+    problems = []
+    if clamped.past_bound:
+        problems.append(f"attribute 'clamped_values': column {clamped.worst_column} has {clamped.worst_count} of "
+                        f"{clamped.rows} values clamped ({clamped.worst_share:.1%}), past the bound "
+                        f"{MAX_CLAMPED_SHARE:.0%} (MAX_CLAMPED_SHARE) at which ldpfl export refuses a column")
+    if clamped.rows != rows:
+        problems.append(f"attribute 'clamped_values' counts {clamped.rows} rows, the file holds {rows}")
+    if metadata.private and not metadata.local_only:
+        problems.append("attribute 'clamped_values' is an exact count of the clear records, which the file's release "
+                        "guarantee does not cover (ldpfl export writes it only where the values are not randomized)")
+    return problems
 
 
 def duplicate_summary(path: Path, handle: h5py.File, metadata: ClientMetadata,

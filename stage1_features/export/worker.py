@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from ldpfl import mechanisms
+from ldpfl.common.errors import ParameterError
 from ldpfl.contract.client_writer import ClientFileWriter
 from ldpfl.contract.label_release import CLEAR_LABELS, LabelRelease
 from ldpfl.contract.layout import client_file_name, local_file_name
@@ -30,6 +31,7 @@ from ldpfl.contract.release_point import ReleasePoint, parse_release
 from ldpfl.contract.schema import ClientMetadata, label_histogram
 from ldpfl.contract.version import package_version
 from ldpfl.mechanisms.randomness import stream_generator
+from ldpfl.stage1_features.export.clamping import ClampCounter
 from ldpfl.stage1_features.export.errors import ExportError
 from ldpfl.stage1_features.export.partition import holdout_split
 from ldpfl.stage1_features.export.release import clean_layout, local_layout, release_values, stored_layout
@@ -272,14 +274,24 @@ def export_client(task: ClientTask, dataset: Any = None) -> ClientOutcome:
     path = run_dir / client_file_name(task.index)
     pipeline = layout.pipeline
     density = BitDensity(metadata.feature_width) if task.store_input_density else None
+    clamps = ClampCounter.for_pipeline(pipeline)  # issue 42 item 6: values the release clamps, per column
     bar = progress_bar(total=sum(row_counts.values()), desc=f"{name} release", unit="row", leave=False,
                        position=task.position, disable=not task.progress)
     with bar, ClientFileWriter(path, metadata, row_counts) as writer:
         for split in ("train", "test"):  # one stream, train rows first, in row order
             write_split(writer, split, batches(split, released), pipeline, release_rng,
-                        density=density if split == "train" else None, progress=bar)
+                        density=density if split == "train" else None, progress=bar, clamps=clamps)
         if density is not None:
             writer.write_input_bit_density(density.density())
+        if clamps is not None:
+            try:
+                clamped = clamps.refuse_past_bound(task.index)
+            except ParameterError:
+                if local_record is not None:  # nothing of this client is kept
+                    (run_dir / local_record.path).unlink(missing_ok=True)
+                raise
+            if not pipeline.randomizes:  # a count of the clear records: only in a file that holds them in clear
+                writer.write_clamped_values(clamped)
         require_parent(str(path))  # a worker whose export died commits nothing (issue 13)
         digest = writer.commit()
     return ClientOutcome(task.index, record_for(path, task.index, digest, row_counts), accuracy, model_file,

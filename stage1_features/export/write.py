@@ -87,7 +87,7 @@ class BitDensity:
 
 def write_split(writer: ClientFileWriter, split: str, batches: Iterable[tuple[np.ndarray, np.ndarray]],
                 pipeline: ReleasePipeline, rng: np.random.Generator, *, density: BitDensity | None = None,
-                progress: Any = None) -> int:
+                progress: Any = None, clamps: Any = None) -> int:
     """Release and write ``batches`` into ``split`` of an open client file (Algorithm 1 lines 7-10).
 
     Parameters
@@ -108,6 +108,8 @@ def write_split(writer: ClientFileWriter, split: str, batches: Iterable[tuple[np
         Accumulates the unrandomized bits (``--store-input-density``).
     progress : tqdm, optional
         Updated with the rows written.
+    clamps : ClampCounter, optional
+        Counts the values the release clamps, per column (``ldpfl.stage1_features.export.clamping``).
 
     Returns
     -------
@@ -116,6 +118,8 @@ def write_split(writer: ClientFileWriter, split: str, batches: Iterable[tuple[np
     """
     start = 0
     for features, labels in batches:
+        if clamps is not None:
+            clamps.add(features)
         # released in small steps (bounded temporaries), written once per batch (whole HDF5 chunks)
         parts = []
         for offset in range(0, len(features), RELEASE_ROWS):

@@ -85,7 +85,7 @@ def test_booleans_are_int8_and_version_1_files_still_read(run: Path, tmp_path: P
     path = tmp_path / "client_000.h5"
     shutil.copyfile(run / client_file_name(0), path)
     with h5py.File(path, "r") as handle:
-        assert handle.attrs["private"].dtype == np.int8 and handle.attrs["schema_version"] == SCHEMA_VERSION == 6
+        assert handle.attrs["private"].dtype == np.int8 and handle.attrs["schema_version"] == SCHEMA_VERSION == 7
         assert handle.attrs["release"] == "flatten" and handle.attrs["local_only"] == 0
         assert handle.attrs["generator"] == "PCG64"  # the fixture's run is seeded
     with h5py.File(path, "r+") as handle:  # what version 4 wrote: no generator (every writer used PCG64)
@@ -110,8 +110,8 @@ def test_booleans_are_int8_and_version_1_files_still_read(run: Path, tmp_path: P
     with pytest.raises(FormatError, match="missing attribute 'generator'"):
         read_client_file(path)
     with h5py.File(path, "r+") as handle:
-        handle.attrs["schema_version"] = 7
-    with pytest.raises(FormatError, match="'schema_version' is 7, this reader supports 1, 2, 3, 4, 5, 6"):
+        handle.attrs["schema_version"] = 8
+    with pytest.raises(FormatError, match="'schema_version' is 8, this reader supports 1, 2, 3, 4, 5, 6, 7"):
         read_client_file(path)
 
 
