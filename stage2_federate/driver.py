@@ -4,13 +4,14 @@ The engines differ below it (how a run is planned: from the files here or from t
 how a client step travels: ``in_process`` or ``flower_engine.transport``) and around it (a progress bar and
 printed warnings here; a status file on Flower). From a plan, a writer and a transport on, a run is the same:
 the checkpoint's history restored (``loop.restore``), ``config.json`` written, the rounds played
-(``loop.run_rounds``), the final metrics, model and plot written (``run_outputs.RunWriter.finish``).
+(``loop.run_rounds``), the steps after the last round (:data:`AfterRounds`), the final metrics, model and plot
+written (``run_outputs.RunWriter.finish``).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,6 +22,14 @@ from .plan import FederationPlan
 from .round_record import RoundRecord
 from .run_outputs import RunWriter, TrainedOn
 from .upload_hashes import UploadHistory
+
+AfterRounds = Callable[[FederationPlan, Sequence[RoundRecord]], None]
+"""A step after the last round, on the server: called once with the plan and the run's whole history (a resumed
+run's included), after the last round's record and checkpoint are written and before the final outputs
+(``model.pt``, the plot, ``metrics.json`` with its ledger) are, so that ``model.pt`` is what it leaves in
+``plan.model``. It runs on every engine (the driver is the same); it draws nothing from the run's streams (their
+state is the last round's checkpoint). A step of a silo's own (personalization, ``predict``) belongs with the
+silo, not here."""
 
 
 @dataclass
@@ -46,11 +55,12 @@ class RunDriver:
                    UploadHistory.from_state(payload.get("uploads")))
 
     def run(self, transport: Transport, *, min_clients: int, trained_on: TrainedOn, title: str,
-            keep_checkpoint: bool, on_kept: Callable[[RoundRecord, str | None], None] | None = None
-            ) -> LedgerSection:
+            keep_checkpoint: bool, on_kept: Callable[[RoundRecord, str | None], None] | None = None,
+            after_rounds: Sequence[AfterRounds] = ()) -> LedgerSection:
         """Write ``config.json``, play rounds ``start`` to the last, write the final outputs; return the ledger.
 
-        ``on_kept`` is called after each round is written, with its record and its warning (or None).
+        ``on_kept`` is called after each round is written, with its record and its warning (or None);
+        ``after_rounds``, in order, after the last round (:data:`AfterRounds`).
         """
         self.writer.start()
 
@@ -63,5 +73,7 @@ class RunDriver:
 
         run_rounds(self.plan, transport, self.writer, self.history, start=self.start, min_clients=min_clients,
                    on_kept=kept, uploads=self.uploads)
+        for step in after_rounds:
+            step(self.plan, tuple(self.history))
         return self.writer.finish(self.history, self.plan.model, trained_on, title=title,
                                   keep_checkpoint=keep_checkpoint)
