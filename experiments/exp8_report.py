@@ -1,7 +1,8 @@
 """The front of issue 34 as one JSON, a markdown table and a PNG, from ``exp8_shared_features.py``'s records.
 
 Reads ``docs/results/exp8_shared_features_*.json`` (alone, federated, central), ``exp10_released_stats_*.json``
-(issue 40: ``released-stats``, ``released-stats-fc``, ``released-stats-alone``) and the measured LDPFL private
+(issue 40: ``released-stats``, ``released-stats-fc``, ``released-stats-alone``; the first release, moments about
+the origin, as ``released-stats-origin*`` from ``*_origin.json``) and the measured LDPFL private
 configurations of section 6 (``exp7_private_front_fashion-mnist.json``: label/krr rows at the default stage-2
 learning rate, IID, seed 22; their total ε is replace-one and has no add/remove figure: k-RR parts). Writes:
 
@@ -27,10 +28,13 @@ TEST_ROWS = {"fashion-mnist": 10_000, "mnist5k": 1_000}
 HELD_OUT_ROWS = 7_000  # section 6 and the papers' rows: the 10 clients' clean held-out records
 HELD_OUT_SETTINGS = ("ldpfl-best", "wu-gaussian", "pldp-pdpm", "dp-fedaw")
 SETTINGS = ("alone", "federated", "central", "released-stats", "released-stats-fc", "released-stats-alone",
+            "released-stats-origin", "released-stats-origin-fc", "released-stats-origin-alone",
             "ldpfl-best", "wu-gaussian", "pldp-pdpm", "dp-fedaw")
 COLOURS = {"alone": "tab:orange", "federated": "tab:blue", "central": "tab:green", "ldpfl-best": "tab:red",
            "wu-gaussian": "tab:purple", "pldp-pdpm": "tab:brown", "dp-fedaw": "tab:gray",
-           "released-stats": "tab:cyan", "released-stats-fc": "tab:olive", "released-stats-alone": "tab:pink"}
+           "released-stats": "tab:cyan", "released-stats-fc": "tab:olive", "released-stats-alone": "tab:pink",
+           "released-stats-origin": "lightblue", "released-stats-origin-fc": "khaki",
+           "released-stats-origin-alone": "mistyrose"}
 TOTAL_EPSILON = ("ldpfl-best",)
 """Settings whose x is a total replace-one ε (k-RR parts), not a per-silo add/remove ε. The papers' perturbations
 are at the DP-SGD rows' ε: their ledger's figure (a silo's whole update) bounds a record's under both relations."""

@@ -24,7 +24,6 @@ from ldpfl.contract.layout import METRICS_JSON
 
 from .client_privacy import ClientPrivacy
 from .guarantee import federation_guarantee
-from .label_claims import LabelClaimCap
 from .outliers import OutlierReport, persistent_outliers
 from .pooled_figure import PooledFigureFlag, final_round_flags
 from .round_record import RoundRecord
@@ -220,5 +219,7 @@ def pooled_figure_lines(rounds: Sequence[Mapping[str, Any]]) -> list[str]:
 
 def label_claim_lines(config: Mapping[str, Any]) -> list[str]:
     """Return the summary's line on the cap of unchecked label histograms (``config.json``'s ``label_claims``)."""
+    from .label_claims import LabelClaimCap  # here: label_claims counts labels with torch, which --help never loads
+
     record = config.get("label_claims") if isinstance(config, Mapping) else None
     return [LabelClaimCap.line(record)] if isinstance(record, Mapping) else []
