@@ -9,7 +9,8 @@ guessed; the records come from the run's data and its stored hold-out split (``p
 
 * :func:`open_silo`: the client file, its metadata and the run's manifest information;
 * :func:`silo_records`: the records (its held-out test split by default, its training split, or new records);
-* :func:`release_rows`: the records through the pipeline, batch by batch, as the model reads them (stored rows).
+* :func:`release_rows`: the records through the pipeline, batch by batch, as the model reads them (stored rows);
+* :func:`clean_rows`: a split's clean rows and labels at once (what a clean local file of the release holds).
 
 TensorFlow loads inside the functions that need a CNN.
 """
@@ -30,6 +31,7 @@ from ldpfl.contract.manifest import read_manifest
 from ldpfl.contract.release_point import parse_release
 from ldpfl.contract.released_statistics import feature_map
 from ldpfl.contract.schema import ClientMetadata
+from ldpfl.mechanisms.base import PACKED_BITS
 from ldpfl.stage1_features.export.from_models import read_source_run
 from ldpfl.stage1_features.export.release import (
     StoredLayout,
@@ -46,8 +48,8 @@ from ldpfl.stage1_features.models import cnn, cnn_release
 SPLIT_CHOICES = ("test", "train", "all")
 BATCH_ROWS = 1024  # records per CNN / model batch (stage 1's prediction batch)
 
-__all__ = ["BATCH_ROWS", "SPLIT_CHOICES", "PredictError", "Records", "Silo", "open_silo", "release_layout",
-           "release_rows", "silo_records"]
+__all__ = ["BATCH_ROWS", "SPLIT_CHOICES", "PredictError", "Records", "Silo", "clean_rows", "open_silo",
+           "release_layout", "release_rows", "silo_records"]
 
 
 class PredictError(ParameterError):
@@ -275,3 +277,27 @@ def release_rows(silo: Silo, records: Records, *, randomized: bool = False, rng:
             if stored.dtype.kind == "f" and not np.all(np.isfinite(stored)):
                 raise PredictError(f"mechanism {meta.mechanism!r} gave values that are not finite")
             yield stored
+
+
+def clean_rows(silo: Silo, split: str, *, cnn_path: Path | None = None,
+               batch_rows: int = BATCH_ROWS) -> tuple[np.ndarray, np.ndarray]:
+    """Return the silo's clean stored rows and labels of its ``split`` (train or test) of the run's records.
+
+    The rows a clean local file of the release would hold (:func:`release_rows`, clean), for a silo that keeps
+    its data but no such file (``ldpfl personalize`` of a randomized or ``stats:K`` file).
+
+    Raises
+    ------
+    PredictError
+        ``split`` other than train or test, or what :func:`silo_records` and :func:`release_rows` refuse.
+    """
+    if split not in ("train", "test"):
+        raise PredictError(f"the silo's clean rows are of its train or test split, not {split!r}")
+    records = silo_records(silo, split=split)
+    parts = list(release_rows(silo, records, cnn_path=cnn_path, batch_rows=batch_rows))
+    layout = release_layout(silo.metadata)
+    packed = layout.feature_format == PACKED_BITS
+    empty = np.empty((0, (silo.metadata.feature_width + 7) // 8 if packed else silo.metadata.feature_width),
+                     dtype=np.uint8 if packed else np.float32)
+    labels = np.empty(0, np.int64) if records.labels is None else np.asarray(records.labels, np.int64)
+    return (np.concatenate(parts) if parts else empty), labels

@@ -5,6 +5,10 @@ its file, the silo's DP-SGD accountant continued, the three methods (``clear``, 
 own held-out figures. This function validates the arguments, refuses what cannot be done before anything is
 written, then trains and writes ``model.pt`` and ``personalization.json`` in ``out``. ``ldpfl personalize`` maps its
 flags to it.
+
+Where the silo keeps no clean training records in a file (a randomized client file, or a ``stats:K`` release
+whose file holds synthetic rows), :func:`rebuilt_records` reruns the silo's export pipeline on its own data
+(``ldpfl.silo``), so the job works over every kind of client file the federation accepts.
 """
 
 from __future__ import annotations
@@ -16,11 +20,24 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from ldpfl import mechanisms
+from ldpfl import silo as si
+from ldpfl.contract.client_reader import read_client_file
 from ldpfl.contract.jsonout import json_ready
+from ldpfl.contract.layout import local_file_name
+from ldpfl.contract.schema import FormatError
 from ldpfl.contract.write_targets import check_write_target
+from ldpfl.stage1_features.models import cnn
 from ldpfl.stage2_federate.personalize.outputs import MODEL, SUMMARY, check_out, default_out, write_outputs
-from ldpfl.stage2_federate.personalize.records import PersonalizeError
+from ldpfl.stage2_federate.personalize.records import (
+    NoCleanRecords,
+    OwnRecords,
+    PersonalizeError,
+    from_rows,
+    own_records,
+)
 from ldpfl.stage2_federate.personalize.run import personalize_silo, prepare
 from ldpfl.stage2_federate.personalize.settings import PersonalizeSettings
 
@@ -29,7 +46,7 @@ from .progress import ProgressCallback, Tally
 
 STAGES = ("check", "train", "write")
 
-__all__ = ["PersonalizeResult", "personalize"]
+__all__ = ["PersonalizeResult", "personalize", "rebuilt_records"]
 
 
 @dataclass(frozen=True)
@@ -79,8 +96,8 @@ def personalize(run_dir: StrPath, *, client_index: int, method: str, model: StrP
     Parameters
     ----------
     run_dir : path
-        The silo's export directory (its client file; a randomized one needs the silo's local-only clean file
-        ``client_NNN.local.h5`` with training records).
+        The silo's export directory (its client file; for a randomized or ``stats:K`` one, the silo's local-only
+        clean file ``client_NNN.local.h5`` with training records, else its data, rerun through its pipeline).
     client_index : int
         The silo.
     method : {"clear", "dp", "interpolate"}
@@ -130,7 +147,12 @@ def personalize(run_dir: StrPath, *, client_index: int, method: str, model: StrP
     model_path = Path(model) if model is not None else Path(run_dir) / "federation" / MODEL
     if threads is not None:
         os.environ["OMP_NUM_THREADS"] = str(threads)
-    prepared = prepare(run_dir, client_index, settings, model=model_path, resume=resume)  # every refusal: no bar yet
+    try:
+        records = own_records(run_dir, client_index)
+    except NoCleanRecords as missing:  # the silo reruns its export pipeline on its own data
+        records = rebuilt_records(run_dir, client_index, str(missing), threads)
+    prepared = prepare(run_dir, client_index, settings, model=model_path, resume=resume, records=records)
+    # every refusal above: no bar yet
     from tqdm.auto import tqdm
 
     with tqdm(total=len(STAGES), desc="personalize", unit="stage", file=sys.stderr, disable=not progress_bars,
@@ -149,3 +171,38 @@ def personalize(run_dir: StrPath, *, client_index: int, method: str, model: StrP
     epsilon = float(summary["shipping"]["epsilon"])
     return PersonalizeResult(method, client_index, settings.local_only, epsilon, folder, written, summary_path,
                              summary)
+
+
+def rebuilt_records(run_dir: Path, client_index: int, missing: str, threads: int | None = None) -> OwnRecords:
+    """Return the silo's clean records rebuilt from its own data through its export pipeline (``ldpfl.silo``).
+
+    For a randomized or ``stats:K`` client file without a clean local file of training records (``missing`` says
+    so): the run's data, its stored hold-out split (``partition.npz``) and, for a CNN, the silo's saved CNN give
+    the clean rows its release would hold (a ``stats:K`` release: projected and clipped). Where the silo kept its
+    clean test file (``keep_clean_test``), its labels must be the rebuilt test split's.
+
+    Raises
+    ------
+    PersonalizeError
+        The records cannot be rebuilt (no data, no stored split, no CNN; the reason after ``missing``), or they are
+        not the records of the silo's clean test file.
+    """
+    try:
+        silo = si.open_silo(run_dir, client_index)
+        if cnn.is_cnn(silo.metadata.extractor):
+            if not silo.cnn_path().is_file():
+                raise si.PredictError(f"no saved CNN {silo.cnn_path()} of client {client_index} (export with "
+                                      "`save_models`)")
+            cnn.import_keras(threads)
+        train, test = si.clean_rows(silo, "train"), si.clean_rows(silo, "test")
+        kept = Path(run_dir) / local_file_name(client_index)
+        if kept.is_file() and not np.array_equal(read_client_file(kept, splits=("test",)).labels["test"], test[1]):
+            raise si.PredictError(f"the rebuilt test split's labels are not those of the silo's {kept.name}: not "
+                                  "the records the run exported")
+    except (ValueError, FormatError, OSError) as error:  # PredictError, an unknown extractor, unreadable data
+        raise PersonalizeError(f"{missing}; nor could it rebuild its clean records from its data: "
+                               f"{' '.join(str(error).split())}") from None
+    data = silo.config.get("data") or silo.metadata.dataset
+    return from_rows(run_dir, client_index, train, test,
+                     f"rebuilt on the silo from {data} (its stored training and test splits) through its export's "
+                     f"pipeline, clean ({silo.metadata.extractor}, release {silo.metadata.release})")

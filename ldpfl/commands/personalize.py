@@ -83,8 +83,10 @@ def personalize_command(run_dir: Path, client_index: int, method: str, model_pat
 
     RUN_DIR is the silo's export directory; the global model is RUN_DIR/federation/model.pt unless --model.
     The silo trains on its clean records: a local-only client file (ldpfl export --local-only) itself, or, for a
-    randomized file, the silo's local-only clean file client_NNN.local.h5 with training records (refused
-    without one).
+    randomized or released-statistics (stats:K) file, the silo's local-only clean file client_NNN.local.h5 with
+    training records, else its own data rerun through its export's pipeline (the run's data and stored split;
+    a stats:K release projected and clipped as released). dp is refused for a stats:K file (no DP-SGD
+    accountant covers the silo's records).
 
     The output reports the silo's own held-out accuracy, overall and per class, of the global and the
     personalized model. Those figures are computed from its clear test records and are NOT released: keep them

@@ -18,6 +18,11 @@ model. Those figures are computed from the silo's clear test records and are kep
 
 Modules, bottom up: ``records`` (the silo's clean records; errors), ``base_model`` (the global model, checked
 against the file; the local-only mark), ``accountant`` (the silo's DP-SGD accountant, continued), ``settings``
-(the job's parameters), ``training`` and ``evaluation`` (torch), ``outputs`` (``model.pt`` and
-``personalization.json``), ``run`` (the job).
+(the job's parameters), ``own_accuracy`` (the own held-out figures, per class, and their text; torch-free),
+``training`` and ``evaluation`` (torch), ``outputs`` (``model.pt`` and ``personalization.json``), ``run`` (the job).
+
+A randomized or ``stats:K`` client file holds no clean training records: the app (``ldpfl.api.personalize_job``)
+then reruns the silo's export pipeline on its own data and passes the rows in (``records.from_rows``). DP
+fine-tuning of a ``stats:K`` file is refused: its federation trained on synthetic records, so no DP-SGD accountant
+covers the silo's own.
 """

@@ -4,8 +4,12 @@ Personalization trains on the records the silo holds in clear, never on a random
 
 * a local-only client file (``ldpfl export --local-only``: clean features and true labels) is read itself;
 * for a randomized (or released-statistics) client file, the silo's local-only clean file ``client_NNN.local.h5``
-  beside it, when that file holds training records matching the client file's feature space. Without one, the
-  job is refused, saying what is needed (``ldpfl export --keep-clean-test`` keeps only the test records).
+  beside it, when that file holds training records matching the client file's feature space;
+* else (:class:`NoCleanRecords`: ``ldpfl export --keep-clean-test`` keeps only the test records, and a ``stats:K``
+  file holds synthetic rows) the job reruns the silo's export pipeline on its own data (``ldpfl.silo``: extractor,
+  release point, a ``stats:K`` release's projection and clipping, encoding, no mechanism) and hands the clean
+  rows to :func:`from_rows`. That is the app's work (it composes stage 1); without the data the job is refused,
+  saying what is needed.
 
 The validation records that choose the interpolation weight are a random part of the training records
 (:func:`validation_split`); the held-out test split is used for the own-record evaluation alone.
@@ -22,14 +26,19 @@ from ldpfl.common.errors import ParameterError
 from ldpfl.contract.client_reader import open_client_file, read_client_file
 from ldpfl.contract.digest import sha256_file
 from ldpfl.contract.layout import client_file_name, client_files, local_file_name
+from ldpfl.contract.released_statistics import is_statistics_file
 from ldpfl.contract.schema import ClientMetadata
 from ldpfl.mechanisms.base import PACKED_BITS, require_generator
 
-__all__ = ["OwnRecords", "PersonalizeError", "own_records", "validation_split"]
+__all__ = ["NoCleanRecords", "OwnRecords", "PersonalizeError", "from_rows", "own_records", "validation_split"]
 
 
 class PersonalizeError(ParameterError):
     """Inputs personalization cannot use (a ``ValueError``: the CLI's exit code 2, one line; nothing written)."""
+
+
+class NoCleanRecords(PersonalizeError):
+    """A randomized or ``stats:K`` client file without a clean local file holding training records beside it."""
 
 
 @dataclass(frozen=True)
@@ -38,7 +47,7 @@ class OwnRecords:
 
     client_index: int
     client_file: Path
-    source: Path
+    source: Path | str  # the file the rows came from, or how they were rebuilt
     metadata: ClientMetadata
     file_sha256: str
     train_features: np.ndarray
@@ -83,11 +92,13 @@ def own_records(run_dir: str | Path, client_index: int) -> OwnRecords:
     source = path
     if not meta.local_only:
         source = run_dir / local_file_name(client_index)
-        needed = (f"{path.name} holds a randomized release (mechanism {meta.mechanism!r}); personalization trains "
+        what = f"released statistics ({meta.release})" if is_statistics_file(meta) else "a randomized release"
+        needed = (f"{path.name} holds {what} (mechanism {meta.mechanism!r}); personalization trains "
                   f"on the silo's clean records: it needs the silo's local-only clean file {source.name} with its "
-                  "training records (export the silo's clean features with `local_only`)")
+                  "training records (export the silo's clean features with `local_only`), or its data to rebuild "
+                  "them")
         if not source.is_file():
-            raise PersonalizeError(f"{needed}; there is none in {run_dir}")
+            raise NoCleanRecords(f"{needed}; there is none in {run_dir}")
     data = read_client_file(source)
     clean = data.metadata
     if source != path:
@@ -98,13 +109,40 @@ def own_records(run_dir: str | Path, client_index: int) -> OwnRecords:
         if wrong:
             raise PersonalizeError(f"{source} is not the clean version of {path.name}: {'; '.join(wrong)}")
         if not len(data.labels["train"]):
-            raise PersonalizeError(f"{needed}; {source.name} holds test records only (ldpfl export "
-                                   "--keep-clean-test)")
+            raise NoCleanRecords(f"{needed}; {source.name} holds test records only (ldpfl export "
+                                 "--keep-clean-test)")
     if not len(data.labels["train"]):
         raise PersonalizeError(f"{source} holds no training records to personalize on")
     return OwnRecords(client_index, path, source, meta, sha256_file(path),
                       np.ascontiguousarray(data.features["train"]), np.asarray(data.labels["train"], np.int64),
                       np.ascontiguousarray(data.features["test"]), np.asarray(data.labels["test"], np.int64))
+
+
+def from_rows(run_dir: str | Path, client_index: int, train: tuple[np.ndarray, np.ndarray],
+              test: tuple[np.ndarray, np.ndarray], source: str) -> OwnRecords:
+    """Return the silo's records from clean rows it rebuilt (``source`` says how), checked against its client file.
+
+    Raises
+    ------
+    PersonalizeError
+        No such client file, rows of another width or format than the file's, or no training row.
+    """
+    path = client_files(Path(run_dir)).get(client_index)
+    if path is None:
+        raise PersonalizeError(f"{run_dir} has no {client_file_name(client_index)}; check `client_index`")
+    with open_client_file(path) as (_handle, meta, _rows):
+        pass
+    packed = meta.feature_format == PACKED_BITS
+    width = (meta.feature_width + 7) // 8 if packed else meta.feature_width
+    for name, (features, labels) in (("training", train), ("test", test)):
+        if features.ndim != 2 or features.shape[1] != width or len(features) != len(labels) or (
+                features.dtype != (np.uint8 if packed else np.float32)):
+            raise PersonalizeError(f"the silo's rebuilt {name} rows ({features.dtype}, {features.shape}) are not "
+                                   f"{path.name}'s ({meta.feature_format}, width {meta.feature_width})")
+    if not len(train[1]):
+        raise PersonalizeError(f"{source} holds no training records to personalize on")
+    return OwnRecords(client_index, path, source, meta, sha256_file(path), np.ascontiguousarray(train[0]),
+                      np.asarray(train[1], np.int64), np.ascontiguousarray(test[0]), np.asarray(test[1], np.int64))
 
 
 def validation_split(records: int, fraction: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from ldpfl.contract.layout import METRICS_JSON
+from ldpfl.contract.released_statistics import is_statistics_file
 from ldpfl.mechanisms.randomness import Randomness
 
 from .accountant import SiloAccountant, check_budget, from_federation, resumed_accountant
@@ -47,15 +48,24 @@ def _metrics(path: Path) -> dict[str, Any]:
 
 
 def prepare(run_dir: str | Path, client_index: int, settings: PersonalizeSettings, *, model: str | Path,
-            resume: str | Path | None = None) -> Prepared:
+            resume: str | Path | None = None, records: OwnRecords | None = None) -> Prepared:
     """Read and check everything a personalization needs, before any training or writing.
+
+    ``records``: the silo's clean records when the caller rebuilt them (``records.from_rows``); default read
+    from the run (``records.own_records``).
 
     Raises
     ------
     PersonalizeError
         Every refusal of the job (module docstring), one line each.
     """
-    records = own_records(run_dir, client_index)
+    if records is None:
+        records = own_records(run_dir, client_index)
+    if settings.method == DP and is_statistics_file(records.metadata):
+        raise PersonalizeError(f"{records.client_file.name} released statistics once ({records.metadata.release}) "
+                               "and its federation trained on their synthetic records: no DP-SGD accountant covers "
+                               "the silo's own records, so DP fine-tuning on them has none to continue; use `method` "
+                               "clear or interpolate (local-only models)")
     common = dict(client=client_index, file_sha256=records.file_sha256, records=len(records.train_labels))
     if resume is not None:
         if settings.method != DP:

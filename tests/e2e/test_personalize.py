@@ -226,6 +226,42 @@ def test_a_randomized_file_without_the_silos_clean_records_is_refused(tmp_path):
     assert "client_000.local.h5" in line and "clean" in line
 
 
+@pytest.fixture(scope="module")
+def stats_run(tmp_path_factory) -> Path:
+    """Two digits silos' stats:16 releases (raw values, epsilon 3), their clean test files, and the LDA head."""
+    out = tmp_path_factory.mktemp("stats") / "run"
+    ldpfl.export(dataset="digits", clients=2, extractor="none", release="stats:16", mechanism="gaussian-stats",
+                 mechanism_params={"epsilon": 3.0}, keep_clean_test=True, seed=3, out=out)
+    ldpfl.federate(out, head="lda")
+    return out
+
+
+def test_a_released_statistics_file_personalizes_on_the_silos_rebuilt_clean_records(stats_run, tmp_path):
+    made = ldpfl.personalize(stats_run, client_index=0, method="clear", epochs=3, seed=1, out=tmp_path / "clear")
+    summary = made.summary
+    assert made.local_only and summary["records"]["source"].startswith("rebuilt on the silo from digits")
+    assert summary["records"]["train"] == len(np.load(stats_run / "partition.npz")["client_000_train"])
+    # the rebuilt test rows are those the silo kept (projected, clipped): the same figures as on its clean file
+    kept = ldpfl.predict(released=stats_run / "client_000.local.h5", model=made.model).summary["own_heldout"]
+    for role in ("global", "personalized"):
+        assert {k: kept[role][k] for k in FIGURES} == {k: summary["own_heldout"][role][k] for k in FIGURES}, role
+    assert summary["own_heldout"]["global"]["accuracy"] > 0.3  # the LDA head of two releases, far above chance
+
+
+def test_dp_fine_tuning_of_a_released_statistics_file_is_refused(stats_run, tmp_path):
+    line = _refused(stats_run, tmp_path, "--method", "dp")
+    assert "released statistics once (stats:16)" in line and "no DP-SGD accountant covers" in line
+
+
+def test_a_statistics_file_without_the_silos_data_split_is_refused(stats_run, tmp_path):
+    copy = tmp_path / "run"
+    shutil.copytree(stats_run, copy)
+    (copy / "partition.npz").unlink()
+    line = _refused(copy, tmp_path, "--method", "clear")
+    assert "client_000.local.h5 holds test records only" in line and "nor could it rebuild" in line
+    assert "partition.npz" in line
+
+
 def test_help_and_json(run, tmp_path):
     assert "--max-epsilon" in personalize("--help").output
     result = personalize(run, "--client-index", 1, "--method", "interpolate", "--epochs", 2, "--seed", 1, "--json",
