@@ -12,7 +12,9 @@ one idea; import from the module, this package imports nothing:
 * ``client_writer`` - writing a client file;
 * ``client_reader`` - validating and reading one;
 * ``manifest``     - ``manifest.json``: the list of finished files with their sha256;
-* ``run_dir``      - the one run-directory validator (export, federate and inspect use it).
+* ``run_dir``      - the one run-directory validator (export, federate and inspect use it);
+* ``torch_archive`` - the declared sizes of a torch archive (``model.pt``, ``checkpoint.pt``), checked before
+  torch loads it.
 
 Nothing here imports TensorFlow or torch.
 """

@@ -19,11 +19,11 @@ import torch
 from ldpfl.common.errors import ParameterError
 from ldpfl.contract.atomic import atomic_write
 from ldpfl.contract.schema import FormatError
+from ldpfl.contract.torch_archive import check_archive
 from ldpfl.contract.version import package_version
 
 from .config import WRITTEN_WHEN_SET, FederationConfig
 from .data import FederatedData
-from .model_archive import check_archive
 from .perturbation import perturbation_wiring
 from .round_record import RoundRecord, rows
 from .streams import Streams

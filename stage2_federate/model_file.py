@@ -40,8 +40,8 @@ from ldpfl.contract.atomic import atomic_write
 from ldpfl.contract.jsonout import json_ready
 from ldpfl.contract.schema import ClientMetadata, FormatError
 from ldpfl.contract.small_files import not_regular_reason
+from ldpfl.contract.torch_archive import check_archive
 from ldpfl.contract.version import package_version
-from ldpfl.stage2_federate.model_archive import check_archive
 from ldpfl.stage2_federate.round_record import RoundRecord
 
 MODEL_FORMAT = "ldpfl-global-model"

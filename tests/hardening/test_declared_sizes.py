@@ -70,7 +70,7 @@ def test_predict_refuses_the_stride_zero_model_in_one_line(run_dir, tmp_path):
 def test_a_real_model_archive_passes(tmp_path):
     import torch
 
-    from ldpfl.stage2_federate.model_archive import check_archive
+    from ldpfl.contract.torch_archive import check_archive
 
     path = tmp_path / "model.pt"
     weights = torch.ones(4, 6)
@@ -83,7 +83,7 @@ def test_a_real_model_archive_passes(tmp_path):
 def test_a_deflated_member_that_expands_is_refused(tmp_path):
     import zipfile
 
-    from ldpfl.stage2_federate.model_archive import check_archive
+    from ldpfl.contract.torch_archive import check_archive
 
     path = tmp_path / "bomb.pt"
     with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as archive:
