@@ -19,9 +19,13 @@ Modules (one concern each):
 * ``streams``      - every random stream of a run, with exact save and restore;
 * ``plan``         - everything a run fixes before round 1 (model, perturbations, strategy, records);
 * ``rounds``       - one round as a client step and a server step, pure of I/O (shared by engines);
+* ``server_optimizers`` - the server's step after the strategy, with state kept across rounds (FedAvgM, FedAdam);
+* ``loop``, ``driver`` - the round loop behind a ``Transport`` and the run around it, one for both engines;
 * ``checkpoint``   - the checkpoint and the resume checks;
-* ``federation``   - the local engine: ``run_federation``, rounds in one process, outputs;
-* ``outputs``      - metrics CSV/JSON, the accuracy plot;
+* ``federation``   - the local engine: ``run_federation``, rounds in one process (``in_process``);
+* ``flower_engine`` - the Flower engine: the same loop, its messages as the transport;
+* ``outputs``, ``run_outputs`` - metrics CSV/JSON, the accuracy plot, and what a run writes when;
+* ``outdir``, ``console`` - one run per output directory, and the warning line on the terminal;
 * ``runtime``      - torch process settings the CLI applies before torch loads;
 * ``closed_form``  - the closed-form LDA head over ``stats:K`` files' pooled released statistics (no rounds);
 * ``clean_files``  - the silos' local-only clean test files (``--eval-clean``);
@@ -29,7 +33,8 @@ Modules (one concern each):
   rules that cannot act refused (issue 42);
 * ``personalize``  - a silo's personalization of the global model on its own records (issue 41).
 
-The command ``ldpfl federate`` lives in ``ldpfl.commands.federate``, on top of this package.
+The command ``ldpfl federate`` lives in ``ldpfl.commands.federate``, on top of this package; docs/stage2-map.md
+draws the rooms and follows one round through them.
 
 Importing this package imports nothing heavy; torch loads in ``data``, ``model``, ``streams``,
 ``plan``, ``rounds``, ``checkpoint`` and ``federation``.

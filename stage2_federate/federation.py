@@ -39,10 +39,10 @@ from ldpfl.common.errors import ParameterError
 from ldpfl.contract.layout import FEDERATION_DIR
 
 from . import outdir
-from . import outputs as out
 from .checkpoint import client_digests, load_checkpoint
 from .closed_form import run_closed_form
 from .config import FederationConfig
+from .console import print_warning
 from .driver import RunDriver
 from .in_process import InProcessTransport
 from .model_file import run_record
@@ -60,16 +60,10 @@ def default_out_dir(run_dir: str | Path) -> Path:
     return Path(run_dir) / FEDERATION_DIR
 
 
-def _print_warning(message: str) -> None:
-    from tqdm.auto import tqdm
-
-    tqdm.write(f"Warning: {' '.join(message.split())}", file=sys.stderr)
-
-
 def run_federation(run_dir: str | Path, config: FederationConfig, *, out_dir: str | Path | None = None,
                    resume: bool = False, progress: bool = True, overwrite: bool = False,
                    keep_checkpoint: bool = False,
-                   on_warning: Callable[[str], None] | None = _print_warning,
+                   on_warning: Callable[[str], None] | None = print_warning,
                    on_round: Callable[[Mapping[str, Any]], None] | None = None,
                    min_clients: int | None = None) -> FederationResult:
     """Run (or resume) a federation over the client files in ``run_dir``; write the outputs to ``out_dir``.
@@ -140,9 +134,7 @@ def _run_locked(run_dir: Path, config: FederationConfig, target_dir: Path, paths
     """Run the body of :func:`run_federation`, holding the lock on ``target_dir``."""
     outdir.remove_temporaries(target_dir)  # left by a process killed mid-write
     checkpoint_path = paths["checkpoint"]
-    if not resume and not overwrite and (checkpoint_path.exists() or (target_dir / out.METRICS_JSON).exists()):
-        raise ParameterError(f"{target_dir} already holds a federation run; continue it with `resume` or start "
-                             "again with `overwrite`")
+    outdir.check_out_dir(target_dir, resume=resume, overwrite=overwrite)
     payload = load_checkpoint(checkpoint_path, config) if resume else None
     plan = plan_federation(run_dir, config, min_clients=min_clients)  # leaves out a silo whose claim is refused
     inputs = client_digests(plan.data)

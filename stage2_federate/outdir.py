@@ -20,9 +20,26 @@ from filelock import FileLock, Timeout
 from ldpfl.common.errors import ParameterError
 from ldpfl.contract.atomic import TMP_MARK
 
-from .outputs import OUTPUT_NAMES
+from .outputs import CHECKPOINT_PT, METRICS_JSON, OUTPUT_NAMES
 
 LOCK_FILE = ".federate.lock"
+
+
+def check_out_dir(out_dir: str | os.PathLike[str], *, resume: bool, overwrite: bool) -> None:
+    """Refuse to start a run over one ``out_dir`` already holds, or to resume one it does not hold (every engine).
+
+    Raises
+    ------
+    ParameterError
+        ``out_dir`` holds a checkpoint or ``metrics.json`` and neither ``resume`` nor ``overwrite`` is given, or
+        ``resume`` is given and it holds no checkpoint.
+    """
+    checkpoint = Path(out_dir) / CHECKPOINT_PT
+    if not resume and not overwrite and (checkpoint.exists() or (Path(out_dir) / METRICS_JSON).exists()):
+        raise ParameterError(f"{out_dir} already holds a federation run; continue it with `resume` or start "
+                             "again with `overwrite`")
+    if resume and not checkpoint.is_file():
+        raise ParameterError(f"cannot resume: {checkpoint} does not exist (start without `resume`)")
 
 
 def temporary_patterns() -> tuple[str, ...]:

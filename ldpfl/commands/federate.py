@@ -7,7 +7,6 @@ the command.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
@@ -21,6 +20,7 @@ from ldpfl.common.errors import LdpflError
 from ldpfl.contract.jsonout import echo_json
 from ldpfl.stage2_federate import budgets
 from ldpfl.stage2_federate.config import HEADS, FederationConfig
+from ldpfl.stage2_federate.console import print_warning
 from ldpfl.stage2_federate.flower_engine import FlowerMissingError
 from ldpfl.stage2_federate.flower_engine.control import SuperLinkError
 from ldpfl.stage2_federate.flower_engine.launch import FlowerRunError
@@ -208,10 +208,3 @@ def federate_command(run_dir: Path, budget_presets: tuple[str, ...], out_dir: st
         echo_json(result.to_dict())
     elif not quiet:
         click.echo(federate_text(result))
-
-
-def print_warning(message: str) -> None:
-    """Print ``Warning: message`` on stderr above the progress bar."""
-    from tqdm.auto import tqdm
-
-    tqdm.write(f"Warning: {' '.join(message.split())}", file=sys.stderr)

@@ -44,18 +44,17 @@ from ldpfl.contract.plan import PLAN_FILE, read_plan
 from ldpfl.contract.schema import FormatError
 from ldpfl.contract.version import package_version
 from ldpfl.stage2_federate.config import FederationConfig
-from ldpfl.stage2_federate.outdir import clear_outputs, locked, remove_temporaries
+from ldpfl.stage2_federate.console import print_warning
+from ldpfl.stage2_federate.outdir import check_out_dir, clear_outputs, locked, remove_temporaries
 
 from . import require_flower
 from .control import ControlClient, RunState, SuperLinkError, parse_superlink
 from .launch import (
     FlowerOptions,
     FlowerRunError,
-    _check_out_dir,
     _interruptible,
     _result,
     follow,
-    print_warning,
 )
 from .protocol import SERVERAPP_LOCK, STATUS_FILE, SUBMISSION_FILE, ManifestEntry, run_config
 
@@ -249,14 +248,14 @@ def run_on_superlink(run_dir: str | Path, config: FederationConfig, *, superlink
     address = parse_superlink(superlink)
     run = coordinator_run(run_dir)
     target = (run.run_dir / FEDERATION_DIR if out_dir is None else Path(out_dir)).resolve()
-    _check_out_dir(target, resume=resume, overwrite=overwrite)
+    check_out_dir(target, resume=resume, overwrite=overwrite)
 
     with ControlClient(address, insecure=insecure, root_certificates=root_certificates) as control:
         control.runs()  # reachable, TLS, a SuperLink: checked before OUT is touched
         with locked(target), _interruptible():
             try:
                 _end_previous_submission(control, target)
-                _check_out_dir(target, resume=resume, overwrite=overwrite)  # the earlier run may have moved on
+                check_out_dir(target, resume=resume, overwrite=overwrite)  # the earlier run may have moved on
                 busy = [state for state in control.runs() if state.active]
                 if busy:
                     raise SuperLinkError(f"the SuperLink at {address} is busy with {busy[0].describe()}: wait for "

@@ -36,10 +36,10 @@ from ldpfl.contract.federation_privacy import LedgerSection
 from ldpfl.contract.layout import FEDERATION_DIR
 from ldpfl.contract.run_dir import validate_run
 from ldpfl.contract.version import package_version
-from ldpfl.stage2_federate import outputs as out
 from ldpfl.stage2_federate.client_privacy import ClientPrivacy
 from ldpfl.stage2_federate.config import FederationConfig
-from ldpfl.stage2_federate.outdir import clear_outputs, locked, remove_temporaries
+from ldpfl.stage2_federate.console import print_warning
+from ldpfl.stage2_federate.outdir import check_out_dir, clear_outputs, locked, remove_temporaries
 from ldpfl.stage2_federate.result import FederationResult
 
 from . import require_flower
@@ -233,13 +233,6 @@ def _read_status(path: Path) -> dict[str, Any]:
         return {}
 
 
-def print_warning(message: str) -> None:
-    """Print ``Warning: message`` on stderr above the progress bar (the local engine's default)."""
-    from tqdm.auto import tqdm
-
-    tqdm.write(f"Warning: {' '.join(message.split())}", file=sys.stderr)
-
-
 def follow(status_path: Path, *, rounds: int, options: FlowerOptions, progress: bool,
            ended: Callable[[], str | None], settle: Callable[[], None] = lambda: None,
            on_warning: Callable[[str], None] | None = print_warning,
@@ -323,15 +316,6 @@ def submit_run(work: Path, env: Mapping[str, str], values: Mapping[str, Any], *,
     return Daemon("flwr-run", argv, env=env, log=work / "flwr-run.log", cwd=work)
 
 
-def _check_out_dir(out_dir: Path, *, resume: bool, overwrite: bool) -> None:
-    paths = {name: out_dir / name for name in out.OUTPUT_NAMES}
-    if not resume and not overwrite and (paths[out.CHECKPOINT_PT].exists() or paths[out.METRICS_JSON].exists()):
-        raise ParameterError(f"{out_dir} already holds a federation run; continue it with `resume` or start "
-                             "again with `overwrite`")
-    if resume and not paths[out.CHECKPOINT_PT].is_file():
-        raise ParameterError(f"cannot resume: {paths[out.CHECKPOINT_PT]} does not exist (start without `resume`)")
-
-
 def _result(out_dir: Path, status: Mapping[str, Any], keep_checkpoint: bool) -> FederationResult:
     from ldpfl.stage2_federate.run_outputs import output_paths
 
@@ -382,7 +366,7 @@ def run_flower(run_dir: str | Path, config: FederationConfig, *, out_dir: str | 
     records = [record for record, _ in sorted(checked, key=lambda rm: rm[0].client_index)]
     files = [str(run_dir / record.path) for record in records]
     target = (run_dir / FEDERATION_DIR if out_dir is None else Path(out_dir)).resolve()
-    _check_out_dir(target, resume=resume, overwrite=overwrite)
+    check_out_dir(target, resume=resume, overwrite=overwrite)
     with _prepared_out_dir(target, resume=resume, overwrite=overwrite):
         work = Path(tempfile.mkdtemp(prefix="ldpfl-flwr-"))
         daemons: list[Daemon] = []
