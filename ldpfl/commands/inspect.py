@@ -1,6 +1,7 @@
 """``ldpfl inspect``: a thin command over the API's ``ldpfl.inspect`` (``ldpfl.api.inspect_job``).
 
-Imports neither TensorFlow nor torch; matplotlib loads only with ``--plot``.
+Imports neither TensorFlow nor torch; matplotlib loads only with ``--plot``, torch only to read a model
+(``ldpfl.api.model_inspection``).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from pathlib import Path
 import click
 
 from ldpfl.api.inspect_job import inspect
+from ldpfl.api.model_inspection import inspect_model, is_model_path
 from ldpfl.contract.jsonout import echo_json
 
 
@@ -27,7 +29,9 @@ from ldpfl.contract.jsonout import echo_json
 def inspect_command(path: Path, as_json: bool, details: bool, plot_path: Path | None, recompute: bool) -> int:
     """Show what a randomized client file (or every file of a run directory) holds, and verify it.
 
-    PATH is a client file (client_000.h5) or a run directory (manifest.json plus client files).
+    PATH is a client file (client_000.h5) or a run directory (manifest.json plus client files), or a model
+    (model.pt, or its folder): a federation's global model, or a silo's personalized one with its method,
+    whether it is LOCAL ONLY (epsilon = inf if shipped) or may be released, and its epsilon.
 
     \b
     Checks: the HDF5 schema and structure (before any data is read), the sha256 of each file
@@ -55,6 +59,15 @@ def inspect_command(path: Path, as_json: bool, details: bool, plot_path: Path | 
       ldpfl inspect runs/mnist --details --plot mnist.png
       ldpfl inspect runs/mnist --json > report.json
     """
+    if is_model_path(path):  # a model.pt (a federation's or a silo's personalized one), or its folder
+        if plot_path is not None or recompute or details:
+            raise click.UsageError("--plot, --recompute and --details apply to client files, not to a model")
+        model = inspect_model(path)
+        if as_json:
+            echo_json(model.to_dict())
+        else:
+            click.echo(model.format_text())
+        return model.exit_code
     found = inspect(path, plot=plot_path, recompute=recompute)
     result = found.report
     single_error = result.kind == "file" and result.files[0].error is not None

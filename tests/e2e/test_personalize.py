@@ -24,6 +24,7 @@ from dp_accounting import pld
 from federate_files import write_run
 
 import ldpfl
+from ldpfl.contract.digest import sha256_file
 from ldpfl.mechanisms.randomness import make_randomness
 from ldpfl.stage2_federate.model import FederatedMLP
 from ldpfl.stage2_federate.model_file import read_model, save_model
@@ -80,6 +81,12 @@ def test_dp_fine_tuning_continues_the_silos_accountant(run, tmp_path):
             assert accountant[key] == pytest.approx(_direct(sigma, q, steps, 1e-5, relation), rel=1e-9)
         assert not result.local_only and result.epsilon == accountant["epsilon_replace_one"]
         assert result.epsilon > row["epsilon_replace_one"]  # the fine-tuning adds to the federation's figure
+    shown = json.loads(ok(run_cli("inspect", again.out, "--json")).stdout)  # its folder: the model and accountant
+    assert shown["kind"] == "client 0's personalized model (dp)" and shown["sha256"] == sha256_file(again.model)
+    assert shown["personalization"]["released"] is True and shown["personalization"]["local_only"] is False
+    assert shown["personalization"]["epsilon"] == again.epsilon and shown["personalization"]["steps"] == ROUNDS + 8
+    assert f"may be released: epsilon {again.epsilon:.6g} at delta 1e-05 (replace-one)" in ok(
+        run_cli("inspect", again.model)).output
     mark = read_model(again.model).trained_on["personalization"]
     assert mark["local_only"] is False and mark["method"] == "dp"
     assert "own_heldout" not in json.dumps(read_model(again.model).trained_on)  # the clear figures stay out
@@ -98,6 +105,20 @@ def test_a_clear_model_is_local_only_and_refused_where_a_released_one_is_expecte
                                       "--out", tmp_path / "from_clear"))
     assert "local-only model" in line and "not a released model" in line
     assert not (tmp_path / "from_clear").exists()
+
+
+def test_inspect_describes_a_personalized_and_a_global_model(run, clear):
+    text = ok(run_cli("inspect", clear.out)).output
+    assert f"{clear.model}: client 0's personalized model (clear)" in text
+    assert "LOCAL ONLY: trained on the silo's records in clear; epsilon = inf if shipped" in text
+    shown = json.loads(ok(run_cli("inspect", clear.model, "--json")).stdout)
+    assert shown["personalization"] | {"global_model_sha256": None} == {
+        "method": "clear", "client_index": 0, "client_file": "client_000.h5", "global_model_sha256": None,
+        "local_only": True, "released": False, "epsilon": "inf"}
+    assert shown["personalization"]["global_model_sha256"] == sha256_file(run / "federation" / "model.pt")
+    assert "a federation's global model" in ok(run_cli("inspect", run / "federation")).output
+    line = one_error_line(run_cli("inspect", clear.model, "--plot", clear.out / "x.png"))
+    assert "apply to client files, not to a model" in line and not (clear.out / "x.png").exists()
 
 
 FIGURES = ("accuracy", "correct", "records", "per_class_accuracy", "per_class_records")
