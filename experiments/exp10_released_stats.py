@@ -56,7 +56,7 @@ RESIDUAL_GRID = {"k": {"mnist5k": [64, 128, 256], "fashion-mnist": [512, 768]},
                  "shares": [(0.5, 0.05, 0.45), (0.3, 0.02, 0.68)],
                  "residual_fraction": [0.4, 0.5, 0.6, 0.8], "shrinkage": [0.05, 0.1, 0.2, 0.4]}
 """The grid at epsilon 3 of the residual clip C_r = r·C: MNIST-5k's 200 validation records cannot tell r apart
-(every r within one record), so r was chosen on Fashion-MNIST's validation records (0.6, the package default)."""
+(every r within one record), so r was chosen on Fashion-MNIST's validation records (0.4, the package default)."""
 """The grid chosen from on validation records at each epsilon; the clip fraction is MNIST-5k's (``--tune-clip``)."""
 CLIP_GRID = {"k": [128, 256, 384], "shares": [(0.5, 0.05, 0.45), (0.3, 0.02, 0.68), (0.65, 0.03, 0.32)],
              "clip_fraction": [0.6, 0.75, 0.9], "shrinkage": [0.05, 0.1, 0.2, 0.4, 0.8]}
