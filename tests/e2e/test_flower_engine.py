@@ -123,7 +123,8 @@ def test_cli_engine_flower_without_flower_is_one_error_line(monkeypatch, tmp_pat
 
 
 def write_clean_tests(run_dir: Path, seed: int = 11) -> None:
-    """Write each client's local-only clean test file (``export --keep-clean-test``'s): other records, no noise."""
+    """Write each client's local-only clean file (``export --keep-clean-test``'s): test records near the randomized
+    ones, and the training records (mechanism ``none``: the client file's rows) a silo personalizes on."""
     import dataclasses
 
     from ldpfl.contract.client_reader import read_client_file
@@ -139,9 +140,11 @@ def write_clean_tests(run_dir: Path, seed: int = 11) -> None:
         flip = rng.random(features.shape) < 0.2  # records near, not equal to, the randomized ones
         features[flip] = rng.integers(0, 256, size=int(flip.sum()), dtype=features.dtype)
         labels = data.labels["test"].copy()
-        splits = {"train": (features[:0], labels[:0]), "test": (features, labels)}
+        train = data.labels["train"]
+        splits = {"train": (data.features["train"], train), "test": (features, labels)}
         clean = dataclasses.replace(meta, local_only=True, label_histograms={
-            "train": [0] * meta.num_classes, "test": np.bincount(labels, minlength=meta.num_classes).tolist()})
+            "train": np.bincount(train, minlength=meta.num_classes).tolist(),
+            "test": np.bincount(labels, minlength=meta.num_classes).tolist()})
         assert rows == len(labels)
         write_client_file(run_dir / local_file_name(meta.client_index), clean, splits)
 
@@ -372,6 +375,31 @@ def test_dp_sgd_on_the_simulation_equals_the_local_engine(flower, three_clients,
     assert metrics["privacy_ledger"]["clients"] == local_metrics["privacy_ledger"]["clients"]
     assert metrics["release_guarantee"]["clients"] == local_metrics["release_guarantee"]["clients"]
     assert leftovers(marked) == []
+    personalized_on_both_engines_alike(three_clients, local_out, out, tmp_path)
+
+
+def personalized_on_both_engines_alike(run_dir: Path, local_out: Path, flower_out: Path, tmp_path: Path) -> None:
+    """Issue 41: both engines' global models personalize identically at one seed (clear and DP fine-tuning).
+
+    The two global models agree to float32 rounding (the engines sum the same replies in another order); each
+    personalization from them gives the same own held-out figures, the same accountant and the same weights to
+    rounding.
+    """
+    import ldpfl
+    from ldpfl.stage2_federate.model_file import read_model
+
+    local, flower = read_model(local_out / "model.pt").state_dict, read_model(flower_out / "model.pt").state_dict
+    for name in local:
+        torch.testing.assert_close(local[name], flower[name], rtol=0.0, atol=1e-6)
+    for method in ("clear", "dp"):
+        made = [ldpfl.personalize(run_dir, client_index=0, method=method, model=out / "model.pt", epochs=2, steps=3,
+                                  seed=4, out=tmp_path / f"{out.name}-{method}") for out in (local_out, flower_out)]
+        assert made[0].summary["own_heldout"] == made[1].summary["own_heldout"], method
+        assert made[0].summary.get("accountant") == made[1].summary.get("accountant")
+        assert made[0].epsilon == made[1].epsilon and (method == "clear") == made[0].local_only
+        first, second = read_model(made[0].model).state_dict, read_model(made[1].model).state_dict
+        for name in first:
+            torch.testing.assert_close(first[name], second[name], rtol=0.0, atol=1e-5)
 
 
 @pytest.mark.slow
