@@ -87,6 +87,9 @@ def test_dp_fine_tuning_continues_the_silos_accountant(run, tmp_path):
     assert shown["personalization"]["epsilon"] == again.epsilon and shown["personalization"]["steps"] == ROUNDS + 8
     assert f"may be released: epsilon {again.epsilon:.6g} at delta 1e-05 (replace-one)" in ok(
         run_cli("inspect", again.model)).output
+    line = _refused(run, tmp_path, "--method", "dp", "--resume", again.out, "--steps", 200, "--max-epsilon",
+                    round(again.epsilon + 0.01, 3))  # the bound applies to the resumed accountant's total
+    assert f"({ROUNDS + 8} steps)" in line and "past --max-epsilon" in line
     mark = read_model(again.model).trained_on["personalization"]
     assert mark["local_only"] is False and mark["method"] == "dp"
     assert "own_heldout" not in json.dumps(read_model(again.model).trained_on)  # the clear figures stay out
