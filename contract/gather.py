@@ -13,7 +13,8 @@ directory that ``ldpfl federate`` and ``ldpfl inspect`` read:
    error names the file that disagrees;
 3. each file's duplicated records are counted (``ldpfl.contract.duplicates``: training rows repeated, test rows
    repeated, test rows that repeat a training row) and reported; with ``dedupe`` a file that has any is rewritten
-   without them (its manifest entry then gives the new sha256 and rows), the others are copied as they are;
+   without them (its manifest entry then gives the new sha256, rows and label counts), the others are copied as
+   they are; every entry of the new manifest lists its file's label counts (a source's older manifest may not);
 4. the files are copied into a hidden temporary directory next to the target, with the plan and a new
    manifest (``tool: ldpfl gather``), the copy is validated again, and the directory is renamed into
    place. On any error nothing is left under the target name.
@@ -36,7 +37,7 @@ from ldpfl.contract.atomic import TMP_MARK, fsync_directory, fsync_file
 from ldpfl.contract.client_reader import open_client_file
 from ldpfl.contract.digest import sha256_file
 from ldpfl.contract.duplicates import DuplicateCount, count_and_keep, expected, file_digests, write_deduplicated
-from ldpfl.contract.manifest import FileRecord, record_for, write_manifest
+from ldpfl.contract.manifest import FileRecord, record_for, with_label_histograms, write_manifest
 from ldpfl.contract.plan import PLAN_FILE, SharedPlan, read_plan, write_plan
 from ldpfl.contract.release_guarantee import ReleaseGuarantee, stored_or_computed, weakest
 from ldpfl.contract.run_dir import files_off_plan, validate_run
@@ -189,11 +190,12 @@ def gather_runs(sources: Sequence[str | os.PathLike[str]], out_dir: str | os.Pat
     tmp.mkdir(parents=True)
     written: list[FileRecord] = []
     try:
-        for path, record, _ in gathered:
+        for path, record, metadata in gathered:
             target = tmp / record.path
             if dedupe and duplicates[record.client_index].total:
                 kept = keep[record.client_index]
                 digest = write_deduplicated(path, target, kept)
+                # the new file's label counts, recounted over the kept rows (record_for reads them from it)
                 written.append(record_for(target, record.client_index, digest,
                                           {split: int(mask.sum()) for split, mask in kept.items()}))
                 continue
@@ -201,7 +203,8 @@ def gather_runs(sources: Sequence[str | os.PathLike[str]], out_dir: str | os.Pat
             fsync_file(target)
             if sha256_file(target) != record.sha256:
                 raise FormatError(path, "changed while it was copied (sha256 differs from its manifest's)")
-            written.append(record)
+            # the file's label counts (its attribute, which validate_run checked against a listing source's)
+            written.append(with_label_histograms(record, metadata.label_histograms))
         if shared is not None:
             write_plan(shared, tmp / PLAN_FILE)
         first = gathered[0][2]

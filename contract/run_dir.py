@@ -4,8 +4,10 @@
 :class:`RunCheck` of facts (the manifest or why it failed, one :class:`FileCheck` per client file, the
 run-level problems). Its users decide how strict to be:
 
-* ``ldpfl federate`` (stage 2) and ``ldpfl gather`` call :func:`validate_run`: everything must verify, and every
-  feature value must be one its mechanism outputs (finite, in its declared range or set);
+* ``ldpfl gather`` calls :func:`validate_run`: everything must verify, and every feature value must be one its
+  mechanism outputs (finite, in its declared range or set);
+* ``ldpfl federate``'s local engine calls :func:`screen_run`: the same checks, but a file that does not verify is
+  refused and its silo left out (issue 42 item 4), while what is wrong with the run itself still raises;
 * ``ldpfl export`` (stage 1, resuming) keeps the files that verify and errs on the others;
 * ``ldpfl inspect`` reports every fact.
 """
@@ -21,7 +23,7 @@ from ldpfl.contract.client_reader import open_client_file, verify_client_data
 from ldpfl.contract.digest import sha256_file
 from ldpfl.contract.file_checks import feature_value_problem, file_problems
 from ldpfl.contract.layout import CLIENT_FILE_SUFFIX, MANIFEST_NAME, client_index_from_name, is_hidden, is_local_file
-from ldpfl.contract.manifest import FileRecord, Manifest, read_manifest
+from ldpfl.contract.manifest import FileRecord, Manifest, histograms_of, read_manifest
 from ldpfl.contract.plan import PLAN_FILE, read_plan
 from ldpfl.contract.schema import ClientMetadata, FormatError, compare_metadata
 from ldpfl.contract.small_files import not_regular_reason
@@ -84,6 +86,10 @@ class FileCheck:
             return self.open_error
         if record is not None and self.rows is not None and dict(self.rows) != dict(record.rows):
             return FormatError(self.path, f"rows {dict(self.rows)} differ from the manifest's {dict(record.rows)}")
+        if (record is not None and record.label_histograms is not None and self.metadata is not None
+                and histograms_of(self.metadata.label_histograms) != histograms_of(record.label_histograms)):
+            return FormatError(self.path, f"label histograms {histograms_of(self.metadata.label_histograms)} differ "
+                                          f"from the manifest's {histograms_of(record.label_histograms)}")
         return None
 
     def name_problem(self) -> str | None:
@@ -190,6 +196,44 @@ def verify_file_record(run_dir: str | os.PathLike[str], record: FileRecord) -> C
     return file.metadata
 
 
+def run_problems(run_dir: Path, valid: list[tuple[str, ClientMetadata]]) -> list[str]:
+    """Return run-level problems among ``valid`` files (name and metadata of each that validates).
+
+    Attributes that differ (``compare_metadata``: among them the plan fingerprint, the class names and
+    the widths), a local-only file among shareable ones (a run of local-only files, ``ldpfl export
+    --local-only``, is one run: it stays on its silo), repeated indices, and, when the run directory holds a
+    ``plan.json``, a file that was not exported with that plan or a plan file that cannot be read.
+    """
+    problems = compare_metadata(valid)
+    problems += plan_problems(run_dir, valid)
+    local = [name for name, meta in valid if meta.local_only]
+    if local and len(local) < len(valid):  # a local-only run (``--local-only``) has nothing else
+        problems += [f"{name} is a local-only file (unrandomized records, never shared), not a client file of "
+                     "the run" for name in local]
+    indices = [meta.client_index for _, meta in valid]
+    duplicates = sorted({i for i in indices if indices.count(i) > 1})
+    if duplicates:
+        problems.append(f"client indices {duplicates} appear in more than one file")
+    return problems
+
+
+@dataclass(frozen=True)
+class RefusedFile:
+    """A listed client file that does not verify: its manifest entry and why (:meth:`RunCheck.screened`)."""
+
+    record: FileRecord
+    error: FormatError
+
+
+@dataclass(frozen=True)
+class ScreenedRun:
+    """A run directory's manifest, the listed files that verify (record and metadata), and those refused."""
+
+    manifest: Manifest
+    checked: list[tuple[FileRecord, ClientMetadata]]
+    refused: list[RefusedFile]
+
+
 @dataclass(frozen=True)
 class RunCheck:
     """What :func:`check_run_dir` found.
@@ -237,25 +281,19 @@ class RunCheck:
         return sorted({i for i in indices if indices.count(i) > 1})
 
     def problems(self) -> list[str]:
-        """Return run-level problems among the files that validate.
+        """Return run-level problems among the files that validate (:func:`run_problems`)."""
+        return run_problems(self.run_dir, [(f.name, f.metadata) for f in self.files if f.metadata is not None])
 
-        Attributes that differ (``compare_metadata``: among them the plan fingerprint, the class names and
-        the widths), a local-only file among shareable ones (a run of local-only files, ``ldpfl export
-        --local-only``, is one run: it stays on its silo), repeated indices, and, when the run directory holds a
-        ``plan.json``, a file that was not exported with that plan or a plan file that cannot be read.
-        """
-        valid = [(f.name, f.metadata) for f in self.files if f.metadata is not None]
-        problems = compare_metadata(valid)
-        problems += plan_problems(self.run_dir, valid)
-        local = [name for name, meta in valid if meta.local_only]
-        if local and len(local) < len(valid):  # a local-only run (``--local-only``) has nothing else
-            problems += [f"{name} is a local-only file (unrandomized records, never shared), not a client file of "
-                         "the run" for name in local]
-        indices = [meta.client_index for _, meta in valid]
-        duplicates = sorted({i for i in indices if indices.count(i) > 1})
-        if duplicates:
-            problems.append(f"client indices {duplicates} appear in more than one file")
-        return problems
+    def _listing(self) -> Manifest:
+        """Return the manifest, or raise: none valid, no file listed, an index listed twice."""
+        if self.manifest is None:
+            raise self.manifest_error or FormatError(self.manifest_path, "no manifest")
+        if not self.manifest.files:
+            raise FormatError(self.manifest_path, "lists no client files")
+        if self.duplicate_listed_indices():
+            indices = sorted(f.record.client_index for f in self.listed if f.record is not None)
+            raise FormatError(self.manifest_path, f"lists a client index twice: {indices}")
+        return self.manifest
 
     def require_valid(self) -> tuple[Manifest, list[tuple[FileRecord, ClientMetadata]]]:
         """Return the manifest and each listed file's record and metadata, or raise the first problem.
@@ -268,13 +306,7 @@ class RunCheck:
         ValueError
             Files that do not belong to one run, every differing attribute named with its files.
         """
-        if self.manifest is None:
-            raise self.manifest_error or FormatError(self.manifest_path, "no manifest")
-        if not self.manifest.files:
-            raise FormatError(self.manifest_path, "lists no client files")
-        if self.duplicate_listed_indices():
-            indices = sorted(f.record.client_index for f in self.listed if f.record is not None)
-            raise FormatError(self.manifest_path, f"lists a client index twice: {indices}")
+        manifest = self._listing()
         checked: list[tuple[FileRecord, ClientMetadata]] = []
         for file in self.listed:
             error = file.error
@@ -289,7 +321,29 @@ class RunCheck:
             problem = file.manifest_index_problem()
             if problem is not None:
                 raise FormatError(file.path, problem)
-        return self.manifest, checked
+        return manifest, checked
+
+    def screened(self) -> ScreenedRun:
+        """Return the manifest, the listed files that verify, and those that do not, each with why.
+
+        As :meth:`require_valid`, but a listed file that does not verify (missing, sha256, structure, rows, label
+        counts, a ``client_index`` the manifest contradicts) is refused rather than raised: one silo's file does
+        not stop the others'. What is wrong with the run itself (the manifest; files that do not form one run,
+        among those that verify) still raises.
+        """
+        manifest = self._listing()
+        checked: list[tuple[FileRecord, ClientMetadata]] = []
+        refused: list[RefusedFile] = []
+        for file in self.listed:
+            assert file.record is not None
+            error = file.error
+            problem = None if error is not None else file.manifest_index_problem()
+            if error is None and problem is None:
+                assert file.metadata is not None
+                checked.append((file.record, file.metadata))
+            else:
+                refused.append(RefusedFile(file.record, error or FormatError(file.path, str(problem))))
+        return ScreenedRun(manifest, checked, refused)
 
 
 def check_run_dir(run_dir: str | os.PathLike[str], *, unlisted: bool = True, read_unlisted: bool = False) -> RunCheck:
@@ -364,10 +418,48 @@ def validate_run(run_dir: str | os.PathLike[str]) -> tuple[Manifest, list[tuple[
         problem = feature_value_problem(Path(run_dir) / record.path)
         if problem is not None:
             raise FormatError(Path(run_dir) / record.path, problem)
+    _refuse_unlisted(Path(run_dir), manifest)
+    return manifest, checked
+
+
+def screen_run(run_dir: str | os.PathLike[str]) -> ScreenedRun:
+    """Check the run as :func:`validate_run` does, refusing each listed file that does not verify instead of raising.
+
+    The local engine's check (issue 42 item 4: one silo never stops a run): a listed file that is missing, whose
+    sha256, structure, rows, label counts or ``client_index`` disagree with the manifest, or that holds a feature
+    value its mechanism cannot output is returned in ``refused`` with its one-line problem; its silo is left out.
+
+    Raises
+    ------
+    FormatError
+        No valid manifest, no file listed, an index listed twice, client files the manifest does not list.
+    ValueError
+        Files that verify but do not belong to one run (``run_problems``).
+    """
+    run_dir = Path(run_dir)
+    screened = check_run_dir(run_dir, unlisted=False).screened()
+    _refuse_unlisted(run_dir, screened.manifest)
+    checked: list[tuple[FileRecord, ClientMetadata]] = []
+    refused = list(screened.refused)
+    for record, metadata in screened.checked:
+        problem = feature_value_problem(run_dir / record.path)
+        if problem is None:
+            checked.append((record, metadata))
+        else:
+            refused.append(RefusedFile(record, FormatError(run_dir / record.path, problem)))
+    problems = run_problems(run_dir, [(record.path, metadata) for record, metadata in checked])
+    if problems:
+        raise ValueError(f"the client files of {run_dir} do not belong to one run: {'; '.join(problems)}")
+    refused.sort(key=lambda r: (r.record.client_index, r.record.path))
+    return ScreenedRun(screened.manifest, checked, refused)
+
+
+def _refuse_unlisted(run_dir: Path, manifest: Manifest) -> None:
+    """Raise ``FormatError`` when ``run_dir`` holds client files the manifest does not list."""
     extra = unlisted_client_files(run_dir, {record.path for record in manifest.files})
     if extra:
         shown = ", ".join(extra[:10]) + (f" and {len(extra) - 10} more" if len(extra) > 10 else "")
-        raise FormatError(check.manifest_path, f"lists {len(manifest.files)} of the {len(manifest.files) + len(extra)} "
-                                               f"client files in {Path(run_dir)}; not listed: {shown} (finish or "
-                                               "resume the export with ldpfl export, or move those files away)")
-    return manifest, checked
+        raise FormatError(run_dir / MANIFEST_NAME,
+                          f"lists {len(manifest.files)} of the {len(manifest.files) + len(extra)} client files in "
+                          f"{run_dir}; not listed: {shown} (finish or resume the export with ldpfl export, or move "
+                          "those files away)")

@@ -1,9 +1,9 @@
 """The silos the coordinator refuses before round 1, on every engine (issue 42 item 4: one silo never stops a run).
 
-A silo whose claim is refused (another file, other rows, a label histogram its labels or the manifest do not bear
-out, an index another silo holds) is left out and named: a :class:`LeftOut` in ``config.json``'s and
-``metrics.json``'s ``run.left_out``, a warning line, a line of the summary. The run goes on while enough silos
-remain (:func:`enough_remain`), else it ends in one line naming every left-out silo.
+A silo whose claim is refused (a file that does not verify, another file, other rows, a label histogram its labels
+or the manifest do not bear out, an index another silo holds) is left out and named: a :class:`LeftOut` in
+``config.json``'s and ``metrics.json``'s ``run.left_out``, a warning line, a line of the summary. The run goes on
+while enough silos remain (:func:`enough_remain`), else it ends in one line naming every left-out silo.
 """
 
 from __future__ import annotations
@@ -30,6 +30,11 @@ class LeftOut:
     def line(self) -> str:
         """Return the warning line of the silo (the CLI prints it, the status file carries it)."""
         return f"left out before round 1: {self.reason}"
+
+    @classmethod
+    def refused_file(cls, index: int, file: str, error: Exception) -> LeftOut:
+        """Return the silo whose file ``file`` does not verify (``error``: ``PATH: problem``, sha256, structure ...)."""
+        return cls(index, file, f"client {index}: {error}: the silo's file is refused")
 
 
 class TooFewSilosError(LdpflError, ValueError):

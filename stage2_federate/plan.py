@@ -22,12 +22,14 @@ from ldpfl.common.errors import ParameterError
 from ldpfl.contract.file_checks import float32_overflow
 from ldpfl.contract.label_release import LabelRelease
 from ldpfl.contract.release_guarantee import ReleaseGuarantee, stored_or_computed
+from ldpfl.contract.run_dir import screen_run
+from ldpfl.contract.schema import FormatError
 from ldpfl.mechanisms.report import PrivacyReport
 
 from . import budgets
 from .client_privacy import ClientPrivacy
 from .config import DEFAULT_LR, DEVICES, DP_SGD_LR, FederationConfig
-from .data import ClientDataset, FederatedData, load_run
+from .data import ClientDataset, FederatedData, load_client
 from .dp_sgd_budget import DpSgdClient, plan_client
 from .label_claims import LabelClaimCap, cap_unchecked, screen_files
 from .label_noise import resolve_label_noise
@@ -52,6 +54,7 @@ from .resources import check_model
 from .rounds import LocalTraining
 from .server_optimizers import ServerOptimizer, create_server_optimizer
 from .strategies import ClientProfile, FedAW, SignAggregation, Strategy, StrategyOptions, create_strategy
+from .streaming import ResidencyBudget
 from .streams import Streams
 
 
@@ -410,22 +413,47 @@ def build_plan(config: FederationConfig, clients: Sequence[ClientFacts], *, devi
 def plan_federation(run_dir: Path, config: FederationConfig, *, min_clients: int | None = None) -> LocalPlan:
     """Load the run in ``run_dir`` and set up everything ``config`` describes. Raises ``ValueError``.
 
-    A client whose file's claims its own records do not bear out (``label_claims.screen_files``) is left out and
-    named in ``run.left_out``, and the run goes on while enough remain (``left_out.needed_silos``: two, or
-    ``min_clients`` or ``clients_per_round``), else :class:`~.left_out.TooFewSilosError` (issue 42 item 4).
+    A client whose file does not verify (:func:`load_silos`) or whose file's claims its own records do not bear
+    out (``label_claims.screen_files``) is left out and named in ``run.left_out``, and the run goes on while
+    enough remain (``left_out.needed_silos``: two, or ``min_clients`` or ``clients_per_round``), else
+    :class:`~.left_out.TooFewSilosError` naming every left-out silo (issue 42 item 4).
     """
     if config.threads is not None:
         torch.set_num_threads(config.threads)
     device = resolve_device(config.device)
-    data = load_run(run_dir, device)
-    listed = len(data.clients)
-    data.clients, left = screen_files(data.clients)
+    data, refused = load_silos(run_dir, device)
+    listed = len(data.manifest.files)
+    data.clients, disowned = screen_files(data.clients)
+    left = sorted([*refused, *disowned], key=lambda x: (x.index, x.file))
     enough_remain(len(data.clients), listed, left, needed_silos(listed, min_clients=min_clients,
                                                                 clients_per_round=config.clients_per_round))
     batch_rows = config.batch_size + evaluation_rows(config.eval_batch_size, data.input_width)
     plan = build_plan(config, [ClientFile.of(c) for c in data.clients], device=device, batch_rows=batch_rows,
                       threads=torch.get_num_threads(), run=left_out_run(data.describe(), left))
     return LocalPlan(**plan.base(), data=data)
+
+
+def load_silos(run_dir: str | Path, device: torch.device | str = "cpu") -> tuple[FederatedData, list[LeftOut]]:
+    """Load the clients of ``run_dir`` whose files verify; leave out and name the others (issue 42 item 4).
+
+    The checks are ``validate_run``'s (``contract.run_dir.screen_run``: the manifest's sha256, rows and label
+    counts, the structure, the feature values), and a file that fails as it is read (a chunk's checksum, a label
+    outside the classes, an empty training split) is left out too. What is wrong with the run itself (no manifest,
+    files that do not form one run, files the manifest does not list) raises as it does in ``data.load_run``.
+    Packed bits stay packed.
+    """
+    run_dir, device = Path(run_dir), torch.device(device)
+    screened = screen_run(run_dir)
+    left = [LeftOut.refused_file(r.record.client_index, r.record.path, r.error) for r in screened.refused]
+    budget = ResidencyBudget.from_memory()
+    clients = []
+    for record, _metadata in screened.checked:
+        try:
+            clients.append(load_client(run_dir / record.path, device, budget, index=record.client_index))
+        except FormatError as error:
+            left.append(LeftOut.refused_file(record.client_index, record.path, error))
+    clients.sort(key=lambda c: c.index)
+    return FederatedData(run_dir, screened.manifest, clients), sorted(left, key=lambda x: (x.index, x.file))
 
 
 def left_out_run(run: dict[str, Any], left: Sequence[LeftOut]) -> dict[str, Any]:

@@ -5,6 +5,11 @@
 * ``local_files`` (``keep_clean_test``): each client's ``client_NNN.local.h5``, with its rows but no
   sha256: those files hold unrandomized records and stay with the client, and a hash of them would let
   anyone holding the manifest confirm a guess of those records.
+
+Each client file's entry lists its per-split label counts (``FileRecord.label_histograms``, read from the file by
+``contract.manifest.record_for``), which a coordinator checks a silo's claimed histogram against (issue 42 item 3).
+They are the counts the file's own ``label_histograms`` attribute holds (of its released labels): already released
+with the file, so the manifest lets nothing new leave the silo. The local-only files' entries list none.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from ldpfl.contract.client_reader import open_client_file
 from ldpfl.contract.layout import client_stem, local_file_name
-from ldpfl.contract.manifest import FileRecord
+from ldpfl.contract.manifest import FileRecord, file_label_histograms, with_label_histograms
 from ldpfl.contract.release_guarantee import ReleaseGuarantee, stored_or_computed
 from ldpfl.contract.release_history import RELEASE_HISTORY_KEY, ReleaseEntry, history_json
 from ldpfl.contract.run_dir import check_client_file
@@ -78,3 +83,14 @@ def kept_local_records(run_dir: Path, kept: Mapping[int, Any]) -> dict[int, File
                               f"({problem}); redo the run with `overwrite`")
         found[index] = FileRecord(index, path.name, check.sha256, path.stat().st_size, dict(check.rows))
     return found
+
+
+def with_file_histograms(run_dir: Path, record: FileRecord) -> FileRecord:
+    """Return a kept file's entry listing the file's label counts (an older manifest's entry lists none).
+
+    The counts are the file's ``label_histograms`` attribute, released with the file: nothing new leaves the silo.
+    """
+    if record.label_histograms is not None:
+        return record
+    histograms = file_label_histograms(run_dir / record.path)
+    return record if histograms is None else with_label_histograms(record, histograms)

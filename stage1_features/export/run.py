@@ -84,7 +84,12 @@ from ldpfl.stage1_features.export.config import (
     ExportConfig,
 )
 from ldpfl.stage1_features.export.errors import ExportError
-from ldpfl.stage1_features.export.manifest import client_guarantees, kept_local_records, manifest_info
+from ldpfl.stage1_features.export.manifest import (
+    client_guarantees,
+    kept_local_records,
+    manifest_info,
+    with_file_histograms,
+)
 from ldpfl.stage1_features.export.plan import ExportPlan, make_client_partition, make_plan
 from ldpfl.stage1_features.export.ray_executor import run_on_ray
 from ldpfl.stage1_features.export.release import noise_variance
@@ -215,7 +220,8 @@ def run_export(config: ExportConfig, out_dir: str | os.PathLike[str], *, progres
             run_info["extractor_options"] = dict(plan.extractor_options)
         if config.local_only:  # files that must never leave the silo
             run_info.update(local_only=True, local_only_note=LOCAL_ONLY_WARNING)
-        records: dict[int, FileRecord] = {i: rec for i, (rec, _) in kept.items()}
+        # each entry lists its file's label counts (the file's released attribute: nothing new leaves the silo)
+        records: dict[int, FileRecord] = {i: with_file_histograms(run_dir, rec) for i, (rec, _) in kept.items()}
         summaries = {i: summary for i, (_, summary) in kept.items()}
         local_records = kept_local_records(run_dir, kept) if config.keep_clean_test else {}
 

@@ -222,7 +222,8 @@ def screen(described: Sequence[tuple[int, ClientSummary]], entries: Sequence[Man
         kept.append(claimants[0])
     screened: list[tuple[int, ClientSummary]] = []
     for node, s in kept:
-        reason = (manifest_refusal(s, listed, plan_fingerprint) if entries else None) or summary_refusal(s)
+        # a claim that contradicts itself is named so before it is compared with the manifest's counts
+        reason = summary_refusal(s) or (manifest_refusal(s, listed, plan_fingerprint) if entries else None)
         if reason is None:
             screened.append((node, s))
         else:

@@ -45,14 +45,15 @@ def skewed(tmp_path_factory) -> Path:
 
 
 def forge_histogram(run_dir: Path, target: Path, histogram: list[int]) -> Path:
-    """Copy ``run_dir`` with silo 2's recorded training histogram replaced; its manifest entry re-digested."""
+    """Copy ``run_dir`` with silo 2's recorded training histogram replaced, as its manifest entry lists it too."""
     shutil.copytree(run_dir, target)
     path = target / f"client_00{BAD}.h5"
     with h5py.File(path, "r+") as handle:
         stated = json.loads(handle.attrs["label_histograms"])
         handle.attrs["label_histograms"] = json.dumps({**stated, "train": histogram})
     manifest = read_manifest(target)
-    files = [dataclasses.replace(r, sha256=sha256_file(path), bytes=path.stat().st_size)
+    files = [dataclasses.replace(r, sha256=sha256_file(path), bytes=path.stat().st_size,
+                                 label_histograms={**r.label_histograms, "train": histogram})
              if r.client_index == BAD else r for r in manifest.files]
     write_manifest(target, files, manifest.info)
     return target
@@ -123,13 +124,10 @@ def test_a_claim_the_manifests_label_counts_refuse_leaves_the_silo_out(skewed) -
     from ldpfl.stage2_federate.flower_engine.protocol import ManifestEntry
     from ldpfl.stage2_federate.flower_engine.server_side import screen
 
-    summaries, entries = _summaries(skewed)
-    assert all(e.train_labels is None for e in entries)  # today's manifests list rows, not label counts
-    record = read_manifest(skewed).files[BAD]
-    listed = ManifestEntry.of(type("Listed", (), {**vars(record), "label_histograms": {"train": [48, 0, 0, 0]}}))
-    assert listed.train_labels == (48, 0, 0, 0) and ManifestEntry.from_json(listed.to_json()) == listed
-    counted = [dataclasses.replace(e, train_labels=tuple(s.label_histogram)) for e, s in zip(entries, summaries,
-                                                                                             strict=True)]
+    summaries, counted = _summaries(skewed)
+    # the manifest lists each file's label counts (the exporter's record_for reads the file's attribute)
+    assert [e.train_labels for e in counted] == [tuple(s.label_histogram) for s in summaries]
+    assert ManifestEntry.from_json(counted[BAD].to_json()) == counted[BAD]
     claimed = uniform(summaries[BAD].train_rows)
     liar = dataclasses.replace(summaries[BAD], label_histogram=claimed)
     kept, _, left = screen([(10 + i, s) for i, s in enumerate([*summaries[:BAD], liar])], counted, needed=2)
@@ -144,7 +142,8 @@ def test_a_claim_the_manifests_label_counts_refuse_leaves_the_silo_out(skewed) -
 def test_an_unchecked_histogram_is_capped_near_the_median_similarity_and_the_cap_named(skewed) -> None:
     from ldpfl.stage2_federate.flower_engine.server_side import plan_from_summaries
 
-    summaries, entries = _summaries(skewed)
+    summaries, checked = _summaries(skewed)
+    entries = [dataclasses.replace(e, train_labels=None) for e in checked]  # a manifest written before the counts
     config = FederationConfig(**{**CONFIG, "aggregation": "fedaw"})
     rows = summaries[0].train_rows
     # honest silos 0 and 1 of one dominant class (g 0.756); silo 2 holds one class (g 0.5) but claims uniform (g 1)
@@ -167,8 +166,6 @@ def test_an_unchecked_histogram_is_capped_near_the_median_similarity_and_the_cap
     assert line.startswith("label histograms: 3 unchecked (the manifest lists no label counts); their DP-FedAW "
                            "similarity is capped at 0.832, 1.1 times the median similarity g of the run's silos: ")
     assert line.endswith("capped silo 2 (claimed 0.975)")
-    checked = [dataclasses.replace(e, train_labels=tuple(s.label_histogram)) for e, s in zip(entries, summaries,
-                                                                                             strict=True)]
     assert "label_claims" not in plan_from_summaries(config, summaries, entries=checked).record
     assert "label_claims" not in plan_from_summaries(FederationConfig(**CONFIG), summaries).record  # not fedaw
 
