@@ -38,6 +38,7 @@ from ldpfl.contract.release_history import ReleaseEntry, history_from_manifest, 
 from ldpfl.contract.run_dir import check_run_dir
 from ldpfl.contract.schema import FormatError
 from ldpfl.inspection.file import OK, FileReport, inspect_file, manifest_check
+from ldpfl.inspection.silo_findings import SiloFindings, read_silo_findings
 from ldpfl.mechanisms.report import json_number
 
 MAX_METRICS_BYTES = 64 << 20
@@ -55,6 +56,8 @@ class FederationSummary:
     clean_test_accuracy: tuple[float | None, ...] = ()  # --eval-clean: on the silos' local clean test records
     # metrics.json's named_outliers (issue 42): (silo, action, rounds named, rounds aggregated), when well formed
     named_outliers: tuple[tuple[int, str, int, int], ...] = ()
+    # metrics.json's silos left out, label-claim cap and pooled-figure flags (issue 42)
+    silos: SiloFindings = field(default_factory=SiloFindings)
 
     @property
     def final_accuracy(self) -> float | None:
@@ -71,6 +74,7 @@ class FederationSummary:
                 "release_guarantee": None if self.guarantee is None else guarantee_summary(self.guarantee),
                 "named_outliers": [{"client": c, "action": a, "named_rounds": n, "rounds": r}
                                    for c, a, n, r in self.named_outliers],
+                **self.silos.to_dict(),
                 "test_accuracy_per_round": [[r, a] for r, a in zip(self.rounds, self.test_accuracy, strict=True)]}
 
 
@@ -98,7 +102,7 @@ def read_federation_metrics(run_dir: str | os.PathLike) -> FederationSummary | N
                              None if problem is None else f"{path}: {problem}",
                              _read_guarantee(data.get("release_guarantee")),
                              clean if any(a is not None for a in clean) else (),
-                             _read_outliers(data.get("named_outliers")))
+                             _read_outliers(data.get("named_outliers")), read_silo_findings(data))
 
 
 def _read_outliers(section: object) -> tuple[tuple[int, str, int, int], ...]:

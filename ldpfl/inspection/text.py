@@ -253,6 +253,7 @@ def run_lines(result: Inspection) -> list[str]:
                      f"{_fmt(fed['final_test_accuracy'])}, best {_fmt(fed['best_test_accuracy'])}{clean_text}")
         lines += [f"  ! federation  silo {c}: {a} by the aggregation rule in {n} of the {r} rounds it was aggregated in"
                   for c, a, n, r in result.federation.named_outliers]
+        lines += result.federation.silos.lines()
         lines += _stage2_ledger_lines(result.federation.ledger)
         lines += _federation_guarantee_lines(result.federation.guarantee)
     lines += [f"  note: {n}" for n in result.notes]

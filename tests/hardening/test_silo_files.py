@@ -6,6 +6,7 @@ verify is left out of a local run and named. Client 2 of 3 is the faulty silo.
   them still reads (its claims are then capped, ``label_claims``). ``gather`` lists them, recounted by ``--dedupe``.
 * On the local engine a file whose sha256, structure, rows, label counts or index fail validation leaves its silo
   out (named) while enough remain; ``gather`` and ``inspect`` stay strict.
+* ``inspect`` of a federation shows the silos left out, the label-claim cap and the pooled-figure flags.
 """
 
 from __future__ import annotations
@@ -22,18 +23,20 @@ from cli_checks import one_error_line, run
 from federate_files import write_run
 
 from hardening.test_duplicate_records import repeat_records, silos_of
-from hardening.test_faulty_silo import BAD, CONFIG
+from hardening.test_faulty_silo import BAD, CONFIG, faulty, federate_with
 from ldpfl.contract.client_reader import read_client_file
 from ldpfl.contract.digest import sha256_file
 from ldpfl.contract.gather import gather_runs
 from ldpfl.contract.layout import MANIFEST_NAME, client_file_name
-from ldpfl.contract.manifest import read_manifest, record_for, write_manifest
+from ldpfl.contract.manifest import FileRecord, read_manifest, record_for, write_manifest
 from ldpfl.contract.run_dir import validate_run
 from ldpfl.contract.schema import FormatError, label_histogram
 from ldpfl.stage1_features.export.manifest import with_file_histograms
+from ldpfl.stage2_federate import label_claims
 from ldpfl.stage2_federate.config import FederationConfig
 from ldpfl.stage2_federate.left_out import TooFewSilosError
 from ldpfl.stage2_federate.plan import plan_federation
+from ldpfl.stage2_federate.round_record import ClientEvaluation, SplitSums
 
 
 @pytest.fixture(scope="module")
@@ -221,3 +224,55 @@ def test_a_local_run_goes_on_without_the_silo_and_gather_and_inspect_stay_strict
     assert "client_002.h5" in line and "sha256" in line and not (tmp_path / "g").exists()
     inspected = run("inspect", run_dir)
     assert inspected.exit_code == 1 and "BAD" in inspected.output
+
+
+# --------------------------------------------------------------------------------------------------
+# inspect of a federation shows what the coordinator found about its silos.
+
+
+def test_inspect_shows_the_left_out_silo_the_label_claim_cap_and_the_pooled_figure_flag(three, tmp_path,
+                                                                                      monkeypatch) -> None:
+    run_dir = shutil.copytree(three, tmp_path / "run")
+    records = read_manifest(run_dir).files
+    write_manifest(run_dir, [*records, FileRecord(3, "client_003.h5", records[0].sha256, records[0].bytes,
+                                                  dict(records[0].rows))], read_manifest(run_dir).info)
+    shutil.copyfile(run_dir / "client_000.h5", run_dir / "client_003.h5")  # index 0's file listed as client 3
+    perfect = faulty(spoil_sums=lambda e: ClientEvaluation(e.client, SplitSums(0.0, e.test.rows, e.test.rows)))
+    result, _ = federate_with(monkeypatch, run_dir, run_dir / "federation", perfect, rounds=1)
+    assert result.to_dict()["pooled_figure_flags"]
+    # the local engine counts every silo's labels; a Flower coordinator without label counts caps them, as here
+    metrics_path = run_dir / "federation" / "metrics.json"
+    metrics = json.loads(metrics_path.read_text())
+    _, cap = label_claims.cap_unchecked({0: 0.756, 1: 0.756, 2: 0.975}, {0, 1, 2})
+    metrics["config"]["label_claims"] = cap.to_dict()
+    metrics_path.write_text(json.dumps(metrics))
+    shown = run("inspect", run_dir)
+    lines = shown.output.splitlines()
+    left = next(x for x in lines if "left out before round 1" in x)
+    assert left.startswith("  ! federation  silo 3 (client_003.h5) left out before round 1: client 3: ")
+    assert "attribute 'client_index' is 0 but the manifest lists this file as client 3" in left
+    cap = next(x for x in lines if "label histograms:" in x)
+    assert cap == ("  ! federation  label histograms: 3 unchecked (the manifest listed no label counts); DP-FedAW "
+                   "similarity capped at 0.832, 1.1 times the median similarity g of the run's silos: capped silo 2 "
+                   "(claimed 0.975)")
+    flag = next(x for x in lines if "pooled figure:" in x)
+    assert flag.startswith("  ! federation  pooled figure: silo 2 scores 1.0000 on its own 24 test rows")
+    fed = json.loads(run("inspect", run_dir, "--json").output)["federation"]
+    assert fed["label_claims"] == metrics["config"]["label_claims"]
+    assert fed["pooled_figure_flags"] == metrics["pooled_figure_flags"]
+    assert fed["left_out"] == metrics["config"]["run"]["left_out"]
+
+
+def test_inspect_leaves_out_a_malformed_section_and_shows_none_for_a_clean_run(three, tmp_path) -> None:
+    from ldpfl.inspection.silo_findings import SiloFindings, read_silo_findings
+
+    assert read_silo_findings({"rounds": []}) == SiloFindings()
+    assert SiloFindings().lines() == [] and SiloFindings().to_dict() == {
+        "left_out": [], "label_claims": None, "pooled_figure_flags": []}
+    forged = {"config": {"label_claims": {"unchecked": [0], "cap": "high", "cap_rule": "x", "capped": []},
+                         "run": {"left_out": [{"client": "2", "file": "f", "reason": "r"}]}},
+              "pooled_figure_flags": [{"client": 1}]}
+    assert read_silo_findings(forged) == SiloFindings()
+    long = {"config": {"run": {"left_out": [{"client": 2, "file": "f.h5", "reason": "a\nb" + "x" * 1000}]}}}
+    (silo,) = read_silo_findings(long).left_out
+    assert silo.reason.startswith("a b") and len(silo.reason) == 400
