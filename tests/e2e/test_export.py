@@ -443,6 +443,8 @@ def test_record_for_matches_manifest_entries(tiny_run) -> None:
     out, _ = tiny_run
     for record in read_manifest(out).files:
         assert record_for(out / record.path, record.client_index, record.sha256, record.rows) == record
+        # the exporter lists each file's label counts, as its attribute holds them (issue 42 item 3)
+        assert record.label_histograms == verify_file_record(out, record).label_histograms
 
 
 def test_library_errors_name_parameters_and_the_cli_names_flags(tmp_path) -> None:
