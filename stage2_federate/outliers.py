@@ -18,18 +18,33 @@ aggregated silo, which the round's record writes (``metrics.json``'s ``outliers`
   uploads themselves: shifting every upload by the global model changes no distance, so parameters and updates give
   the same figure.
 
-A silo is *named* in the round when its discount reaches :data:`DISCOUNT_BOUND` (a robust rule), or, in FedAvg's
-report, when its distance exceeds :data:`OUTLIER_BOUND`. A silo named in more than half of the rounds in which it
-was aggregated is named in the run's summary.
+* ``noise_distance`` (runs whose silos train with DP-SGD and plain SGD steps): the silo's distance from the others'
+  coordinate-wise median in units of what DP-SGD's noise alone puts there, relative to the round's typical silo
+  (:func:`noise_distances`; 1: a typical silo), with its own bound ``noise_bound`` (:func:`noise_bound`).
+
+A silo is *named* in the round:
+
+* in a DP-SGD run (the strategy was given each silo's upload noise, :func:`upload_noise_scales`), when its
+  ``noise_distance`` exceeds its ``noise_bound``, whatever the rule (its discount is still reported). The raw
+  distance and the discount cannot tell noise from poison there: a silo's DP-SGD noise scales as 1/n_i, so small
+  honest silos sit far from the median, and a poison smaller than the noise in every coordinate is kept by the
+  median's band (docs/RESULTS.md section 11);
+* otherwise when its discount reaches :data:`DISCOUNT_BOUND` (a robust rule), or, in FedAvg's report, when its
+  distance exceeds :data:`OUTLIER_BOUND`.
+
+A silo named in more than half of the rounds in which it was aggregated is named in the run's summary.
 """
 
 from __future__ import annotations
 
+import functools
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
+from scipy.special import ndtr
 
 DISCOUNT_BOUND = 0.5
 """A robust rule names a silo whose discount reaches this: it counted at most half as much as a typical silo."""
@@ -44,6 +59,22 @@ leaves honest heterogeneity (non-IID silos) a factor of 3; a silo it does not fl
 3·D/n further from the median than a typical silo does. See docs/cross-silo.md.
 """
 
+NOISE_Z = 7.5
+"""z of the DP-SGD bound: a silo is named when its noise distance exceeds 1 + z·√κ_i / (2√d) (:func:`noise_bound`).
+
+Under pure DP-SGD noise a silo's squared distance r_i² (:func:`noise_distances`) is a mean of d independent
+per-coordinate terms of mean 1 and variance κ_i (2 when the reference carries no noise: the chi-square), so r_i is 1
+within a standard deviation σ_i = √κ_i / (2√d) (1/√(2d) for κ = 2: the chi distribution's concentration), and normal
+to within a skewness of order √(8/d) (0.014 at d = 39,700; valid for d ≥ 1000). Dividing by the round's median r_j
+moves the standard deviation of the ratio to 0.4-1.1 σ_i (measured: 3, 5 and 10 silos of equal and of 17-fold
+unequal noise, d = 39,700, 300 rounds each; ``tests/unit/test_noise_outliers.py`` checks ≤ 1.25). With a margin
+for a ratio as spread as 1.4 σ_i, z = 7.5 is ≥ 5.36 standard deviations above 1: P(N(0, 1) > 5.36) = 4.2e-8 per
+honest silo and round, < 1e-6 per round for up to 23 silos (at the measured ≤ 1.1 σ_i: 6.8 of them, P < 1e-11).
+
+The price: a poison b is named when it adds ‖b‖² ≥ ((1 + 7.5·√κ_i/(2√d))² − 1)·d·v_i to the silo's expected
+squared distance d·v_i, i.e. ‖b‖ ≥ 0.23 √(d·v_i) at d = 39,700 (0.25 of its noise norm s_i√d with 10 equal silos).
+"""
+
 DISCOUNTED, CLIPPED, FLAGGED = "discounted", "clipped", "flagged"
 
 
@@ -55,11 +86,23 @@ class SiloDiscount:
     discount: float
     distance: float
     named: bool
+    noise_distance: float | None = None  # DP-SGD runs: r_i / median_j r_j (:func:`noise_distances`), else None
+    noise_bound: float | None = None  # DP-SGD runs: the bound it is named past (:func:`noise_bound`), else None
 
     def to_dict(self) -> dict[str, Any]:
-        """Return the entry as written in ``metrics.json``."""
-        return {"client": self.client, "discount": round(self.discount, 6), "distance": round(self.distance, 6),
-                "named": self.named}
+        """Return the entry as written in ``metrics.json`` (the noise figures only in a DP-SGD run)."""
+        row: dict[str, Any] = {"client": self.client, "discount": round(self.discount, 6),
+                               "distance": round(self.distance, 6), "named": self.named}
+        if self.noise_distance is not None and self.noise_bound is not None:
+            row |= {"noise_distance": round(self.noise_distance, 6), "noise_bound": round(self.noise_bound, 6)}
+        return row
+
+    @classmethod
+    def from_dict(cls, row: Mapping[str, Any]) -> SiloDiscount:
+        """Read an entry written by :meth:`to_dict`."""
+        noise, bound = row.get("noise_distance"), row.get("noise_bound")
+        return cls(int(row["client"]), float(row["discount"]), float(row["distance"]), bool(row["named"]),
+                   None if noise is None else float(noise), None if bound is None else float(bound))
 
 
 @dataclass(frozen=True)
@@ -68,6 +111,7 @@ class OutlierReport:
 
     action: str
     silos: tuple[SiloDiscount, ...]
+    noise_median: float | None = None  # DP-SGD runs: the round's median r_j (1 when the noise model holds)
 
     @property
     def named(self) -> tuple[int, ...]:
@@ -76,14 +120,18 @@ class OutlierReport:
 
     def to_dict(self) -> dict[str, Any]:
         """Return the report as written in a round's row (``outliers``)."""
-        return {"action": self.action, "named": list(self.named), "silos": [s.to_dict() for s in self.silos]}
+        row: dict[str, Any] = {"action": self.action, "named": list(self.named),
+                               "silos": [s.to_dict() for s in self.silos]}
+        if self.noise_median is not None:
+            row["noise_median"] = round(self.noise_median, 6)
+        return row
 
     @classmethod
     def from_dict(cls, row: Mapping[str, Any]) -> OutlierReport:
         """Read a report written by :meth:`to_dict`."""
-        return cls(str(row["action"]), tuple(SiloDiscount(int(s["client"]), float(s["discount"]),
-                                                          float(s["distance"]), bool(s["named"]))
-                                             for s in row["silos"]))
+        median = row.get("noise_median")
+        return cls(str(row["action"]), tuple(SiloDiscount.from_dict(s) for s in row["silos"]),
+                   None if median is None else float(median))
 
 
 def _rows(uploads: Sequence[np.ndarray]) -> np.ndarray:
@@ -117,17 +165,180 @@ def kept_discounts(uploads: Sequence[np.ndarray], trimmed: int) -> np.ndarray:
     return np.clip(1.0 - kept.mean(axis=1) / expected, 0.0, 1.0)
 
 
+class DpSgdSilo(Protocol):
+    """What :func:`upload_noise_scales` reads of a silo's DP-SGD (``dp_sgd_budget.DpSgdClient``)."""
+
+    @property
+    def noise_multiplier(self) -> float:
+        """σ."""
+
+    @property
+    def clip(self) -> float:
+        """C."""
+
+    @property
+    def sampling_probability(self) -> float:
+        """The Poisson sampling rate q."""
+
+    @property
+    def local_steps(self) -> int:
+        """T, the DP-SGD steps per round."""
+
+    @property
+    def records(self) -> int:
+        """n_i, the silo's training records."""
+
+
+def dp_sgd_noise_scale(*, lr: float, noise_multiplier: float, clip: float, sampling_probability: float,
+                       records: int, local_steps: int) -> float:
+    """Return s_i, the standard deviation per coordinate of the DP-SGD noise in a silo's upload (plain SGD steps).
+
+    Each step (Abadi et al. 2016, Algorithm 1; ``dp_sgd.CsprngDPOptimizer``) adds N(0, σ²C²) per coordinate to the
+    sum of the clipped gradients and divides by the expected batch q·n_i; SGD then moves the weights by −lr times
+    that. Over T steps the upload is w − (lr / (q·n_i))·Σ_t (Σ clip(g) + ξ_t): the noise Σ_t ξ_t is N(0, T σ²C²)
+    per coordinate whatever the gradients, so s_i = lr·σ·C·√T / (q·n_i).
+    """
+    values = {"lr": lr, "noise_multiplier": noise_multiplier, "clip": clip,
+              "sampling_probability": sampling_probability, "records": records, "local_steps": local_steps}
+    for name, value in values.items():
+        if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
+            raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+    return lr * noise_multiplier * clip * math.sqrt(local_steps) / (sampling_probability * records)
+
+
+def upload_noise_scales(dp_clients: Mapping[int, DpSgdSilo] | None, *, lr: float, plain_sgd: bool,
+                        ) -> dict[int, float] | None:
+    """Return each silo's s_i (:func:`dp_sgd_noise_scale`) for a DP-SGD run with plain SGD steps, else None.
+
+    ``records`` is the plan's training-row count of the silo: the file's, checked against the manifest before the
+    run (``contract.run_dir``), or the row count a Flower node reported, which the server bounds. None without
+    DP-SGD, and unless the silos take ``plain_sgd`` steps: Adam divides by a running root mean square of the noisy
+    gradients, so its upload is not the noise times a known constant, and the run's report names silos by the raw
+    distance instead.
+    """
+    if dp_clients is None or not plain_sgd:
+        return None
+    return {int(cid): dp_sgd_noise_scale(lr=lr, noise_multiplier=dp.noise_multiplier, clip=dp.clip,
+                                         sampling_probability=dp.sampling_probability, records=dp.records,
+                                         local_steps=dp.local_steps)
+            for cid, dp in dp_clients.items()}
+
+
+GRID_POINTS = 4001
+"""Points of the log-spaced grid on which :func:`order_statistic_moments` integrates (relative error < 1e-7)."""
+
+
+@functools.lru_cache(maxsize=256)
+def order_statistic_moments(scales: tuple[float, ...], k: int) -> tuple[float, float]:
+    """Return E[M²] and E[M⁴] for M the k-th smallest (1-based) of independent X_j ~ N(0, s_j²), j over ``scales``.
+
+    P(M ≤ x) = P(#{j: X_j ≤ x} ≥ k), the tail of a Poisson-binomial count with p_j = Φ(x/s_j) (computed by the
+    usual recursion over j). For an even p, E[M^p] = ∫_0^∞ p·x^(p−1)·(P(M > x) + P(M < −x)) dx, integrated by
+    the trapezoid rule in ln x from 1e-6·min s_j to 40·max s_j (the rest is below 1e-12 of the result).
+    """
+    s = np.asarray(scales, dtype=np.float64)
+    if s.size == 0 or not np.all(np.isfinite(s) & (s > 0)):
+        raise ValueError(f"scales must be finite numbers > 0, got {scales!r}")
+    if not 1 <= k <= s.size:
+        raise ValueError(f"k must lie in [1, {s.size}] for {s.size} scales, got {k!r}")
+    t = np.linspace(math.log(1e-6 * s.min()), math.log(40.0 * s.max()), GRID_POINTS)
+    x = np.exp(t)
+
+    def at_least_k_below(y: np.ndarray) -> np.ndarray:
+        count = np.zeros((y.size, s.size + 1))
+        count[:, 0] = 1.0
+        for scale in s:
+            p = ndtr(y / scale)[:, None]
+            count[:, 1:] = count[:, 1:] * (1 - p) + count[:, :-1] * p
+            count[:, 0] *= 1 - p[:, 0]
+        return count[:, k:].sum(axis=1)
+
+    tails = (1.0 - at_least_k_below(x)) + at_least_k_below(-x)  # P(M > x) + P(M < -x)
+    moments = [float(np.trapezoid(p * x**p * tails, t)) for p in (2, 4)]  # dx = x dt
+    return moments[0], moments[1]
+
+
+def noise_bound(kappa: float, dim: int, z: float = NOISE_Z) -> float:
+    """Return 1 + z·√κ / (2√d): a silo's noise distance past it is named (:data:`NOISE_Z`)."""
+    return 1.0 + z * math.sqrt(kappa) / (2.0 * math.sqrt(dim))
+
+
+@dataclass(frozen=True)
+class NoiseDistances:
+    """Each silo's distance from the others' median in units of its expected noise distance (one round)."""
+
+    units: np.ndarray  # r_i = ‖u_i − m_−i‖ / √(d·v_i): 1 for a silo of pure noise
+    norms: np.ndarray  # √(d·v_i): the distance pure noise puts between silo i and the others' median
+    ratios: np.ndarray  # r_i / median_j r_j: 1 for a typical silo
+    bounds: np.ndarray  # noise_bound(κ_i, d)
+    median: float  # median_j r_j
+
+    @property
+    def named(self) -> np.ndarray:
+        """Which silos are past their bound."""
+        return self.ratios > self.bounds
+
+
+def noise_distances(uploads: Sequence[np.ndarray], scales: Sequence[float], z: float = NOISE_Z) -> NoiseDistances:
+    """Return each upload's distance from the others' median in units of its DP-SGD noise (docs/cross-silo.md).
+
+    The reference of silo i is m_−i, the coordinate-wise lower median of the *other* n − 1 uploads (their median
+    for an even n), so silo i's noise is independent of it. If every silo's upload is a common mean plus its own
+    Gaussian noise of scale s_j per coordinate (:func:`dp_sgd_noise_scale`), each coordinate of u_i − m_−i is
+    s_i·z − M with z ~ N(0, 1) independent of M, the k-th smallest of the others' noises; so
+
+        E‖u_i − m_−i‖² = d·v_i,  v_i = s_i² + E[M²],
+        κ_i = Var[(s_i z − M)²] / v_i² = (3 s_i⁴ + 6 s_i² E[M²] + E[M⁴]) / v_i² − 1
+
+    (:func:`order_statistic_moments`), and r_i = ‖u_i − m_−i‖ / √(d·v_i) is 1 within √κ_i / (2√d). A poison b
+    adds ‖b‖² to the squared distance: it shows against √(d·v_i), the silo's own noise norm s_i√d for a silo
+    noisier than the others' median (v_i ≈ s_i²), but the median's noise for the least noisy (largest) silos.
+    The ratio r_i / median_j r_j (1 for a typical silo) is compared with :func:`noise_bound`; with fewer than 2
+    uploads no silo is compared (all ratios 1).
+    """
+    rows = _rows(uploads)
+    n, dim = rows.shape
+    s = np.asarray(scales, dtype=np.float64)
+    if s.shape != (n,) or not np.all(np.isfinite(s) & (s > 0)):
+        raise ValueError(f"scales must be {n} finite numbers > 0 (one per upload), got {list(scales)!r}")
+    if n < 2:
+        return NoiseDistances(np.ones(n), s * math.sqrt(dim), np.ones(n), np.full(n, noise_bound(2.0, dim, z)), 1.0)
+    k = n // 2  # 1-based: the lower median of the n − 1 others
+    ordered = np.partition(rows, (k - 1, k), axis=0)
+    low, high = ordered[k - 1], ordered[k]
+    units, norms, kappas = np.empty(n), np.empty(n), np.empty(n)
+    for i in range(n):
+        # the k-th smallest of the others: the k-th of all when silo i lies above it, else the (k + 1)-th
+        reference = np.where(rows[i] <= low, high, low)
+        m2, m4 = order_statistic_moments(tuple(np.delete(s, i).tolist()), k)
+        v = s[i] ** 2 + m2
+        kappas[i] = (3 * s[i] ** 4 + 6 * s[i] ** 2 * m2 + m4) / v**2 - 1
+        gap = rows[i] - reference
+        norms[i] = math.sqrt(dim * v)
+        units[i] = math.sqrt(float(np.sum(gap * gap))) / norms[i]  # not BLAS' dot: it spins on busy cores
+    median = float(np.median(units))
+    ratios = units / median if median > 0 else np.ones(n)
+    return NoiseDistances(units, norms, ratios, np.array([noise_bound(kappa, dim, z) for kappa in kappas]), median)
+
+
 def report(clients: Sequence[int], uploads: Sequence[np.ndarray], discounts: Sequence[float] | np.ndarray | None,
-           action: str) -> OutlierReport:
-    """Return the round's report over ``clients`` (``discounts`` None: FedAvg's report, names by distance)."""
+           action: str, *, noise_scales: Mapping[int, float] | None = None) -> OutlierReport:
+    """Return the round's report over ``clients`` (``discounts`` None: FedAvg's report, names by distance).
+
+    ``noise_scales``: each silo's DP-SGD noise per coordinate (:func:`upload_noise_scales`); given, silos are
+    named by their noise distance (:func:`noise_distances`) instead of their discount or distance.
+    """
     distances = median_distances(uploads)
-    if discounts is None:
-        silos = [SiloDiscount(int(c), 0.0, float(r), bool(r > OUTLIER_BOUND)) for c, r in zip(clients, distances,
-                                                                                            strict=True)]
-    else:
-        silos = [SiloDiscount(int(c), float(x), float(r), bool(x >= DISCOUNT_BOUND))
-                 for c, x, r in zip(clients, discounts, distances, strict=True)]
-    return OutlierReport(action, tuple(silos))
+    taken = np.zeros(len(clients)) if discounts is None else np.asarray(discounts, dtype=np.float64)
+    if noise_scales is not None:
+        noise = noise_distances(uploads, [noise_scales[c] for c in clients])
+        silos = [SiloDiscount(int(c), float(x), float(r), bool(named), float(t), float(b))
+                 for c, x, r, named, t, b in zip(clients, taken, distances, noise.named, noise.ratios, noise.bounds,
+                                                  strict=True)]
+        return OutlierReport(action, tuple(silos), noise.median)
+    named = distances > OUTLIER_BOUND if discounts is None else taken >= DISCOUNT_BOUND
+    return OutlierReport(action, tuple(SiloDiscount(int(c), float(x), float(r), bool(flag))
+                                       for c, x, r, flag in zip(clients, taken, distances, named, strict=True)))
 
 
 @dataclass(frozen=True)
@@ -140,16 +351,24 @@ class PersistentOutlier:
     rounds: int
     mean_discount: float
     mean_distance: float
+    mean_noise_distance: float | None = None  # DP-SGD runs: its mean noise distance (named by it), else None
 
     def to_dict(self) -> dict[str, Any]:
         """Return the entry as written (``metrics.json``'s ``named_outliers``, ``--json``)."""
-        return {"client": self.client, "action": self.action, "named_rounds": self.named_rounds,
-                "rounds": self.rounds, "mean_discount": round(self.mean_discount, 6),
-                "mean_distance": round(self.mean_distance, 6)}
+        row: dict[str, Any] = {"client": self.client, "action": self.action, "named_rounds": self.named_rounds,
+                               "rounds": self.rounds, "mean_discount": round(self.mean_discount, 6),
+                               "mean_distance": round(self.mean_distance, 6)}
+        if self.mean_noise_distance is not None:
+            row["mean_noise_distance"] = round(self.mean_noise_distance, 6)
+        return row
 
     def line(self) -> str:
         """Return the summary's line on the silo."""
         how = f"mean discount {self.mean_discount:.2f}, " if self.action != FLAGGED else ""
+        if self.mean_noise_distance is not None:  # named by its distance in units of its own DP-SGD noise
+            return (f"silo {self.client}: {self.action} in {self.named_rounds} of the {self.rounds} rounds it was "
+                    f"aggregated in ({how}mean distance {self.mean_noise_distance:.3f} x the typical silo's from "
+                    "the median in units of its own DP-SGD noise)")
         return (f"silo {self.client}: {self.action} in {self.named_rounds} of the {self.rounds} rounds it was "
                 f"aggregated in ({how}mean distance {self.mean_distance:.2f} x the typical silo's from the median)")
 
@@ -169,7 +388,9 @@ def persistent_outliers(reports: Sequence[OutlierReport | None]) -> list[Persist
         entries = seen[client]
         count = sum(s.named for s in entries)
         if 2 * count > len(entries):
+            noise = [s.noise_distance for s in entries if s.noise_distance is not None]
             named.append(PersistentOutlier(client, action, count, len(entries),
                                            float(np.mean([s.discount for s in entries])),
-                                           float(np.mean([s.distance for s in entries]))))
+                                           float(np.mean([s.distance for s in entries])),
+                                           float(np.mean(noise)) if noise else None))
     return named

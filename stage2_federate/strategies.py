@@ -83,6 +83,7 @@ class Strategy:
     NAME: ClassVar[str] = ""
     SOURCE: ClassVar[str] = ""
     SUMMARY: ClassVar[str] = ""
+    upload_noise: Mapping[int, float] | None = None  # DP-SGD: each silo's s_i; its report names by it (outliers)
 
     def __init__(self, profiles: Sequence[ClientProfile], options: StrategyOptions = StrategyOptions()):
         if not profiles:
@@ -136,7 +137,7 @@ class Strategy:
         """Return the outlier report of ``clients``' uploads when ``outlier_report`` is set (``outliers``)."""
         if not self.options.outlier_report:
             return None
-        return out.report(clients, [uploads[c] for c in clients], None, out.FLAGGED)
+        return out.report(clients, [uploads[c] for c in clients], None, out.FLAGGED, noise_scales=self.upload_noise)
 
     def capped(self, weights: np.ndarray) -> np.ndarray:
         """Return ``weights`` normalized, none above ``max_client_weight`` (``aggregation.cap_weights``)."""
@@ -361,7 +362,8 @@ class CoordinateWise(Strategy):
             return _nothing()
         rows = [uploads[c] for c in clients]
         vector = self.combine(rows)
-        report = out.report(clients, rows, out.kept_discounts(rows, self.trimmed(len(clients))), out.DISCOUNTED)
+        report = out.report(clients, rows, out.kept_discounts(rows, self.trimmed(len(clients))), out.DISCOUNTED,
+                            noise_scales=self.upload_noise)
         return Aggregate(vector, tuple(clients), tuple([1.0 / len(clients)] * len(clients)),
                          self.details(len(clients)), report)
 
@@ -457,7 +459,7 @@ class NormClippedMean(Strategy):
         vector = (mean_update + reference).astype(dtype if np.issubdtype(dtype, np.floating) else np.float64)
         norms = np.linalg.norm(np.stack(updates), axis=1)
         taken = np.where(norms > bound, 1.0 - bound / np.maximum(norms, 1e-300), 0.0)
-        report = out.report(clients, updates, taken, out.CLIPPED)
+        report = out.report(clients, updates, taken, out.CLIPPED, noise_scales=self.upload_noise)
         return Aggregate(vector, tuple(clients), tuple(w.tolist()), {"clip_norm": bound}, report)
 
 
