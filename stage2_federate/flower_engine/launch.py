@@ -4,9 +4,11 @@
 mode (its own ``FLWR_HOME``, port, Ray temporary directory, in its own session), submits the ldpfl app
 with ``flwr run --stream``, follows the ServerApp's status file (``flwr run`` exits 0 even when the
 ServerApp failed, and never returns when a ClientApp hangs), and stops every process it started, also
-when the run fails or is interrupted. ``deployment.run_on_superlink`` submits the same app to a SuperLink
-that already runs (real silos: one SuperNode per client file; :func:`start_superlink` and
-:func:`start_supernode` start Flower's commands on this machine, for tests and benchmarks).
+when the run fails or is interrupted. It screens the run as the local engine does: a silo whose file does not
+verify gets no node and is named in ``run.left_out`` (:func:`screen_silos`). ``deployment.run_on_superlink``
+submits the same app to a SuperLink that already runs (real silos: one SuperNode per client file;
+:func:`start_superlink` and :func:`start_supernode` start Flower's commands on this machine, for tests and
+benchmarks).
 
 Flower's ``flwr run`` with its default ``local`` connection would start a detached SuperLink that
 outlives the command; ldpfl never uses that connection.
@@ -34,17 +36,19 @@ import tomli_w
 from ldpfl.common.errors import LdpflError, ParameterError
 from ldpfl.contract.federation_privacy import LedgerSection
 from ldpfl.contract.layout import FEDERATION_DIR
-from ldpfl.contract.run_dir import validate_run
+from ldpfl.contract.manifest import FileRecord
+from ldpfl.contract.run_dir import screen_run
 from ldpfl.contract.version import package_version
 from ldpfl.stage2_federate.client_privacy import ClientPrivacy
 from ldpfl.stage2_federate.config import FederationConfig
 from ldpfl.stage2_federate.console import print_warning
+from ldpfl.stage2_federate.left_out import LeftOut, enough_remain, needed_silos
 from ldpfl.stage2_federate.outdir import check_out_dir, clear_outputs, locked, remove_temporaries
 from ldpfl.stage2_federate.result import FederationResult
 
 from . import require_flower
 from .processes import Daemon, stop_all
-from .protocol import ManifestEntry, app_pyproject, run_config
+from .protocol import ManifestEntry, app_pyproject, left_out_to_json, run_config
 
 CONNECTION = "ldpfl"
 # Flower's SuperExec asks its SuperNode (or SuperLink) for a ClientApp (ServerApp) task to launch every
@@ -316,6 +320,55 @@ def submit_run(work: Path, env: Mapping[str, str], values: Mapping[str, Any], *,
     return Daemon("flwr-run", argv, env=env, log=work / "flwr-run.log", cwd=work)
 
 
+@dataclass(frozen=True)
+class SimulationSilos:
+    """The silos of a simulation: a node for each listed file that verifies, and the silos left out before any starts.
+
+    ``records``: the manifest's entries of the files that verify, in client-index order (node ``k`` serves file
+    ``k``); ``entries``: every file the manifest lists (the ServerApp checks each node's claims against them);
+    ``left_out``: each silo whose file does not verify, named as the local engine names it (``LeftOut.refused_file``).
+    """
+
+    run_dir: Path
+    records: tuple[FileRecord, ...]
+    entries: tuple[ManifestEntry, ...]
+    left_out: tuple[LeftOut, ...]
+
+    def run_values(self) -> dict[str, Any]:
+        """Return the run configuration's keys that name the silos (``protocol.run_config``'s keyword arguments)."""
+        return {"client_files": json.dumps([str(self.run_dir / r.path) for r in self.records]),
+                "client_sha256": json.dumps([r.sha256 for r in self.records]), "num_clients": len(self.records),
+                "manifest_files": ManifestEntry.list_to_json(self.entries),
+                "left_out": left_out_to_json(self.left_out)}
+
+
+def screen_silos(run_dir: str | Path, *, min_clients: int | None = None,
+                 clients_per_round: int | None = None) -> SimulationSilos:
+    """Screen ``run_dir`` as the local engine does, before a simulation starts a node (issue 42 item 4).
+
+    ``contract.run_dir.screen_run``: a listed file that is missing or fails its sha256, structure, rows, label
+    counts, index or feature values leaves its silo out, named; the ServerApp records it in ``run.left_out``
+    beside the silos whose claims it refuses (``server_side.screen``). What is wrong with the run itself raises.
+
+    Raises
+    ------
+    TooFewSilosError
+        Fewer files verify than the run needs (``left_out.needed_silos``: two, or ``min_clients`` or
+        ``clients_per_round``); one line naming every left-out silo, before Flower starts.
+    FormatError, ValueError
+        As ``screen_run``: no valid manifest, unlisted client files, files that do not form one run.
+    """
+    run_dir = Path(run_dir)
+    screened = screen_run(run_dir)
+    left = tuple(LeftOut.refused_file(r.record.client_index, r.record.path, r.error) for r in screened.refused)
+    listed = len(screened.manifest.files)
+    enough_remain(len(screened.checked), listed, left,
+                  needed_silos(listed, min_clients=min_clients, clients_per_round=clients_per_round))
+    records = tuple(sorted((record for record, _ in screened.checked), key=lambda r: r.client_index))
+    entries = tuple(ManifestEntry.of(r) for r in sorted(screened.manifest.files, key=lambda r: r.client_index))
+    return SimulationSilos(run_dir, records, entries, left)
+
+
 def _result(out_dir: Path, status: Mapping[str, Any], keep_checkpoint: bool) -> FederationResult:
     from ldpfl.stage2_federate.run_outputs import output_paths
 
@@ -344,7 +397,8 @@ def run_flower(run_dir: str | Path, config: FederationConfig, *, out_dir: str | 
     ``on_round`` gets the last completed round and its test accuracy whenever the ServerApp reports a new one.
     Each simulated client opens only its own file; client selection and dropouts come from the run's
     seeded server Generator, so a seeded run equals the local engine's (same selections; accuracies to
-    float tolerance).
+    float tolerance). A silo whose file does not verify gets no node: it is left out and named
+    (:func:`screen_silos`), as on the local engine.
 
     Returns
     -------
@@ -356,15 +410,16 @@ def run_flower(run_dir: str | Path, config: FederationConfig, *, out_dir: str | 
     FlowerMissingError
         Flower is not installed (the message says how to install it).
     FlowerRunError
-        The run failed (a client's error, a timeout); one line.
+        The run failed (a client's error, a timeout, too few silos left once the ServerApp refused a claim);
+        one line.
+    TooFewSilosError
+        Too few files verify (:func:`screen_silos`); one line, before Flower starts.
     """
     require_flower(simulation=True)
     run_dir = Path(run_dir).resolve()
     if not run_dir.is_dir():
         raise ValueError(f"run directory {run_dir} does not exist or is not a directory")
-    _manifest, checked = validate_run(run_dir)
-    records = [record for record, _ in sorted(checked, key=lambda rm: rm[0].client_index)]
-    files = [str(run_dir / record.path) for record in records]
+    silos = screen_silos(run_dir, min_clients=options.min_clients, clients_per_round=config.clients_per_round)
     target = (run_dir / FEDERATION_DIR if out_dir is None else Path(out_dir)).resolve()
     check_out_dir(target, resume=resume, overwrite=overwrite)
     with _prepared_out_dir(target, resume=resume, overwrite=overwrite):
@@ -375,15 +430,12 @@ def run_flower(run_dir: str | Path, config: FederationConfig, *, out_dir: str | 
             daemons.append(link)
             env = flower_env(work / "cli-home", address=f"127.0.0.1:{port}", ray_tmp=_ray_tmp(work))
             status_path = work / "status.json"
-            values = run_config(config, client_files=json.dumps(files),
-                                client_sha256=json.dumps([record.sha256 for record in records]), out_dir=str(target),
-                                status_file=str(status_path), num_clients=len(files),
+            values = run_config(config, **silos.run_values(), out_dir=str(target), status_file=str(status_path),
                                 startup_timeout=options.startup_timeout, round_timeout=options.round_timeout,
                                 resume=resume, keep_checkpoint=keep_checkpoint,
                                 client_state_dir=str(target / CLIENT_STATE_DIR),
-                                timings_file=options.timings_file or "", min_clients=options.min_clients or 0,
-                                manifest_files=ManifestEntry.list_to_json([ManifestEntry.of(r) for r in records]))
-            federation = {"num-supernodes": len(files), "client-resources-num-cpus": options.cpus_per_client}
+                                timings_file=options.timings_file or "", min_clients=options.min_clients or 0)
+            federation = {"num-supernodes": len(silos.records), "client-resources-num-cpus": options.cpus_per_client}
             submit = submit_run(work, env, values, federation=federation)
             daemons.append(submit)
             ended, settle = _simulation_watch(submit, daemons)

@@ -46,6 +46,7 @@ from ldpfl.mechanisms.report import PrivacyReport
 from ldpfl.stage2_federate.config import FederationConfig
 from ldpfl.stage2_federate.dp_sgd_budget import DpSgdClient
 from ldpfl.stage2_federate.label_noise import LabelNoise
+from ldpfl.stage2_federate.left_out import LeftOut
 
 APP_NAME = "ldpfl-flower"
 PUBLISHER = "ldpfl"
@@ -103,6 +104,8 @@ RUN_CONFIG_DEFAULTS: dict[str, Any] = {
     "timings-file": "",  # benchmarks: the ServerApp appends each message's timeline here (JSON lines)
     "min-clients": 0,  # failure policy: a client's failure is logged and the round goes on while at least this
     # many selected clients trained; fewer ends the run (0: no policy, a client's own failure ends the run)
+    "left-out": "",  # simulation: JSON list of the silos the launcher left out, no node started for them (a file
+    # that does not verify; LeftOut.to_dict each), named in run.left_out with those the ServerApp refuses
 }
 
 
@@ -170,6 +173,7 @@ class AppRunConfig:
     submission: str
     timings_file: str
     min_clients: int
+    left_out: tuple[LeftOut, ...] = ()
 
     @classmethod
     def read(cls, run_config: Mapping[str, Any]) -> AppRunConfig:
@@ -187,12 +191,24 @@ class AppRunConfig:
             manifest=tuple(ManifestEntry.list_from_json(str(values["manifest-files"]))),
             plan_fingerprint=str(values["plan-fingerprint"]) or None, submission=str(values["submission"]),
             timings_file=str(values["timings-file"]), min_clients=int(values["min-clients"]),
+            left_out=left_out_from_json(str(values["left-out"])),
         )
 
     @functools.cached_property
     def federation(self) -> FederationConfig:
         """The run's :class:`FederationConfig`, with its seed (:func:`read_config`)."""
         return read_config({"ldpfl-config": self.config_json, "ldpfl-seed": self.seed_text})
+
+
+def left_out_to_json(left: Sequence[LeftOut]) -> str:
+    """Return ``left`` as the run configuration's ``left-out`` (``LeftOut.to_dict`` of each silo)."""
+    return json.dumps([x.to_dict() for x in left])
+
+
+def left_out_from_json(text: str) -> tuple[LeftOut, ...]:
+    """Read what :func:`left_out_to_json` wrote (``()`` for an empty text), each silo validated (``MessageError``)."""
+    forms = decode(tuple[LeftOutForm, ...], text or "[]")
+    return tuple(LeftOut(form.client, form.file, form.reason) for form in forms)
 
 
 def read_app_config(run_config: Mapping[str, Any]) -> AppRunConfig:
@@ -394,6 +410,15 @@ class ManifestEntry(JsonRecord):
     def list_from_json(cls, text: str) -> list[ManifestEntry]:
         """Read what :meth:`list_to_json` wrote (``[]`` for an empty text), each entry validated."""
         return list(decode(tuple[cls, ...], text or "[]"))  # type: ignore[valid-type]
+
+
+@dataclass(frozen=True)
+class LeftOutForm(JsonRecord):
+    """A silo left out before round 1 as the run configuration's ``left-out`` lists it (``LeftOut.to_dict``)."""
+
+    client: Count
+    file: str
+    reason: str
 
 
 @dataclass(frozen=True)

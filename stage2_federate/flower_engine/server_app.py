@@ -56,10 +56,9 @@ def _run(grid: Grid, settings: AppRunConfig, out_dir: Path) -> None:
     ss.write_status(status, state="starting")
     nodes = wait_for_nodes(grid, settings.num_clients, settings.startup_timeout)
     # every node must serve the file the manifest lists, with claims that add up; a silo that does not is left
-    # out and named, and the run goes on while enough remain (server_side.screen)
-    summaries, node_of, left_out = ss.screen(
-        describe(grid, nodes, settings.startup_timeout), list(settings.manifest), settings.plan_fingerprint,
-        needed=max(settings.min_clients, config.clients_per_round or 1, min(2, len(nodes))))
+    # out and named beside those the launcher left out (a simulation's files that do not verify), and the run
+    # goes on while enough of every listed silo remain (server_side.screen_nodes)
+    summaries, node_of, left_out = ss.screen_nodes(describe(grid, nodes, settings.startup_timeout), settings)
     plan = ss.plan_from_summaries(config, summaries, run_dir=settings.run_dir or None, left_out=left_out,
                                   entries=list(settings.manifest))
     inputs = {s.file: s.sha256 for s in plan.summaries}

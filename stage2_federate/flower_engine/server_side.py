@@ -23,7 +23,7 @@ from ldpfl.common.errors import LdpflError
 from ldpfl.contract.atomic import atomic_write_text
 from ldpfl.stage2_federate.config import FederationConfig
 from ldpfl.stage2_federate.label_claims import histogram_refusal
-from ldpfl.stage2_federate.left_out import LeftOut, enough_remain
+from ldpfl.stage2_federate.left_out import LeftOut, enough_remain, needed_silos
 from ldpfl.stage2_federate.left_out import TooFewSilosError as TooFewSilosError  # raised by screen
 from ldpfl.stage2_federate.model import parameter_count
 from ldpfl.stage2_federate.perturbation import perturbation_wiring
@@ -31,7 +31,7 @@ from ldpfl.stage2_federate.plan import FederationPlan, build_plan, resolve_devic
 from ldpfl.stage2_federate.round_record import SplitSums
 from ldpfl.stage2_federate.round_record import union_evaluation as union_of
 
-from .protocol import SERVERAPP_LOCK, SUBMISSION_FILE, ClientSetup, ClientSummary, ManifestEntry
+from .protocol import SERVERAPP_LOCK, SUBMISSION_FILE, AppRunConfig, ClientSetup, ClientSummary, ManifestEntry
 
 ENGINE = "flower"
 
@@ -179,7 +179,7 @@ def check_manifest(summaries: Sequence[ClientSummary], entries: Sequence[Manifes
 
 
 def screen(described: Sequence[tuple[int, ClientSummary]], entries: Sequence[ManifestEntry] = (),
-           plan_fingerprint: str | None = None, *, needed: int = 1
+           plan_fingerprint: str | None = None, *, needed: int = 1, refused: Sequence[LeftOut] = ()
            ) -> tuple[list[ClientSummary], dict[int, int], list[LeftOut]]:
     """Leave out each silo whose summary the coordinator refuses; return the rest, client index → node, the left out.
 
@@ -191,16 +191,19 @@ def screen(described: Sequence[tuple[int, ClientSummary]], entries: Sequence[Man
     (same name and sha256) is the honest one and keeps the index; every other claimant is named an impostor
     and left out. Where the manifest cannot tell them apart (no manifest, or none or several serve the listed
     file), every claimant of the index is left out. The claimants are named in (file, sha256, node) order, never
-    in reply order. Raise :class:`TooFewSilosError` (one line naming every left-out silo) when fewer than
-    ``needed`` remain (the ServerApp's: two, as a run of one silo is no federation, or more where
-    ``--min-clients-per-round`` or ``--clients-per-round`` ask for more).
+    in reply order. ``refused``: the silos left out before any node started (a simulation's files that do not
+    verify, ``launch.screen_silos``): they count among the listed silos and are named with the others, as the
+    local engine names a refused file beside a refused claim. Raise :class:`TooFewSilosError` (one line naming
+    every left-out silo) when fewer than ``needed`` remain (``left_out.needed_silos`` of every listed silo: two,
+    as a run of one silo is no federation, or more where ``--min-clients-per-round`` or ``--clients-per-round``
+    ask for more).
     """
     listed = {e.index: e for e in entries}
     by_index: dict[int, list[tuple[int, ClientSummary]]] = {}
     for node, s in described:
         by_index.setdefault(s.index, []).append((node, s))
     kept: list[tuple[int, ClientSummary]] = []
-    left: list[LeftOut] = []
+    left: list[LeftOut] = list(refused)
     for index in sorted(by_index):
         claimants = sorted(by_index[index], key=lambda ns: (ns[1].file, ns[1].sha256, ns[0]))
         if len(claimants) > 1:
@@ -229,8 +232,23 @@ def screen(described: Sequence[tuple[int, ClientSummary]], entries: Sequence[Man
         else:
             left.append(LeftOut(s.index, s.file, reason))
     left.sort(key=lambda x: (x.index, x.file))
-    enough_remain(len(screened), len(described), left, needed)
+    enough_remain(len(screened), len(described) + len(refused), left, needed)
     return [s for _, s in screened], {s.index: node for node, s in screened}, left
+
+
+def screen_nodes(described: Sequence[tuple[int, ClientSummary]], settings: AppRunConfig
+                 ) -> tuple[list[ClientSummary], dict[int, int], list[LeftOut]]:
+    """Screen the ServerApp's nodes (:func:`screen`) under the run configuration ``settings``.
+
+    The manifest and plan are the run's; the silos the launcher left out (``settings.left_out``: a simulation's
+    files that do not verify) are named with those refused here, and the run needs ``left_out.needed_silos`` of
+    every listed silo (the nodes and the launcher's left out), as the local engine does.
+    """
+    listed = len(described) + len(settings.left_out)
+    needed = needed_silos(listed, min_clients=settings.min_clients,
+                          clients_per_round=settings.federation.clients_per_round)
+    return screen(described, list(settings.manifest), settings.plan_fingerprint, needed=needed,
+                  refused=settings.left_out)
 
 
 class OutDirUnseen(LdpflError, RuntimeError):

@@ -486,27 +486,43 @@ def _faulty_describe_run(tmp_path, monkeypatch, three, fault: str, *args):
                "--batch-size", "16", "--device", "cpu", "--seed", "5", *args)
 
 
+@pytest.fixture(scope="module")
+def four_one_refused(tmp_path_factory) -> Path:
+    """Four silos; client 3's file fails its sha256, so the simulation starts nodes 0-2 only (issue 42 item 4)."""
+    run_dir = write_run(tmp_path_factory.mktemp("four"), clients=4, rows=48, features=8)
+    path = run_dir / "client_003.h5"
+    data = bytearray(path.read_bytes())
+    data[-100] ^= 0xFF
+    path.write_bytes(bytes(data))
+    return run_dir
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(("fault", "fragment"), [
     ("rows", "client 2: its SuperNode claims 1000000 training rows in client_002.h5, the run's manifest lists 48"),
     ("index", "client 0: its SuperNode serves client_002.h5 (sha256 "),
 ], ids=["rows", "index"])
-def test_flower_simulation_leaves_out_a_silo_whose_claim_is_refused(three, tmp_path, monkeypatch, marked, fault,
-                                                                    fragment) -> None:
+def test_flower_simulation_leaves_out_a_silo_whose_claim_is_refused(four_one_refused, tmp_path, monkeypatch, marked,
+                                                                    fault, fragment) -> None:
+    """Silo 2's claim is refused by the ServerApp, silo 3's file by the launcher: both named as on the local engine."""
     pytest.importorskip("flwr", reason="the Flower engine needs pip install -e '.[flower]'")
     pytest.importorskip("ray")
     from flower_helpers import leftovers
 
     out = tmp_path / "flower"
-    result = _faulty_describe_run(tmp_path, monkeypatch, three, fault, "--out", out)
+    result = _faulty_describe_run(tmp_path, monkeypatch, four_one_refused, fault, "--out", out)
     assert result.exit_code == 0, result.output
-    assert f"Warning: left out before round 1: {fragment}" in result.output  # printed as the run starts
-    assert any(line.startswith(f"left out before round 1: {fragment}")  # and in the summary
-               for line in result.output.splitlines())
+    refused_file = f"client 3: {four_one_refused / 'client_003.h5'}: sha256 "
+    for named in (fragment, refused_file):
+        assert f"Warning: left out before round 1: {named}" in result.output  # printed as the run starts
+        assert any(line.startswith(f"left out before round 1: {named}")  # and in the summary
+                   for line in result.output.splitlines())
     metrics = json.loads((out / "metrics.json").read_text())
     left = metrics["config"]["run"]["left_out"]
-    assert [(x["client"], x["file"]) for x in left] == [(BAD if fault == "rows" else 0, "client_002.h5")]
+    assert [(x["client"], x["file"]) for x in left] == [(BAD if fault == "rows" else 0, "client_002.h5"),
+                                                        (3, "client_003.h5")]
     assert left[0]["reason"].startswith(fragment)
+    assert left[1]["reason"].startswith(refused_file) and left[1]["reason"].endswith(": the silo's file is refused")
     assert [r["aggregated"] for r in metrics["rounds"]] == [[0, 1]]
     assert [s["client"] for s in metrics["rounds"][0]["per_client"]] == [0, 1]
     assert leftovers(marked) == []
