@@ -13,9 +13,15 @@ the package's own strategy (``stage2_federate.strategies.create_strategy``) inst
 * ``fedavg``: the mean, with FedAvg's optional outlier report (``outlier_report``: flagged past ``OUTLIER_BOUND``
   times the typical silo's distance from the round's median);
 * ``median``: the coordinate-wise median; ``trimmed-mean``: β = ``--trim-fraction`` (0.1: one value dropped at each
-  end of every coordinate of 10, the smallest β that trims one). A silo is named in a round when its discount
-  reaches ``DISCOUNT_BOUND``; the run's summary names a silo named in more than half of its rounds
-  (``persistent_outliers``).
+  end of every coordinate of 10, the smallest β that trims one).
+
+Who is named in a round: since the DP-SGD outlier statistic (``outliers.noise_distances``), the strategy is given
+each silo's DP-SGD noise per coordinate (``outliers.upload_noise_scales``: lr·σ·C/(q·n_i)), as ``ldpfl federate
+--dp-sgd`` does, and a silo is named when its distance from the others' median, in units of what the noise alone
+puts there and relative to the round's median silo, exceeds ``noise_bound`` (z = ``NOISE_Z``); the discount and the
+raw distance are still recorded. Runs recorded before it (no ``noise`` figures in their silos) named a silo by its
+discount (≥ ``DISCOUNT_BOUND``) or FedAvg's distance (> ``OUTLIER_BOUND``). ``--rerun`` replaces the chosen runs'
+records. The run's summary names a silo named in more than half of its rounds (``persistent_outliers``).
 
 Scenarios (silo 9 poisons; it runs the same DP-SGD steps, so its privacy accounting is unchanged):
 
@@ -26,6 +32,8 @@ Accuracy is the final model's on Fashion-MNIST's official 10,000 test records (c
 choice. Everything calls the package's functions; nothing of the product is re-implemented.
 
     nohup nice -n 10 .venv/bin/python experiments/exp12_poisoned_silos.py --out docs/results > runs/exp12.log 2>&1 &
+    nohup nice -n 10 .venv/bin/python experiments/exp12_poisoned_silos.py --rules median --rerun \
+        --out docs/results > runs/exp12_noise.log 2>&1 &   # the DP-SGD statistic's key rows
 """
 
 from __future__ import annotations
@@ -74,6 +82,7 @@ SCENARIOS = {  # name: (partition, what silo POISONER does to its training label
     "dirichlet-0.1": ("dirichlet-0.1", None),
 }
 SECTION7_LR = {"iid": 4.0, "dirichlet-0.1": 2.0}  # exp8's validation choices (exp8_shared_features_federated_*.json)
+COMMAND = "nice -n 10 .venv/bin/python experiments/exp12_poisoned_silos.py --out docs/results"  # all 12 runs
 
 
 def poisoned_labels(labels: np.ndarray, rows: np.ndarray, attack: str | None) -> np.ndarray:
@@ -101,6 +110,7 @@ def federate(x, y, splits, rule: str, trim_fraction: float, sigma: float, lr: fl
     options = (StrategyOptions(outlier_report=True) if rule == "fedavg" else
                StrategyOptions(trim_fraction=trim_fraction) if rule == "trimmed-mean" else StrategyOptions())
     strategy = create_strategy(rule, profiles, options)
+    strategy.upload_noise = out.upload_noise_scales(dict(enumerate(clients)), lr=lr, plain_sgd=True)  # as the loop
     server_rng = np.random.default_rng([seed, 12])  # none of these rules draws from it
     momentum = FedAvgM(MOMENTUM)
     vector = get_vector(model).numpy()
@@ -120,39 +130,59 @@ def federate(x, y, splits, rule: str, trim_fraction: float, sigma: float, lr: fl
     return model, reports
 
 
+def _spread(values: np.ndarray) -> list[float]:
+    return [round(float(q), 4) for q in np.quantile(values, [0.25, 0.5, 0.75])]
+
+
 def silo_figures(reports: list[out.OutlierReport]) -> list[dict]:
-    """Per silo: the share of rounds it was named, its discount and distance (mean, quartiles), past the bound."""
+    """Per silo: the share of rounds it was named, its discount, distance and noise distance (mean, quartiles)."""
     figures = []
     for client in range(SILOS):
         entries = [s for r in reports for s in r.silos if s.client == client]
         discount = np.array([s.discount for s in entries])
         distance = np.array([s.distance for s in entries])
-        figures.append({"client": client, "named_share": float(np.mean([s.named for s in entries])),
-                        "discount_mean": float(discount.mean()),
-                        "discount_quartiles": [round(float(q), 4) for q in np.quantile(discount, [0.25, 0.5, 0.75])],
-                        "distance_mean": float(distance.mean()),
-                        "distance_quartiles": [round(float(q), 4) for q in np.quantile(distance, [0.25, 0.5, 0.75])],
-                        "distance_past_bound_share": float(np.mean(distance > out.OUTLIER_BOUND))})
+        figure = {"client": client, "named_share": float(np.mean([s.named for s in entries])),
+                  "discount_mean": float(discount.mean()), "discount_quartiles": _spread(discount),
+                  "distance_mean": float(distance.mean()), "distance_quartiles": _spread(distance),
+                  "distance_past_bound_share": float(np.mean(distance > out.OUTLIER_BOUND))}
+        if all(s.noise_distance is not None for s in entries):
+            noise = np.array([s.noise_distance for s in entries])
+            figure["noise"] = {"distance_mean": float(noise.mean()), "distance_quartiles": _spread(noise),
+                               "distance_min": float(noise.min()), "distance_max": float(noise.max()),
+                               "bound": float(np.mean([s.noise_bound for s in entries]))}
+        figures.append(figure)
     return figures
+
+
+def _noise_cell(silo: dict) -> str:
+    noise = silo.get("noise")
+    return "–" if noise is None else f"{noise['distance_mean']:.4f} / {noise['bound']:.4f}"
 
 
 def table(records: list[dict]) -> str:
     """The Markdown table: accuracy, gaps to the honest runs of the partition, named shares, the summary's names."""
     clean = {(r["partition"], r["rule"]): r["accuracy"] for r in records if r["attack"] is None}
-    lines = ["| scenario | rule | test accuracy | vs honest, same rule (pp) | vs honest FedAvg (pp) | "
+    lines = ["| scenario | rule | named by | test accuracy | vs honest, same rule (pp) | vs honest FedAvg (pp) | "
              "silo 9 named (% of rounds) | silos 0-8 named, most (% of rounds) | named in the summary | "
-             "silo 9 mean discount / distance | seconds |",
-             "|---|---|---:|---:|---:|---:|---:|---|---|---:|"]
+             "silo 9 mean discount / distance | silo 9 noise distance / bound | silos 0-8 noise distance, "
+             "largest mean | seconds |",
+             "|---|---|---|---:|---:|---:|---:|---:|---|---|---|---|---:|"]
     for r in records:
         gaps = [f"{100 * (r['accuracy'] - clean[key]):+.2f}" if key in clean else "–"
                 for key in ((r["partition"], r["rule"]), (r["partition"], "fedavg"))]
         silos = r["silos"]
         names = ", ".join(f"silo {p['client']} ({p['named_rounds']}/{p['rounds']})" for p in r["named_in_summary"])
         who = f"{r['scenario']} ({'silo 9 poisons' if r['attack'] else 'all honest'})"
-        lines.append(f"| {who} | {r['rule_label']} | {100 * r['accuracy']:.2f} % | {gaps[0]} | {gaps[1]} | "
+        honest = [s for s in silos[:POISONER] if "noise" in s]
+        largest = max(honest, key=lambda s: s["noise"]["distance_mean"]) if honest else None
+        worst = "–" if largest is None else f"silo {largest['client']}: {_noise_cell(largest)}"
+        lines.append(f"| {who} | {r['rule_label']} | {r.get('named_by', 'discount or distance')} | "
+                     f"{100 * r['accuracy']:.2f} % | {gaps[0]} | {gaps[1]} | "
                      f"{100 * silos[POISONER]['named_share']:.1f} | "
                      f"{100 * max(s['named_share'] for s in silos[:POISONER]):.1f} | {names or 'none'} | "
                      f"{silos[POISONER]['discount_mean']:.3f} / {silos[POISONER]['distance_mean']:.3f} | "
+                     f"{_noise_cell(silos[POISONER])} | "
+                     f"{worst} | "
                      f"{r['seconds']:.0f} |")
     return "\n".join(lines)
 
@@ -166,6 +196,7 @@ def main() -> None:
     parser.add_argument("--epsilon", type=float, default=3.0, help="per silo, add/remove, delta 1e-5")
     parser.add_argument("--lr", type=float, default=None, help="default: section 7's choice for the partition")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--rerun", action="store_true", help="replace the chosen runs' records")
     parser.add_argument("--cache", type=Path, default=Path("runs/exp8_cache/fmnist_scatter"))
     parser.add_argument("--out", type=Path, default=Path("docs/results"))
     args = parser.parse_args()
@@ -178,12 +209,18 @@ def main() -> None:
                "epsilon_add_remove": both[accounting.ADD_REMOVE], "epsilon_replace_one": both[accounting.REPLACE_ONE],
                "delta": DELTA, "noise_multiplier": sigma, "sampling_probability": Q, "clip": CLIP,
                "steps_per_round": 1, "server_momentum": MOMENTUM, "trim_fraction": args.trim_fraction,
-               "lr": args.lr or SECTION7_LR, "seed": args.seed, "discount_bound": out.DISCOUNT_BOUND,
+               "lr": args.lr or SECTION7_LR, "generator_root": args.seed, "discount_bound": out.DISCOUNT_BOUND,
                "outlier_bound": out.OUTLIER_BOUND}
+    statistic = {"noise_z": out.NOISE_Z, "reference": "coordinate-wise lower median of the other silos",
+                 "noise_scale": "lr * sigma * clip * sqrt(steps) / (q * n_i)"}
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / "exp12_poisoned_silos.json"
     saved = json.loads(path.read_text()) if path.exists() else {}
-    records: list[dict] = saved.get("records", []) if saved.get("setting") == setting else []
+    before = {("generator_root" if key == "seed" else key): value for key, value in saved.get("setting", {}).items()}
+    records: list[dict] = saved.get("records", []) if before == setting else []
+    if args.rerun:
+        chosen = {(scenario, rule) for scenario in args.scenarios for rule in args.rules}
+        records = [r for r in records if (r["scenario"], r["rule"]) not in chosen]
     done = {(r["scenario"], r["rule"]) for r in records}
     for scenario in args.scenarios:
         partition, attack = SCENARIOS[scenario]
@@ -197,30 +234,45 @@ def main() -> None:
             model, reports = federate(x, labels, splits, rule, args.trim_fraction, sigma, lr, args.seed,
                                       rounds=args.rounds)
             seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
+            noisy = reports[0].noise_median is not None
             label = f"trimmed-mean β {args.trim_fraction:g}" if rule == "trimmed-mean" else (
                 "fedavg (+ outlier report)" if rule == "fedavg" else rule)
             records.append({
                 "scenario": scenario, "partition": partition, "attack": attack, "rule": rule, "rule_label": label,
-                "action": reports[0].action, "lr": lr, "accuracy": accuracy(model, x, y, test_rows),
+                "action": reports[0].action, "named_by": "DP-SGD noise distance" if noisy else (
+                    "distance" if rule == "fedavg" else "discount"),
+                "lr": lr, "accuracy": accuracy(model, x, y, test_rows),
                 "silos": silo_figures(reports),
                 "named_in_summary": [p.to_dict() for p in out.persistent_outliers(reports)],
                 "poisoner_discount_every_10_rounds": [round(r.silos[POISONER].discount, 4) for r in reports[::10]],
                 "poisoner_distance_every_10_rounds": [round(r.silos[POISONER].distance, 3) for r in reports[::10]],
+                **({"poisoner_noise_distance_every_10_rounds": [round(float(r.silos[POISONER].noise_distance), 4)
+                                                                for r in reports[::10]],
+                    "round_noise_median_quartiles": _spread(np.array([r.noise_median for r in reports]))}
+                   if noisy else {}),
                 "silo_train_rows": [len(s["train"]) for s in splits], "seconds": seconds, "cpu_seconds": cpu})
-            path.write_text(json.dumps({"setting": setting, "records": records}, indent=1))
             last = records[-1]
+            records.sort(key=lambda r: (list(SCENARIOS).index(r["scenario"]), RULES.index(r["rule"])))
+            path.write_text(json.dumps({"setting": setting, "noise_statistic": statistic, "records": records},
+                                       indent=1))
             print(f"{scenario} {rule}: test {last['accuracy']:.4f}, silo {POISONER} named in "
                   f"{100 * last['silos'][POISONER]['named_share']:.0f} % of rounds, summary "
                   f"{[p['client'] for p in last['named_in_summary']]} ({seconds:.0f} s, {cpu:.0f} s CPU)", flush=True)
     command = "nice -n 10 .venv/bin/python " + " ".join(["experiments/exp12_poisoned_silos.py", *sys.argv[1:]])
+    line = f"`{command}`"
+    if args.rerun or args.rules != list(RULES) or args.scenarios != list(SCENARIOS):
+        line += f" (these runs; the others: `{COMMAND}`)"
     (args.out / "exp12_poisoned_silos.md").write_text(
         "# Poisoned silos named: one label-flipping or near-constant silo of 10 (Fashion-MNIST, ScatterNet, "
         "DP-SGD)\n\n"
-        f"`{command}`\n\nSetting: {json.dumps(setting)}. Test accuracy on the official 10,000 clean test records; "
-        "one seed (0). 'vs honest': the run of the same partition with every silo honest. 'named' = discount ≥ "
-        "DISCOUNT_BOUND (median, trimmed mean) or distance > OUTLIER_BOUND (FedAvg's report); the summary names a "
-        "silo named in more than half of its rounds. Distance: ‖u_i − m‖ over the round's lower-median distance "
-        "(1: a typical silo).\n\n"
+        f"{line}\n\nSetting: {json.dumps(setting)}. DP-SGD statistic: {json.dumps(statistic)}. Test accuracy "
+        "on the official 10,000 clean test records; one seed (0). 'vs honest': the run of the same partition with "
+        "every silo honest. 'named by': DP-SGD noise distance = noise distance > its bound (1 + z·√κ_i/(2√d), "
+        "outliers.noise_distances), the rule's discount and distance still recorded; runs recorded before that "
+        "statistic named by discount ≥ DISCOUNT_BOUND (median, trimmed mean) or distance > OUTLIER_BOUND "
+        "(FedAvg's report). The summary names a silo named in more than half of its rounds. Distance: ‖u_i − m‖ "
+        "over the round's lower-median distance (1: a typical silo). Noise distance: ‖u_i − m_−i‖ / √(d·v_i) "
+        "over the round's median of it (1: a typical silo), mean over the 300 rounds, and its mean bound.\n\n"
         f"{table(records)}\n")
     print(table(records))
 
