@@ -19,11 +19,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ldpfl.mechanisms import accounting
+from ldpfl.mechanisms.privacy_events import DP_SGD_KEYS
 
 NO_TRAINING = "none"
 NON_PRIVATE = "non-private"
 DP_SGD = "dp-sgd"
-DP_SGD_KEYS = ("noise_multiplier", "sampling_probability", "steps")
 UNTRAINED_EXTRACTORS = ("none", "scatter")
 """Extractor names that are not trained (raw inputs; ``scatter``, fixed by the software): no part from training.
 
@@ -33,13 +33,7 @@ A ``scatter`` file records ``{"training": "none", "fixed": {...}}``, which gives
 
 def dp_sgd_event(record: Mapping[str, Any] | accounting.DpSgdEvent) -> accounting.DpSgdEvent:
     """Return the accountant's event of DP-SGD as recorded (σ, q, T; ``ValueError`` when it is malformed)."""
-    if isinstance(record, accounting.DpSgdEvent):
-        return record
-    try:
-        return accounting.DpSgdEvent(float(record["noise_multiplier"]), float(record["sampling_probability"]),
-                                     int(record["steps"]))
-    except (KeyError, TypeError) as error:
-        raise ValueError(f"DP-SGD event is malformed ({error!r})") from None
+    return record if isinstance(record, accounting.DpSgdEvent) else accounting.DpSgdEvent.from_json(record)
 
 
 @dataclass(frozen=True)

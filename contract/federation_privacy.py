@@ -21,7 +21,7 @@ from typing import Any
 
 from ldpfl.mechanisms.report import json_number, number_from_json
 
-from .release_guarantee import GuaranteePart
+from .release_guarantee import RELEASED_FILES_NOTE, GuaranteePart
 
 DP_SGD_MECHANISM = "dp-sgd"
 """The ``mechanism`` of a DP-SGD silo's ledger row."""
@@ -39,9 +39,16 @@ def _optional_float(value: object) -> float | None:
     return None if value is None else float(value)  # type: ignore[arg-type]
 
 
+def _figure(value: float | None) -> str:
+    """Return an ε as the ledger's text shows it: 4 significant digits, ``inf``, ``-`` where there is none."""
+    if value is None or math.isnan(value):
+        return "-"
+    return "inf" if math.isinf(value) else f"{value:.4g}"
+
+
 @dataclass(frozen=True)
 class LedgerRow:
-    """One client's total over the rounds in which it uploaded (``stage2_federate.ledger.LedgerEntry``).
+    """One client's total over the rounds in which it uploaded (made by ``stage2_federate.ledger.ledger_entry``).
 
     ``epsilon``/``delta`` are None where stage 2 adds nothing (or the upload could not be accounted);
     ``epsilon`` is ``math.inf`` where a release was not private. ``mechanism`` is the upload's mechanism.
@@ -62,6 +69,13 @@ class LedgerRow:
         if self.mechanism is not None:
             out["mechanism"] = self.mechanism
         return out
+
+    def line(self) -> str:
+        """Return the row as the ledger's text shows it (:meth:`LedgerSection.lines`)."""
+        eps = self.epsilon
+        shown = "n/a" if eps is None else ("inf (not private)" if math.isinf(eps) else f"{eps:.4g}")
+        delta = f" at delta {self.delta:g}" if self.delta else ""
+        return f"client {self.client}: eps {shown}{delta} over {self.rounds} uploads ({self.method})"
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> LedgerRow:
@@ -113,6 +127,15 @@ class DpSgdLedgerRow:
                 "target_epsilon": self.target_epsilon, "noise_multiplier": self.noise_multiplier,
                 "sampling_probability": self.sampling_probability, "clip": self.clip, "method": self.method,
                 "mechanism": self.mechanism, "notes": list(self.notes), **evaluation}
+
+    def line(self) -> str:
+        """Return the row as the ledger's text shows it (:meth:`LedgerSection.lines`)."""
+        tested = "" if self.evaluation_epsilon is None else (
+            f"; its test records eps {_figure(self.evaluation_epsilon)} over {self.evaluation_releases} noised "
+            "evaluations")
+        return (f"client {self.client}: eps {_figure(self.epsilon_replace_one)} replace-one, "
+                f"{_figure(self.epsilon_add_remove)} add-remove at delta {self.delta} over {self.steps} DP-SGD steps "
+                f"in {self.rounds} rounds{tested}")
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> DpSgdLedgerRow:
@@ -169,6 +192,30 @@ class LedgerSection:
         if self.dp_sgd:
             out.update(dp_sgd=True, as_of_round=self.as_of_round)
         return out | {"clients": [r.to_dict() for r in self.clients], "notes": list(self.notes)}
+
+    def lines(self, *, max_clients: int | None = None) -> list[str]:
+        """Return the ledger's text, the one display of it (``ldpfl inspect`` and ``ldpfl federate``'s summary).
+
+        One line per client, or, beyond ``max_clients`` clients (None: no limit), the range of their figures.
+        """
+        if not self.adds_privacy_loss and RELEASED_FILES_NOTE in self.notes:  # e.g. over stats:K files
+            return [f"  privacy ledger  {RELEASED_FILES_NOTE}"]
+        if not self.adds_privacy_loss:
+            return ["  privacy ledger  stage 2 adds no perturbation; its updates are covered by the release "
+                    "guarantee above only where they are functions of released values (k-RR labels), not of clear "
+                    "labels"]
+        lines = [f"  privacy ledger  stage 2, each client over its uploads ({self.accountant}):"]
+        rows = self.clients
+        if max_clients is None or len(rows) <= max_clients:
+            return lines + [f"    {row.line()}" for row in rows]
+        finite = [float(r.epsilon) for r in rows if r.epsilon is not None and math.isfinite(r.epsilon)]
+        if finite:
+            lines.append(f"    {len(rows)} clients: eps from {min(finite):.4g} to {max(finite):.4g} over "
+                         f"{min(r.rounds for r in rows)} to {max(r.rounds for r in rows)} uploads")
+        infinite = sum(1 for r in rows if r.epsilon is not None and math.isinf(r.epsilon))
+        if infinite:
+            lines.append(f"    {infinite} clients: eps inf (not private)")
+        return lines
 
     @classmethod
     def from_dict(cls, data: object) -> LedgerSection:

@@ -31,6 +31,7 @@ import numpy as np
 from ldpfl.common.errors import LdpflError
 from ldpfl.mechanisms import accounting
 from ldpfl.mechanisms.krr import KRR
+from ldpfl.mechanisms.privacy_events import PartEvent, PureEvent, RandomizedResponseEvent
 from ldpfl.mechanisms.validation import MAX_EPSILON
 
 CLEAR = "clear"
@@ -111,6 +112,19 @@ class LabelRelease:
         matrix = np.full((k, k), self.p_other_each)
         np.fill_diagonal(matrix, self.p_keep)
         return matrix
+
+    def event(self) -> PartEvent:
+        """Return what the labels release, as the accountant's event.
+
+        k-RR at its exact ε over k classes; a pure ε of 0 for synthetic labels (post-processing of the statistics);
+        None for clear labels (ε = ∞, which no accountant composes).
+        """
+        if self.clear:
+            return None
+        if self.synthetic:
+            return PureEvent(0.0)
+        assert self.num_classes is not None
+        return RandomizedResponseEvent(self.epsilon, self.num_classes)
 
     def to_json(self) -> dict[str, Any]:
         """Return the ``label_release`` attribute (the one writer of the record's JSON form)."""

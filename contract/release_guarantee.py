@@ -39,11 +39,19 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ldpfl.contract.extractor_training import DP_SGD_KEYS, UNTRAINED_EXTRACTORS, ExtractorTraining, dp_sgd_event
+from ldpfl.contract.extractor_training import UNTRAINED_EXTRACTORS, ExtractorTraining
 from ldpfl.contract.label_release import CLEAR_LABELS, LabelRelease
 from ldpfl.contract.release_history import ReleaseEntry
 from ldpfl.contract.release_point import LABEL, STATS
 from ldpfl.mechanisms import accounting
+from ldpfl.mechanisms.privacy_events import (
+    DpSgdEvent,
+    Event,
+    PartEvent,
+    PureEvent,
+    RandomizedResponseEvent,
+    event_from_json,
+)
 from ldpfl.mechanisms.report import format_epsilon, json_number, number_from_json
 
 if TYPE_CHECKING:  # the schema holds a file's guarantee: it imports this module
@@ -59,8 +67,8 @@ EXTRACTOR = "extractor"
 RE_RELEASE = "re-release"
 DIAGNOSTIC = "diagnostic"
 
-METHOD_BASIC = "basic composition"
-METHOD_PLD = "dp-accounting PLD (REPLACE_ONE)"
+METHOD_BASIC = accounting.METHOD_BASIC
+METHOD_PLD = accounting.method_name(accounting.PLD, neighbours=accounting.REPLACE_ONE)
 
 PLD_MAX_PURE_EPSILON = 30.0
 """Pure parts above this ε are not given to the PLD accountant (randomized response at ε > 30 keeps the truth with
@@ -68,57 +76,6 @@ probability 1 − 1e-13: nothing to gain, and the discretization loses it); basi
 
 FIXED_TEXT = "fixed by the software, learned from no record"
 """Why a weight-free extractor's part is 0 (``scatter``)."""
-
-
-@dataclass(frozen=True)
-class PureEpsilonEvent:
-    """A pure ε-DP part (ε may be 0 or ∞); the accountant takes it as binary randomized response at ε."""
-
-    epsilon: float
-
-    def to_json(self) -> dict[str, float | str | None]:
-        """Return the part's ``event`` JSON: ``{"pure_epsilon": ε}`` (∞ as ``"inf"``)."""
-        return {"pure_epsilon": json_number(self.epsilon)}
-
-
-@dataclass(frozen=True)
-class KrrEvent:
-    """One of k classes released by k-ary randomized response at ε (the labels, a predicted class)."""
-
-    epsilon: float
-    num_classes: int
-
-    def to_json(self) -> dict[str, float | int]:
-        """Return the part's ``event`` JSON: ``{"krr": ε, "num_classes": k}``."""
-        return {"krr": self.epsilon, "num_classes": self.num_classes}
-
-
-PartEvent = PureEpsilonEvent | KrrEvent | accounting.DpSgdEvent | None
-"""What the accountant needs of a part: a pure ε, a k-RR, DP-SGD as it ran (σ, q, T), or nothing (``{}``: a part
-with δ > 0 or one no accountant composes)."""
-
-
-def event_from_json(data: object) -> PartEvent:
-    """Read a part's ``event`` (the one reader; ``ValueError`` naming the key when it is malformed)."""
-    if not isinstance(data, Mapping):
-        raise ValueError("part key 'event' must be a JSON object")
-    if not data:
-        return None
-    if "krr" in data:
-        eps = number_from_json(data["krr"], name="part event 'krr'", optional=False)
-        k = data.get("num_classes")
-        if isinstance(k, bool) or not isinstance(k, int):
-            raise ValueError(f"part event 'num_classes' must be an integer, got {k!r}")
-        assert eps is not None
-        return KrrEvent(eps, k)
-    if "pure_epsilon" in data:
-        eps = number_from_json(data["pure_epsilon"], name="part event 'pure_epsilon'", optional=False)
-        assert eps is not None
-        return PureEpsilonEvent(eps)
-    if all(key in data for key in DP_SGD_KEYS):
-        return dp_sgd_event(data)
-    raise ValueError(f"part event {dict(data)!r} is none of pure_epsilon, krr or DP-SGD (noise_multiplier, "
-                     "sampling_probability, steps)")
 
 
 @dataclass(frozen=True)
@@ -229,9 +186,9 @@ def features_part(mechanism: str, release: str, epsilon: float | None, delta: fl
     if delta:
         event = None
     elif categories is not None and math.isfinite(eps):
-        event = KrrEvent(eps, int(categories))
+        event = RandomizedResponseEvent(eps, int(categories))
     else:
-        event = PureEpsilonEvent(eps)
+        event = PureEvent(eps)
     kind, _, width = release.partition(":")
     covers = f"the record's {release} values, randomized"
     if kind == STATS:  # no record's values: one release of the silo's statistics (issue 40)
@@ -244,15 +201,13 @@ def features_part(mechanism: str, release: str, epsilon: float | None, delta: fl
 def labels_part(release: LabelRelease) -> GuaranteePart:
     """Return the label part: in clear (ε = ∞; also when the file does not record it) or k-RR at its exact ε."""
     if release.clear:
-        return GuaranteePart(LABELS, "the record's true label, in clear", "clear", math.inf)
+        return GuaranteePart(LABELS, "the record's true label, in clear", "clear", math.inf, 0.0, release.event())
     if release.synthetic:
         return GuaranteePart(LABELS, "the synthetic records' labels: post-processing of the noisy per-class "
                              "statistics, whose part covers the record's label", "statistics", 0.0, 0.0,
-                             PureEpsilonEvent(0.0))
-    k = release.num_classes
-    assert k is not None
-    return GuaranteePart(LABELS, f"the record's label, k-ary randomized response over k = {k} classes", "krr",
-                         release.epsilon, 0.0, KrrEvent(release.epsilon, k))
+                             release.event())
+    return GuaranteePart(LABELS, f"the record's label, k-ary randomized response over k = {release.num_classes} "
+                         "classes", "krr", release.epsilon, 0.0, release.event())
 
 
 def extractor_part(training: ExtractorTraining | None, *, trained: bool, records: int, features_epsilon: float,
@@ -268,7 +223,7 @@ def extractor_part(training: ExtractorTraining | None, *, trained: bool, records
         fixed = training.fixed
         what = ", ".join(f"{k}={fixed[k]}" for k in ("kind", "J", "L") if k in fixed)
         return GuaranteePart(EXTRACTOR, f"{FIXED_TEXT} ({what or 'weight-free'}): no record changes the release of "
-                             "another", "fixed", 0.0, 0.0, PureEpsilonEvent(0.0))
+                             "another", "fixed", 0.0, 0.0, PureEvent(0.0))
     if training.training == "none":
         return None
     if training.dp_sgd is not None and training.delta is not None:
@@ -291,7 +246,7 @@ def re_release_parts(entries: Iterable[ReleaseEntry]) -> list[GuaranteePart]:
         label_eps = labels_part(entry.label_release or CLEAR_LABELS).epsilon
         total = math.inf if eps is None else eps + label_eps
         parts.append(GuaranteePart(RE_RELEASE, f"the earlier release {entry.file} of {entry.run} (its values and "
-                                   "its labels)", entry.mechanism, total, 0.0, PureEpsilonEvent(total)))
+                                   "its labels)", entry.mechanism, total, 0.0, PureEvent(total)))
     return parts
 
 
@@ -299,11 +254,11 @@ def re_release_parts(entries: Iterable[ReleaseEntry]) -> list[GuaranteePart]:
 # Composition
 
 
-DpSgdEpsilon = Callable[[accounting.DpSgdEvent, float], float]
+DpSgdEpsilon = Callable[[DpSgdEvent, float], float]
 """How a DP-SGD part's ε at δ is obtained (the exact accountant, or a checked stored figure)."""
 
 
-def dp_sgd_epsilon(event: accounting.DpSgdEvent, delta: float) -> float:
+def dp_sgd_epsilon(event: DpSgdEvent, delta: float) -> float:
     """ε at δ of DP-SGD as it ran, under REPLACE_ONE (the package's accountant: dp-accounting PLD)."""
     return accounting.epsilon([event], delta, neighbours=accounting.REPLACE_ONE)
 
@@ -314,7 +269,7 @@ def basic_guarantee(parts: tuple[GuaranteePart, ...], scope: str = "") -> Releas
     return ReleaseGuarantee(epsilon, delta, parts, scope, METHOD_BASIC)
 
 
-def pld_events(parts: Sequence[GuaranteePart]) -> tuple[list[accounting.Event], float] | None:
+def pld_events(parts: Sequence[GuaranteePart]) -> tuple[list[Event], float] | None:
     """Return the events the PLD accountant composes for ``parts`` and their δ; None where basic composition applies.
 
     None: no DP-SGD part, more than one, a pure part with δ > 0 or above PLD_MAX_PURE_EPSILON, or a part at ε = ∞.
@@ -325,7 +280,7 @@ def pld_events(parts: Sequence[GuaranteePart]) -> tuple[list[accounting.Event], 
     pure = [p for p in parts if p not in sgd]
     if len(sgd) != 1 or any(p.delta for p in pure) or any(p.epsilon > PLD_MAX_PURE_EPSILON for p in pure):
         return None
-    if not isinstance(sgd[0].event, accounting.DpSgdEvent):
+    if not isinstance(sgd[0].event, DpSgdEvent):
         return None
     return [sgd[0].event, *(_pure_event(p) for p in pure if p.epsilon > 0)], sgd[0].delta
 
@@ -344,11 +299,11 @@ def guarantee_of(parts: Sequence[GuaranteePart], *, scope: str) -> ReleaseGuaran
     return basic
 
 
-def _pure_event(part: GuaranteePart) -> accounting.Event:
+def _pure_event(part: GuaranteePart) -> Event:
     """k-RR as itself; any other pure ε-DP part as binary randomized response at ε (which dominates it)."""
-    if isinstance(part.event, KrrEvent):
-        return accounting.RandomizedResponseEvent(part.epsilon, part.event.num_classes)
-    return accounting.PureEvent(part.epsilon)
+    if isinstance(part.event, RandomizedResponseEvent):
+        return RandomizedResponseEvent(part.epsilon, part.event.categories)
+    return PureEvent(part.epsilon)
 
 
 # ---------------------------------------------------------------------------------------------------------------

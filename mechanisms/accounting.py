@@ -1,6 +1,7 @@
 """The one accountant: typed DP events composed by dp-accounting's privacy-loss-distribution (PLD) accountant.
 
-Every part the project releases is described by a small frozen event (as dp-accounting's ``dp_event`` does), and
+Every part the project releases is described by a small frozen event (as dp-accounting's ``dp_event`` does;
+the events are defined in :mod:`ldpfl.mechanisms.privacy_events`, the package's one vocabulary of them), and
 :func:`epsilon` composes any sequence of them under one neighbouring relation:
 
 * :class:`DpSgdEvent`: T steps of DP-SGD (Abadi et al. 2016, Algorithm 1): each step uses a record with
@@ -45,9 +46,9 @@ import copy
 import functools
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from .privacy_events import DpSgdEvent, Event, GaussianEvent, PureEvent, RandomizedResponseEvent, ZcdpEvent
 from .validation import require_finite_positive
 
 if TYPE_CHECKING:
@@ -61,91 +62,30 @@ NEIGHBOURS_TEXT = {REPLACE_ONE: "replace one record (its values and its label) b
 PLD = "pld"
 RDP = "rdp"
 METHODS = (PLD, RDP)
-METHOD = "dp-accounting PLD"
+METHOD_NAMES = {PLD: "dp-accounting PLD", RDP: "dp-accounting RDP"}
+"""How a figure's ``method`` names each accountant (the one spelling)."""
+METHOD = METHOD_NAMES[PLD]
+"""The default method's name."""
+METHOD_BASIC = "basic composition"
+"""The ``method`` of a figure composed by :func:`basic_composition`."""
+LIBRARY_RELATIONS = {REPLACE_ONE: "REPLACE_ONE", ADD_REMOVE: "ADD_OR_REMOVE_ONE"}
+"""dp-accounting's name of each neighbouring relation (``NeighboringRelation``)."""
 VALUE_DISCRETIZATION = 1e-4
 """dp-accounting's default PLD discretization (a pessimistic rounding: the ε it reports is an upper bound)."""
 MAX_NOISE_MULTIPLIER = 1e4
 
 
-def _count(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
-    return int(value)
 
 
-@dataclass(frozen=True)
-class DpSgdEvent:
-    """T steps of DP-SGD with noise multiplier σ and Poisson sampling rate q (Abadi et al. 2016, Alg. 1)."""
+def method_name(method: str, *, neighbours: str | None = None) -> str:
+    """Return how a figure names ``method`` (:data:`METHOD_NAMES`), with dp-accounting's relation when given.
 
-    noise_multiplier: float
-    sampling_probability: float
-    steps: int
-
-    def __post_init__(self) -> None:
-        """Validate σ > 0, q in (0, 1] and T >= 0."""
-        require_finite_positive("noise_multiplier", self.noise_multiplier)
-        q = self.sampling_probability
-        if isinstance(q, bool) or not isinstance(q, int | float) or not 0.0 < q <= 1.0:
-            raise ValueError(f"sampling_probability must lie in (0, 1], got {q!r}")
-        _count("steps", self.steps)
-
-    def to_json(self) -> dict[str, float | int]:
-        """Return the event as a release guarantee's part records it: σ, q and T."""
-        return {"noise_multiplier": self.noise_multiplier, "sampling_probability": self.sampling_probability,
-                "steps": self.steps}
-
-
-@dataclass(frozen=True)
-class GaussianEvent:
-    """``count`` releases of a Gaussian mechanism whose σ is ``noise_multiplier`` times its L2 sensitivity."""
-
-    noise_multiplier: float
-    count: int = 1
-
-    def __post_init__(self) -> None:
-        """Validate σ/Δ₂ > 0 and the count."""
-        require_finite_positive("noise_multiplier", self.noise_multiplier)
-        _count("count", self.count)
-
-
-@dataclass(frozen=True)
-class RandomizedResponseEvent:
-    """k-ary randomized response at ε: the truth w.p. e^ε/(e^ε + k − 1), each other value w.p. 1/(e^ε + k − 1)."""
-
-    epsilon: float
-    categories: int
-
-    def __post_init__(self) -> None:
-        """Validate ε > 0 and k >= 2."""
-        require_finite_positive("epsilon", self.epsilon)
-        if isinstance(self.categories, bool) or not isinstance(self.categories, int) or self.categories < 2:
-            raise ValueError(f"categories must be an integer >= 2, got {self.categories!r}")
-
-
-@dataclass(frozen=True)
-class PureEvent:
-    """A pure ε-DP part (accounted as binary randomized response at ε, which dominates it)."""
-
-    epsilon: float
-
-    def __post_init__(self) -> None:
-        """Validate ε > 0."""
-        require_finite_positive("epsilon", self.epsilon)
-
-
-@dataclass(frozen=True)
-class ZcdpEvent:
-    """A ρ-zCDP part (Bun and Steinke 2016), composed by the RDP accountant."""
-
-    rho: float
-
-    def __post_init__(self) -> None:
-        """Validate ρ >= 0 (finite)."""
-        if isinstance(self.rho, bool) or not isinstance(self.rho, int | float) or not 0 <= self.rho < math.inf:
-            raise ValueError(f"rho must be a finite number >= 0, got {self.rho!r}")
-
-
-Event = DpSgdEvent | GaussianEvent | RandomizedResponseEvent | PureEvent | ZcdpEvent
+    ``method_name(PLD, neighbours=REPLACE_ONE)`` is ``"dp-accounting PLD (REPLACE_ONE)"``.
+    """
+    if method not in METHOD_NAMES:
+        raise ValueError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
+    name = METHOD_NAMES[method]
+    return name if neighbours is None else f"{name} ({LIBRARY_RELATIONS[require_neighbours(neighbours)]})"
 
 
 def require_neighbours(neighbours: str) -> str:
@@ -186,7 +126,14 @@ def _accountant(neighbours: str, method: str = PLD) -> Any:
 
 
 def _empty(event: Event) -> bool:
-    return isinstance(event, DpSgdEvent) and event.steps == 0 or isinstance(event, GaussianEvent) and not event.count
+    """Return whether ``event`` releases nothing: no step, no Gaussian release, or a pure part at ε = 0."""
+    return (isinstance(event, DpSgdEvent) and event.steps == 0 or isinstance(event, GaussianEvent) and not event.count
+            or isinstance(event, PureEvent) and event.epsilon == 0)
+
+
+def _open(events: tuple[Event, ...]) -> bool:
+    """Return whether a pure part is not private (ε = ∞): then the composition promises nothing."""
+    return any(isinstance(e, PureEvent) and math.isinf(e.epsilon) for e in events)
 
 
 @functools.lru_cache(maxsize=512)
@@ -268,6 +215,8 @@ def epsilon(events: Iterable[Event], delta: float, *, neighbours: str = REPLACE_
     events = _checked(events, neighbours, method)
     if isinstance(delta, bool) or not isinstance(delta, int | float) or not 0.0 <= delta < 1.0:
         raise ValueError(f"delta must lie in [0, 1), got {delta!r}")
+    if _open(events):
+        return math.inf
     if all(_empty(e) for e in events):
         return 0.0
     gaussian = _gaussian_alone(events, method)
@@ -279,6 +228,8 @@ def epsilon(events: Iterable[Event], delta: float, *, neighbours: str = REPLACE_
 def delta(events: Iterable[Event], epsilon: float, *, neighbours: str = REPLACE_ONE, method: str = PLD) -> float:
     """Return δ at ``epsilon`` of all ``events`` composed under ``neighbours`` by ``method`` (see :func:`epsilon`)."""
     events = _checked(events, neighbours, method)
+    if _open(events):
+        return 1.0
     if all(_empty(e) for e in events):
         return 0.0
     gaussian = _gaussian_alone(events, method)
@@ -375,7 +326,7 @@ def calibrate_noise_multiplier(target_epsilon: float, delta: float, sampling_pro
     return float(sigma)
 
 
-__all__ = ["ADD_REMOVE", "METHOD", "METHODS", "NEIGHBOURS", "NEIGHBOURS_TEXT", "PLD", "RDP", "REPLACE_ONE",
-           "DpSgdEvent", "Event", "GaussianEvent", "PureEvent", "RandomizedResponseEvent", "ZcdpEvent",
-           "basic_composition", "calibrate_gaussian", "calibrate_noise_multiplier", "delta", "dp_sgd_epsilons",
-           "epsilon", "require_neighbours"]
+__all__ = ["ADD_REMOVE", "LIBRARY_RELATIONS", "METHOD", "METHODS", "METHOD_BASIC", "METHOD_NAMES", "NEIGHBOURS",
+           "NEIGHBOURS_TEXT", "PLD", "RDP", "REPLACE_ONE", "DpSgdEvent", "Event", "GaussianEvent", "PureEvent",
+           "RandomizedResponseEvent", "ZcdpEvent", "basic_composition", "calibrate_gaussian",
+           "calibrate_noise_multiplier", "delta", "dp_sgd_epsilons", "epsilon", "method_name", "require_neighbours"]

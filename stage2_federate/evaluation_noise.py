@@ -12,9 +12,10 @@ functions of clean records that no guarantee covers. Here they leave through the
 * each coordinate gets N(0, σ²) noise (the loss in units of L), drawn from the silo's own evaluation stream;
   R such releases compose to exactly one Gaussian mechanism of noise multiplier σ/(√2·√R) (Dong, Roth & Su
   2019, Corollary 3.3: μ-GDP composes as √(Σμ²)), which the one accountant composes
-  (``ldpfl.mechanisms.accounting.GaussianEvent`` of R releases). The sensitivity is √2 under either relation,
-  so the figure is the same under both: it is computed as dp-accounting's add/remove Gaussian (whose replace-one figure
-  would assume a replacement moves the sums twice as far, which a bounded count cannot);
+  (``ldpfl.mechanisms.privacy_events.GaussianEvent`` of R releases: :meth:`EvaluationNoise.event`). The
+  sensitivity is √2 under either relation, so the figure is the same under both: it is computed as
+  dp-accounting's add/remove Gaussian (whose replace-one figure would assume a replacement moves the sums twice
+  as far, which a bounded count cannot);
 * σ is calibrated so that every release the run may make (one per evaluated round: ⌈R / K⌉) stays within
   the silo's target ε at its δ (:func:`calibrate`); or, for a run whose DP-SGD σ was given rather than
   calibrated (it may be resumed with more rounds), σ is fixed so that one reply costs what one round of
@@ -38,6 +39,7 @@ import numpy as np
 
 from ldpfl.mechanisms import accounting
 from ldpfl.mechanisms.base import require_generator
+from ldpfl.mechanisms.privacy_events import GaussianEvent
 from ldpfl.mechanisms.validation import require_finite_positive
 
 from .round_record import SplitSums
@@ -80,6 +82,10 @@ class EvaluationNoise:
         eps = self.epsilon(releases)
         return {relation: eps for relation in accounting.NEIGHBOURS}
 
+    def event(self, releases: int) -> GaussianEvent:
+        """Return what ``releases`` replies release, as the accountant's event: Gaussians of multiplier σ/√2."""
+        return replies(self.sigma, releases)
+
     def release(self, clipped_loss_sum: float, correct: int, rows: int, *, rng: np.random.Generator) -> SplitSums:
         """Return the noisy sums of one reply: N(0, σ²) on the count and N(0, (σL)²) on the clipped loss sum.
 
@@ -94,12 +100,16 @@ class EvaluationNoise:
         return SplitSums(loss, count, int(rows))
 
 
+def replies(sigma: float, releases: int) -> GaussianEvent:
+    """Return the event of ``releases`` replies at noise σ (count units): R Gaussians of multiplier σ/√2."""
+    return GaussianEvent(sigma / SENSITIVITY, releases)
+
+
 def spent(sigma: float, releases: int, delta: float) -> float:
     """ε at ``delta`` of ``releases`` replies: R Gaussians of multiplier σ/√2, composed by the accountant (above)."""
     if releases == 0:
         return 0.0
-    event = accounting.GaussianEvent(sigma / SENSITIVITY, releases)
-    return accounting.epsilon([event], delta, neighbours=accounting.ADD_REMOVE)
+    return accounting.epsilon([replies(sigma, releases)], delta, neighbours=accounting.ADD_REMOVE)
 
 
 MAX_EXPONENT = 700.0

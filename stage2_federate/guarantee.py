@@ -33,6 +33,7 @@ from ldpfl.contract.release_guarantee import (
     ReleaseGuarantee,
     weakest,
 )
+from ldpfl.mechanisms import accounting
 
 from .client_privacy import ClientPrivacy
 from .dp_sgd_budget import DpSgdClient
@@ -40,7 +41,7 @@ from .dp_sgd_budget import DpSgdClient
 LEDGER_BOUND = "the privacy ledger (local DP over the client's whole vector)"
 EVALUATION = "evaluation"
 METHOD_PARALLEL = ("parallel composition over disjoint records (McSherry 2009): the larger of the training records' "
-                   "DP-SGD figure (dp-accounting PLD) and the test records' evaluation figure")
+                   f"DP-SGD figure ({accounting.METHOD}) and the test records' evaluation figure")
 DP_SGD_ALONE = "DP-SGD alone (only the updates leave the silo)"
 BOTH_RELATIONS = "replace-one (epsilon) and add-remove (epsilon_add_remove, where defined)"
 FEATURES = "features"

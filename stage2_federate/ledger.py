@@ -1,7 +1,8 @@
 """Privacy ledger of a federation: what all the rounds in which a client uploaded cost that client.
 
 Pure accounting, no I/O. Each client's upload in one round is one *release* of its perturbed model vector,
-described by a small frozen record (as dp-accounting's ``dp_event`` does):
+described by the package's one vocabulary of privacy events (:mod:`ldpfl.mechanisms.privacy_events`; a
+mechanism's report gives it, ``release_from_report``):
 
 * ``GaussianRelease(sigma, l2_sensitivity, delta)``: Gaussian noise of parameter σ on a vector that can move
   by at most Δ₂ in L2 between any two data sets of the client (the clipped parameters or update). k releases
@@ -11,11 +12,13 @@ described by a small frozen record (as dp-accounting's ``dp_event`` does):
   (Canonne, Kamath, Steinke 2020: N_Z is Δ²/(2σ²)-zCDP, and independent coordinates add Rényi divergences).
   The total is converted to (ε, δ) by CKS Proposition 12. The PLD accountant models the continuous
   Gaussian only, so it is refused for a discrete release.
-* ``PureRelease(epsilon)``: a pure ε-LDP release (PDPM, ldpsign, discrete Laplace): basic composition, k·ε
+* ``PureEvent(epsilon)``: a pure ε-LDP release (PDPM, ldpsign, discrete Laplace): basic composition, k·ε
   (Dwork and Roth 2014, Theorem 3.16), δ = 0.
 * ``NoRelease()``: ``--perturbation none``. Stage 2 adds no noise, so it adds nothing to the ledger: the
   uploads are computed from the stage-1 release (whose ε is in the client files) and from the labels,
   which no mechanism covers.
+
+Each client's total is one :class:`~ldpfl.contract.federation_privacy.LedgerRow`, the row ``metrics.json`` holds.
 
 The neighbouring relation is local DP's: any two values of one client's vector. Δ₂ is the largest L2
 distance between two such values, and dp-accounting's Gaussian event with noise multiplier σ/Δ₂ (no
@@ -25,98 +28,24 @@ both accountants and basic composition hold under adaptive composition.
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from collections.abc import Hashable, Mapping, Sequence
-from dataclasses import dataclass, field
-from numbers import Integral, Real
-from typing import Any
+from collections.abc import Mapping, Sequence
+from numbers import Integral
 
 from ldpfl.contract.federation_privacy import DpSgdLedgerRow, LedgerRow, LedgerSection
 from ldpfl.contract.release_guarantee import RELEASED_FILES_NOTE
 from ldpfl.mechanisms import accounting
-from ldpfl.mechanisms.report import PrivacyReport, format_epsilon, json_number
-from ldpfl.mechanisms.validation import require_finite_positive
+from ldpfl.mechanisms.accounting import PLD, RDP
+from ldpfl.mechanisms.privacy_events import GaussianRelease, NoRelease, PureEvent, Release, release_from_report
 
 from .client_privacy import ClientPrivacy
 from .dp_sgd_budget import LIBRARY as DP_SGD_LIBRARY
 from .dp_sgd_budget import rounds_trained
 from .round_record import RoundRecord
 
-RDP = "rdp"
-PLD = "pld"
-ACCOUNTANTS = (RDP, PLD)
-
 METHOD_NONE = "none"
 METHOD_NO_UPLOADS = "no uploads"
-METHOD_BASIC = "basic composition"
-METHOD_RDP = "dp-accounting RDP"
-METHOD_PLD = "dp-accounting PLD"
-
-
-@dataclass(frozen=True)
-class GaussianRelease:
-    """One release with Gaussian noise of parameter σ on a vector of L2 sensitivity Δ₂ (same units)."""
-
-    sigma: float
-    l2_sensitivity: float
-    delta: float
-    discrete: bool = True
-
-    def __post_init__(self) -> None:
-        require_finite_positive("sigma", self.sigma)
-        require_finite_positive("l2_sensitivity", self.l2_sensitivity)
-        if isinstance(self.delta, bool) or not isinstance(self.delta, Real) or not 0.0 < self.delta < 1.0:
-            raise ValueError(f"delta must lie in the open interval (0, 1), got {self.delta!r}")
-
-    @property
-    def noise_multiplier(self) -> float:
-        """σ/Δ₂, dp-accounting's parameter of the Gaussian event."""
-        return self.sigma / self.l2_sensitivity
-
-
-@dataclass(frozen=True)
-class PureRelease:
-    """One pure ε-LDP release (ε may be ∞ for a deterministic output)."""
-
-    epsilon: float
-
-    def __post_init__(self) -> None:
-        if isinstance(self.epsilon, bool) or not isinstance(self.epsilon, Real) or math.isnan(self.epsilon) or (
-                self.epsilon < 0):
-            raise ValueError(f"epsilon must be a number >= 0 (inf allowed), got {self.epsilon!r}")
-
-
-@dataclass(frozen=True)
-class NoRelease:
-    """Stage 2 adds no noise (``--perturbation none``)."""
-
-
-Release = GaussianRelease | PureRelease | NoRelease
-
-
-@dataclass(frozen=True)
-class LedgerEntry:
-    """One client's total over the rounds in which it uploaded.
-
-    ``epsilon``/``delta`` are None for ``NoRelease`` (stage 2 adds nothing); ε is ``math.inf`` when a
-    release was not private.
-    """
-
-    client: Hashable
-    rounds: int
-    epsilon: float | None
-    delta: float | None
-    method: str
-    notes: tuple[str, ...] = field(default_factory=tuple)
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready: infinite ε becomes the string ``"inf"``."""
-        eps = self.epsilon
-        return {
-            "client": self.client, "rounds": self.rounds,
-            "epsilon": json_number(eps),
-            "delta": self.delta, "method": self.method, "notes": list(self.notes),
-        }
 
 
 def _require_rounds(rounds: int) -> int:
@@ -127,51 +56,55 @@ def _require_rounds(rounds: int) -> int:
 
 def _gaussian_epsilon(release: GaussianRelease, rounds: int, accountant: str) -> float:
     """Compose ``rounds`` Gaussian releases of multiplier σ/Δ₂ by the package's accountant (Δ₂ holds the relation)."""
-    event = accounting.GaussianEvent(release.noise_multiplier, rounds)
-    return accounting.epsilon([event], release.delta, neighbours=accounting.ADD_REMOVE,
-                              method=accounting.RDP if accountant == RDP else accounting.PLD)
+    return accounting.epsilon([release.event(rounds)], release.delta, neighbours=accounting.ADD_REMOVE,
+                              method=accountant)
 
 
-def ledger_entry(release: Release, rounds: int, *, accountant: str = RDP, client: Hashable = None) -> LedgerEntry:
-    """Total privacy loss of ``rounds`` releases of ``release`` by one client.
+def ledger_entry(release: Release, rounds: int, *, accountant: str = RDP, client: int = 0) -> LedgerRow:
+    """Total privacy loss of ``rounds`` releases of ``release`` by one client, as its ledger row.
 
     Parameters
     ----------
-    release : what one upload is (``GaussianRelease``, ``PureRelease`` or ``NoRelease``).
+    release : what one upload is (``GaussianRelease``, ``PureEvent`` or ``NoRelease``).
     rounds : number of rounds in which the client uploaded (≥ 0).
     accountant : ``"rdp"`` (default; valid for the discrete and the continuous Gaussian) or ``"pld"``
         (continuous Gaussian only: tighter, refused for a discrete release).
-    client : label stored in the entry.
+    client : the client the row names (0 unless given; ``privacy_ledger`` names each).
+
+    Returns
+    -------
+    The row: ``epsilon``/``delta`` are None for ``NoRelease`` (stage 2 adds nothing); ε is ``math.inf`` when a
+    release was not private.
     """
     rounds = _require_rounds(rounds)
-    if accountant not in ACCOUNTANTS:
-        raise ValueError(f"accountant must be one of {', '.join(ACCOUNTANTS)}; got {accountant!r}")
+    if accountant not in accounting.METHODS:
+        raise ValueError(f"accountant must be one of {', '.join(accounting.METHODS)}; got {accountant!r}")
     if isinstance(release, NoRelease):
-        return LedgerEntry(client, rounds, None, None, METHOD_NONE,
-                           ("stage 2 adds no noise: the uploads are computed from the stage-1 release and the "
-                            "labels; the stage-1 epsilon is in the client files",))
+        return LedgerRow(client, rounds, None, None, METHOD_NONE,
+                         ("stage 2 adds no noise: the uploads are computed from the stage-1 release and the "
+                          "labels; the stage-1 epsilon is in the client files",))
     if rounds == 0:
-        return LedgerEntry(client, 0, 0.0, 0.0, METHOD_NO_UPLOADS, ("the client never uploaded",))
-    if isinstance(release, PureRelease):
+        return LedgerRow(client, 0, 0.0, 0.0, METHOD_NO_UPLOADS, ("the client never uploaded",))
+    if isinstance(release, PureEvent):
         total, _ = accounting.basic_composition([(release.epsilon, 0.0)] * rounds)
-        return LedgerEntry(client, rounds, total, 0.0, METHOD_BASIC,
-                           (f"{rounds} x per-round epsilon {release.epsilon:.6g} (pure LDP, basic composition)",))
+        return LedgerRow(client, rounds, total, 0.0, accounting.METHOD_BASIC,
+                         (f"{rounds} x per-round epsilon {release.epsilon:.6g} (pure LDP, basic composition)",))
     if isinstance(release, GaussianRelease):
         if accountant == PLD and release.discrete:
             raise ValueError("accountant='pld' models the continuous Gaussian; a discrete Gaussian release "
                              "needs accountant='rdp'")
         total = _gaussian_epsilon(release, rounds, accountant)
-        method = METHOD_RDP if accountant == RDP else METHOD_PLD
+        method = accounting.method_name(accountant)
         kind = "discrete" if release.discrete else "continuous"
-        return LedgerEntry(client, rounds, total, release.delta, method,
-                           (f"{rounds} adaptive releases of the {kind} Gaussian, sigma/sensitivity = "
-                            f"{release.noise_multiplier:.6g}, composed by {method} at delta {release.delta:g}",))
-    raise TypeError(f"release must be a GaussianRelease, PureRelease or NoRelease, got {type(release).__name__}")
+        return LedgerRow(client, rounds, total, release.delta, method,
+                         (f"{rounds} adaptive releases of the {kind} Gaussian, sigma/sensitivity = "
+                          f"{release.noise_multiplier:.6g}, composed by {method} at delta {release.delta:g}",))
+    raise TypeError(f"release must be a GaussianRelease, PureEvent or NoRelease, got {type(release).__name__}")
 
 
-def privacy_ledger(participation: Mapping[Hashable, int], releases: Release | Mapping[Hashable, Release], *,
-                   accountant: str = RDP) -> dict[Hashable, LedgerEntry]:
-    """Per-client totals: ``participation[c]`` uploads of ``releases[c]`` (or one release shared by all).
+def privacy_ledger(participation: Mapping[int, int], releases: Release | Mapping[int, Release], *,
+                   accountant: str = RDP) -> dict[int, LedgerRow]:
+    """Per-client rows: ``participation[c]`` uploads of ``releases[c]`` (or one release shared by all).
 
     Every client of ``participation`` needs a release; extra releases are refused too, so that a client
     cannot silently drop out of the ledger.
@@ -188,19 +121,18 @@ def privacy_ledger(participation: Mapping[Hashable, int], releases: Release | Ma
         per_client = releases
     else:
         per_client = {c: releases for c in participation}
-    cache: dict[tuple[Release, int], LedgerEntry] = {}
-    out: dict[Hashable, LedgerEntry] = {}
+    cache: dict[tuple[Release, int], LedgerRow] = {}
+    out: dict[int, LedgerRow] = {}
     for client, rounds in participation.items():
         key = (per_client[client], _require_rounds(rounds))
         if key not in cache:
             cache[key] = ledger_entry(key[0], key[1], accountant=accountant)
-        entry = cache[key]
-        out[client] = LedgerEntry(client, entry.rounds, entry.epsilon, entry.delta, entry.method, entry.notes)
+        out[client] = dataclasses.replace(cache[key], client=client)
     return out
 
 
-def participation_counts(selected_per_round: list[list[Hashable]] | tuple, clients: Sequence[Hashable]
-                         ) -> dict[Hashable, int]:
+def participation_counts(selected_per_round: list[list[int]] | tuple, clients: Sequence[int]
+                         ) -> dict[int, int]:
     """Count the rounds in which each client uploaded, from the list of uploaders of every round.
 
     A client listed twice in one round is refused (one upload per round); a client outside ``clients``
@@ -219,32 +151,6 @@ def participation_counts(selected_per_round: list[list[Hashable]] | tuple, clien
     return counts
 
 
-def release_from_report(report: PrivacyReport) -> Release:
-    """Return the per-round release described by a mechanism's ``PrivacyReport`` (per record, i.e. per upload).
-
-    * a mechanism that does not randomize (``none``) → ``NoRelease``;
-    * a report with σ and a δ > 0 (the Gaussian family) → ``GaussianRelease(σ, record sensitivity, δ)``;
-      it is ``discrete`` when ``probabilities["sampler"]["kind"]`` starts with "discrete" (the secure sampler);
-    * otherwise → ``PureRelease(exact ε per record)``.
-
-    A report without a per-record figure (``dim`` unknown) is refused: the ledger needs the whole upload.
-    """
-    if report.mechanism == "none":
-        return NoRelease()
-    if report.exact_epsilon_per_record is None:
-        raise ValueError(f"the {report.mechanism} report has no per-record epsilon (dim unknown); build the "
-                         "mechanism with dim= before accounting for its uploads")
-    if report.sigma is not None and report.exact_delta > 0:
-        if report.sensitivity is None:
-            raise ValueError(f"the {report.mechanism} report has a sigma but no sensitivity: its uploads cannot be "
-                             "accounted")
-        sampler = dict(report.probabilities).get("sampler", {})
-        discrete = isinstance(sampler, Mapping) and str(sampler.get("kind", "")).startswith("discrete")
-        return GaussianRelease(float(report.sigma), float(report.sensitivity), float(report.exact_delta),
-                               discrete=discrete)
-    return PureRelease(float(report.exact_epsilon_per_record))
-
-
 # --------------------------------------------------------------------------------------------------
 # A federation run's ledger, from its per-round records and its per-client privacy reports.
 
@@ -252,13 +158,13 @@ COUNTED = ("rounds in which the client's upload reached the server: selected, no
            "and finite (not excluded)")
 
 
-def uploads_per_round(rounds: Sequence[RoundRecord]) -> list[list[Hashable]]:
+def uploads_per_round(rounds: Sequence[RoundRecord]) -> list[list[int]]:
     """Return, for each round record, the clients whose upload reached the server.
 
     A record (``round_record.RoundRecord``) lists ``selected``, ``dropped`` and ``excluded`` clients; the upload
     of a selected client is released unless it dropped out or was not finite.
     """
-    out: list[list[Hashable]] = []
+    out: list[list[int]] = []
     for record in rounds:
         lost = set(record.dropped) | set(record.excluded)
         out.append([c for c in record.selected if c not in lost])
@@ -287,9 +193,9 @@ def ledger_section(rounds: Sequence[RoundRecord], privacy: Sequence[ClientPrivac
     if any(p.dp_sgd is not None for p in privacy):
         return dp_sgd_ledger(rounds, privacy, final=final)
     clients = [p.client for p in privacy]
-    releases: dict[Hashable, Release | None] = {}
-    problems: dict[Hashable, str] = {}
-    mechanism_of: dict[Hashable, str] = {}
+    releases: dict[int, Release | None] = {}
+    problems: dict[int, str] = {}
+    mechanism_of: dict[int, str] = {}
     for p in privacy:
         mechanism_of[p.client] = p.upload.mechanism
         try:
@@ -299,10 +205,9 @@ def ledger_section(rounds: Sequence[RoundRecord], privacy: Sequence[ClientPrivac
     counts = participation_counts(uploads_per_round(rounds), clients)
     accounted = {c: r for c, r in releases.items() if r is not None}
     entries = privacy_ledger({c: counts[c] for c in accounted}, accounted, accountant=accountant)
-    rows = []
-    for c in clients:
-        entry = entries.get(c) or LedgerEntry(c, counts[c], None, None, "not accounted", (problems.get(c, ""),))
-        rows.append(LedgerRow(c, entry.rounds, entry.epsilon, entry.delta, entry.method, entry.notes, mechanism_of[c]))
+    rows = [dataclasses.replace(entries.get(c) or LedgerRow(c, counts[c], None, None, "not accounted",
+                                                            (problems.get(c, ""),)), mechanism=mechanism_of[c])
+            for c in clients]
     adds = any(not isinstance(r, NoRelease) for r in releases.values())
     notes = [f"stage 2 only: what the uploads of {len(rounds)} rounds add; the stage-1 release of each client's "
              "features is in its client file (privacy_report)"]
@@ -313,7 +218,7 @@ def ledger_section(rounds: Sequence[RoundRecord], privacy: Sequence[ClientPrivac
     if any(isinstance(r, GaussianRelease) for r in releases.values()):
         notes.append("Gaussian family: RDP of the per-upload (discrete) Gaussian composed over the client's rounds "
                      "by dp-accounting, epsilon at the client's delta; no amplification by sampling")
-    if any(isinstance(r, PureRelease) for r in releases.values()):
+    if any(isinstance(r, PureEvent) for r in releases.values()):
         notes.append("pure-epsilon mechanisms: basic composition, rounds x per-upload epsilon")
     return LedgerSection(len(rounds), COUNTED, accountant, adds, tuple(rows), tuple(notes))
 
@@ -369,50 +274,14 @@ def dp_sgd_ledger(rounds: Sequence[RoundRecord], privacy: Sequence[ClientPrivacy
                                    evaluation_releases=evaluated, evaluation_epsilon=dp.evaluation_epsilon(evaluated),
                                    evaluation_sigma=None if dp.evaluation is None else dp.evaluation.sigma))
     notes = (f"record-level DP-SGD ({DP_SGD_LIBRARY}) of every silo over the {len(rounds)} rounds so far: each "
-             "silo's steps composed by one accountant (dp-accounting PLD), epsilon at its delta under replace-one "
+             f"silo's steps composed by one accountant ({accounting.METHOD}), epsilon at its delta under replace-one "
              "and add-remove",
              "evaluation_*: each silo's evaluation replies on its test records (disjoint from its training "
              "records), released with Gaussian noise (stage2_federate.evaluation_noise), "
              + ("one per round so far" if evaluated == len(rounds) else
                 f"one per evaluated round so far ({evaluated} of the {len(rounds)} rounds: eval_every)")
              + "; the same epsilon under both relations, inf where they left in clear")
-    return LedgerSection(len(rounds), DP_SGD_COUNTED, "pld", True, tuple(rows), notes, dp_sgd=True, as_of_round=as_of)
-
-
-def ledger_lines(section: LedgerSection, *, max_clients: int = 12) -> list[str]:
-    """Return the CLI summary of a ledger section: one line per client (or a range beyond ``max_clients``)."""
-    rows = section.clients
-    if not section.adds_privacy_loss:
-        lines = [f"privacy ledger (stage 2): perturbation none adds nothing over {section.rounds} rounds; "
-                 "the privacy is the stage-1 release's (client files)"]
-        if section.counted == CLOSED_FORM_COUNTED:
-            lines = ["privacy ledger (stage 2): the closed-form head adds nothing (no round, no upload); the privacy "
-                     "is the stage-1 release's (client files)"]
-        return lines + ([f"  {RELEASED_FILES_NOTE}"] if RELEASED_FILES_NOTE in section.notes else [])
-    lines = [f"privacy ledger (stage 2, each client over its uploads in {section.rounds} rounds):"]
-    if section.dp_sgd and len(rows) <= max_clients:
-        lines[0] = f"privacy ledger (DP-SGD, each silo over its steps in {section.rounds} rounds):"
-        for r in rows:
-            assert isinstance(r, DpSgdLedgerRow)
-            tested = "" if r.evaluation_epsilon is None else (
-                f"; test records {format_epsilon(r.evaluation_epsilon)} ({r.evaluation_releases} noised evaluations)")
-            lines.append(f"  client {r.client}: epsilon {format_epsilon(r.epsilon_replace_one)} "
-                         f"replace-one, {format_epsilon(r.epsilon_add_remove)} add-remove at delta "
-                         f"{r.delta:g} ({r.steps} steps, sigma {r.noise_multiplier:.4g}){tested}")
-    elif len(rows) <= max_clients:
-        for r in rows:
-            delta = "" if not r.delta else f" at delta {r.delta:g}"
-            lines.append(f"  client {r.client}: epsilon {format_epsilon(r.epsilon)}{delta} "
-                         f"({r.rounds} uploads, {r.method})")
-    else:
-        finite = [float(r.epsilon) for r in rows if r.epsilon is not None and math.isfinite(r.epsilon)]
-        if finite:
-            lines.append(f"  {len(rows)} clients: epsilon from {min(finite):.4g} to {max(finite):.4g} "
-                         f"(uploads {min(r.rounds for r in rows)} to {max(r.rounds for r in rows)})")
-        infinite = sum(1 for r in rows if r.epsilon is not None and math.isinf(r.epsilon))
-        if infinite:
-            lines.append(f"  {infinite} clients: epsilon inf (not private)")
-    return lines
+    return LedgerSection(len(rounds), DP_SGD_COUNTED, PLD, True, tuple(rows), notes, dp_sgd=True, as_of_round=as_of)
 
 
 def ledger_caption(section: LedgerSection) -> str:

@@ -11,7 +11,6 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from ldpfl.stage1_features.export.plan import describe_privacy
-from ldpfl.stage2_federate.ledger import ledger_lines
 from ldpfl.stage2_federate.outputs import label_claim_lines, outlier_lines, pooled_figure_lines, summary_table
 
 if TYPE_CHECKING:
@@ -20,6 +19,9 @@ if TYPE_CHECKING:
 
     from .federate_job import FederateResult
     from .plan_job import PlanResult
+
+MAX_LEDGER_CLIENTS = 12
+"""Beyond this many clients, ``ldpfl federate``'s summary gives the range of the ledger's figures."""
 
 
 def _accuracy(value: float | None) -> str:
@@ -77,7 +79,7 @@ def federate_text(result: FederateResult) -> str:
     lines = [summary_table(result.rounds), *outlier_lines(result.rounds), *pooled_figure_lines(result.rounds),
              *left_out_lines(result.record.config), *label_claim_lines(result.record.config)]
     if result.privacy_ledger is not None:
-        lines.append("\n".join(ledger_lines(result.privacy_ledger)))
+        lines.append("\n".join(result.privacy_ledger.lines(max_clients=MAX_LEDGER_CLIENTS)))
     final = result.final_accuracy
     clean = result.rounds[-1].get("clean_test_accuracy") if result.rounds else None
     measured = f"final test accuracy {_figure(final)}" + (

@@ -7,9 +7,8 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ldpfl.contract.federation_privacy import DpSgdLedgerRow, FederationGuarantee, LedgerSection
+from ldpfl.contract.federation_privacy import FederationGuarantee
 from ldpfl.contract.file_checks import as_float
-from ldpfl.contract.release_guarantee import RELEASED_FILES_NOTE
 from ldpfl.contract.release_history import total_epsilon
 from ldpfl.contract.schema import SPLITS
 from ldpfl.inspection.file import OK, FileReport
@@ -139,32 +138,6 @@ def file_lines(report: FileReport) -> list[str]:
     return lines
 
 
-def _stage2_ledger_lines(ledger: LedgerSection | None) -> list[str]:
-    """Return the stage-2 privacy ledger's lines (each client's total over its uploads), if there is one."""
-    if ledger is None:
-        return []
-    if not ledger.adds_privacy_loss and RELEASED_FILES_NOTE in ledger.notes:  # e.g. over stats:K files
-        return [f"  privacy ledger  {RELEASED_FILES_NOTE}"]
-    if not ledger.adds_privacy_loss:
-        return ["  privacy ledger  stage 2 adds no perturbation; its updates are covered by the release "
-                "guarantee above only where they are functions of released values (k-RR labels), not of clear labels"]
-    lines = [f"  privacy ledger  stage 2, each client over its uploads ({ledger.accountant}):"]
-    for row in ledger.clients:
-        if isinstance(row, DpSgdLedgerRow):
-            tested = "" if row.evaluation_epsilon is None else (
-                f"; its test records eps {_fmt(row.evaluation_epsilon)} over {row.evaluation_releases} noised "
-                "evaluations")
-            lines.append(f"    client {row.client}: eps {_fmt(row.epsilon_replace_one)} "
-                         f"replace-one, {_fmt(row.epsilon_add_remove)} add-remove at delta "
-                         f"{row.delta} over {row.steps} DP-SGD steps in {row.rounds} rounds{tested}")
-            continue
-        eps = row.epsilon
-        shown = "n/a" if eps is None else ("inf (not private)" if math.isinf(eps) else f"{eps:.4g}")
-        delta = f" at delta {row.delta:g}" if row.delta else ""
-        lines.append(f"    client {row.client}: eps {shown}{delta} over {row.rounds} uploads ({row.method})")
-    return lines
-
-
 def _federation_guarantee_lines(guarantee: FederationGuarantee | None) -> list[str]:
     """Return the federation's release guarantee: the weakest silo's, under both relations where defined."""
     if guarantee is None:
@@ -254,7 +227,8 @@ def run_lines(result: Inspection) -> list[str]:
         lines += [f"  ! federation  silo {c}: {a} by the aggregation rule in {n} of the {r} rounds it was aggregated in"
                   for c, a, n, r in result.federation.named_outliers]
         lines += result.federation.silos.lines()
-        lines += _stage2_ledger_lines(result.federation.ledger)
+        if result.federation.ledger is not None:
+            lines += result.federation.ledger.lines()
         lines += _federation_guarantee_lines(result.federation.guarantee)
     lines += [f"  note: {n}" for n in result.notes]
     return lines

@@ -13,6 +13,7 @@ from federate_files import write_run
 import ldpfl
 from ldpfl.cli import cli
 from ldpfl.contract.federation_privacy import LedgerSection
+from ldpfl.mechanisms import accounting
 from ldpfl.stage2_federate import ledger as lg
 from ldpfl.stage2_federate.federation import FederationConfig, run_federation
 
@@ -63,7 +64,7 @@ def test_gaussian_federation_stores_each_clients_total(small_run, tmp_path) -> N
         # dp-accounting called directly, with the σ and record sensitivity of the client's report.
         expected = rdp_epsilon(report["sigma"] / report["sensitivity"], row["rounds"], report["exact_delta"])
         assert row["epsilon"] == pytest.approx(expected, rel=1e-12)
-        assert row["delta"] == report["exact_delta"] and row["method"] == lg.METHOD_RDP
+        assert row["delta"] == report["exact_delta"] and row["method"] == accounting.METHOD_NAMES[accounting.RDP]
         assert "discrete Gaussian" in row["notes"][0]
 
 
@@ -75,7 +76,7 @@ def test_pure_epsilon_federation_composes_by_hand(small_run, tmp_path) -> None:
     for row, eps in zip(ledger["clients"], (0.5, 1.0, 1.5, 2.0), strict=True):
         assert row["rounds"] == 3  # every client, every round
         assert row["epsilon"] == pytest.approx(3 * dim * eps, rel=1e-9)
-        assert row["delta"] == 0.0 and row["method"] == lg.METHOD_BASIC
+        assert row["delta"] == 0.0 and row["method"] == accounting.METHOD_BASIC
 
 
 def test_none_says_stage_two_adds_nothing(small_run, tmp_path) -> None:
@@ -84,7 +85,7 @@ def test_none_says_stage_two_adds_nothing(small_run, tmp_path) -> None:
     assert not ledger["adds_privacy_loss"]
     assert all(row["epsilon"] is None and row["method"] == lg.METHOD_NONE for row in ledger["clients"])
     assert any("adds no noise" in note for note in ledger["notes"])
-    assert "adds nothing" in " ".join(lg.ledger_lines(result.privacy_ledger))
+    assert "adds no noise nor release of its own" in " ".join(result.privacy_ledger.lines())
 
 
 def test_cli_summary_and_inspect_show_the_ledger(small_run, tmp_path) -> None:
@@ -98,7 +99,7 @@ def test_cli_summary_and_inspect_show_the_ledger(small_run, tmp_path) -> None:
                                 "--hidden", "8", "--local-epochs", "1", "--threads", "1", "--seed", "5",
                                 "--overwrite"])
     assert shown.exit_code == 0, shown.output
-    assert "privacy ledger (stage 2" in shown.output and "client 0: epsilon" in shown.output
+    assert "privacy ledger  stage 2, each client over its uploads" in shown.output and "client 0: eps" in shown.output
     metrics = json.loads((out / "metrics.json").read_text())
     inspected = runner.invoke(cli, ["inspect", str(small_run), "--json"])
     assert inspected.exit_code == 0, inspected.output
@@ -118,6 +119,11 @@ def test_cli_summary_and_inspect_show_the_ledger(small_run, tmp_path) -> None:
     assert found.privacy_ledger == LedgerSection.from_dict(metrics["privacy_ledger"])
     assert found.privacy_ledger is not None and found.privacy_ledger.to_dict() == metrics["privacy_ledger"]
     assert found.federation_guarantee is None or found.federation_guarantee.to_dict() == metrics["release_guarantee"]
+    # one display of the ledger: the federation's summary and inspect's text show the same lines
+    text = runner.invoke(cli, ["inspect", str(small_run)])
+    assert text.exit_code == 0, text.output
+    shared = "\n".join(found.privacy_ledger.lines())
+    assert shared in shown.output and shared in text.output
 
 
 def test_inspect_without_federation_has_stage_one_only(tmp_path) -> None:

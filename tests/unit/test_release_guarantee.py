@@ -30,6 +30,7 @@ from ldpfl.contract.label_release import CLEAR_LABELS, KRR_LABELS, LabelRelease
 from ldpfl.contract.layout import client_file_name, local_file_name
 from ldpfl.contract.manifest import read_manifest
 from ldpfl.contract.release_history import ReleaseEntry
+from ldpfl.mechanisms import privacy_events as ev
 
 SGD_RECORD = {"training": "dp-sgd", "noise_multiplier": 1.1, "sampling_probability": 0.02, "steps": 800, "delta": 1e-5,
               "records": 6300}
@@ -70,7 +71,8 @@ def test_dp_sgd_with_private_labels_and_scores_equals_dp_accounting() -> None:
 def test_a_class_released_by_krr_composes_as_krr_tighter_than_binary_rr() -> None:
     k, eps = 10, 1.0
     as_krr = rg.features_part("krr", "label", eps, categories=k)
-    assert as_krr.event == rg.KrrEvent(eps, k) and as_krr.to_dict()["event"] == {"krr": eps, "num_classes": k}
+    assert as_krr.event == ev.RandomizedResponseEvent(eps, k)
+    assert as_krr.to_dict()["event"] == {"krr": eps, "num_classes": k}
     labels = rg.labels_part(krr_labels(eps, k))
     extractor = rg.extractor_part(SGD, trained=True, records=7000, features_epsilon=eps)
     tight = rg.guarantee_of([as_krr, labels, extractor], scope="s")
@@ -88,8 +90,8 @@ def test_each_part_event_is_a_typed_record_with_one_json_form() -> None:
              rg.labels_part(krr_labels(0.5, 10)), rg.extractor_part(SGD, trained=True, records=7000,
                                                                     features_epsilon=1.0, dp_sgd=lambda e, d: 1.25)]
     events = [p.event for p in parts]
-    assert events[:3] == [rg.PureEpsilonEvent(3.0), rg.PureEpsilonEvent(math.inf), rg.KrrEvent(1.0, 4)]
-    assert events[3] is None and events[4] == rg.KrrEvent(0.5, 10)
+    assert events[:3] == [ev.PureEvent(3.0), ev.PureEvent(math.inf), ev.RandomizedResponseEvent(1.0, 4)]
+    assert events[3] is None and events[4] == ev.RandomizedResponseEvent(0.5, 10)
     assert events[5] == mechanisms.accounting.DpSgdEvent(1.1, 0.02, 800)
     assert [p.to_dict()["event"] for p in parts] == [
         {"pure_epsilon": 3.0}, {"pure_epsilon": "inf"}, {"krr": 1.0, "num_classes": 4}, {},
