@@ -85,6 +85,19 @@ def test_the_ledger_section_round_trips_through_its_json() -> None:
     assert lg.ledger_caption(section).startswith("stage-2 privacy ledger: epsilon per client")
 
 
+def test_the_ledger_has_one_display_with_an_optional_range() -> None:
+    rows = (LedgerRow(0, 2, 1.5, 0.0, "basic composition"), LedgerRow(1, 1, math.inf, 0.0, "basic composition"),
+            LedgerRow(2, 0, None, None, "none"))
+    section = LedgerSection(2, "counted", "rdp", True, rows)
+    assert section.lines() == ["  privacy ledger  stage 2, each client over its uploads (rdp):",
+                               "    client 0: eps 1.5 over 2 uploads (basic composition)",
+                               "    client 1: eps inf (not private) over 1 uploads (basic composition)",
+                               "    client 2: eps n/a over 0 uploads (none)"]
+    assert section.lines(max_clients=3) == section.lines()
+    assert section.lines(max_clients=2)[1:] == ["    3 clients: eps from 1.5 to 1.5 over 0 to 2 uploads",
+                                                "    1 clients: eps inf (not private)"]
+
+
 def test_a_dp_sgd_section_and_the_guarantee_of_local_only_and_shared_silos() -> None:
     privacy = [client(0, dp_sgd=dp(0), local_only=True), client(1, dp_sgd=dp(1), file_epsilon=80.0)]
     section = lg.ledger_section([round_of(1, (0, 1)), round_of(2, (0,))], privacy)
