@@ -95,9 +95,14 @@ class ClampCounter:
                              int(np.count_nonzero(counts)), worst, int(counts[worst]) if counts.size else 0)
 
     def refuse_past_bound(self, client: int) -> ClampedValues:
-        """Return the record, or raise ``ParameterError`` naming the column when one is past ``MAX_CLAMPED_SHARE``."""
+        """Return the record, or raise ``ParameterError`` naming the column when one is past ``MAX_CLAMPED_SHARE``.
+
+        Only the fixed-point encoding's saturation is refused (issue 42 item 6: values an *encoding* must clamp, a
+        sign of inputs on the wrong scale). A mechanism's own interval (a bounded mechanism's [-1, 1], PDPM's safe
+        range, an element-wise clip) is part of its design: its clamped values are counted, never refused.
+        """
         record = self.record()
-        if record.past_bound:
+        if record.past_bound and self.pipeline.encoding is not None:
             low, high = self.interval
             raise ParameterError(
                 f"client {client}: column {record.worst_column} has {record.worst_count} of its {record.rows} values "

@@ -232,6 +232,7 @@ FLAG_ONLY: list[tuple[list[str], str]] = [
     (["federate", "{dir}", "--hidden", "1,x"], "Invalid value for '--hidden': '1,x' is not a comma-separated list "
                                                "of integers or 'none'"),
     (["federate", "{dir}", "--hidden", "0,8"], "Invalid value for '--hidden': layer sizes must be >= 1, got '0,8'"),
+    (["federate", "{dir}", "--server-params", "eta"], "Invalid value for '--server-params': 'eta' is not NAME=VALUE"),
 ]
 """The refusals a command makes itself: the syntax and the combination of its flags (the module docstring)."""
 
@@ -257,8 +258,11 @@ def test_the_commands_refuse_only_flag_syntax() -> None:
     assert raises == {
         "export": ["check_name", "check_name", "click.BadParameter", "require_own_data"],  # --name, --dataset
         "export_options": ["click.BadParameter", "click.BadParameter"],  # --param
-        "federate": ["click.BadParameter", "click.BadParameter",  # --hidden; then a run's failures (exit 1)
-                     "click.ClickException", "click.ClickException", "click.ClickException", "click.ClickException"],
+        "federate": ["click.BadParameter", "click.BadParameter", "click.BadParameter",  # --hidden, --server-params
+                     "click.BadParameter", "click.BadParameter",
+                     "click.ClickException", "click.ClickException", "click.ClickException",  # a run's failures (exit 1)
+                     "click.ClickException"],
+        "inspect": ["click.UsageError"],  # --plot / --recompute / --details with a model
         "mechanisms": ["check_parameters", "click.BadParameter"],  # the API's check; its ValueError in click's words
         "plan": ["check_name"],  # --name
     }

@@ -66,6 +66,14 @@ def test_counts_per_column_and_the_refusal_names_the_column():
     assert below.refuse_past_bound(client=3).worst_share <= MAX_CLAMPED_SHARE
 
 
+def test_a_mechanisms_own_interval_is_counted_never_refused():
+    counter = ClampCounter.for_pipeline(pipeline("piecewise", epsilon=1.0))
+    assert counter is not None and counter.interval == (-1.0, 1.0)
+    x = np.full((ROWS, COLUMNS), 3.0, dtype=np.float32)  # every value outside [-1, 1]
+    counter.add(x)
+    assert counter.refuse_past_bound(client=0).worst_share == 1.0
+
+
 def test_the_record_reads_back_and_refuses_contradictions():
     record = ClampedValues(-1.0, 1.0, rows=10, values=4, columns=2, worst_column=5, worst_count=3)
     assert ClampedValues.from_dict(json.loads(json.dumps(record.to_dict()))) == record
