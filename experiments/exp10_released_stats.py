@@ -155,6 +155,15 @@ def suffix(residual: float | None) -> str:
     return "_origin" if residual is None else ""
 
 
+def scored(z, y, splits, val, shares, shrinkages, fields: dict, residual: float | None = None) -> list[dict]:
+    """One release of the IID silos at epsilon 3 (seed 0), LDA at each shrinkage scored on the validation rows."""
+    stats, scales = releases(z, y, splits, 3.0, shares, np.random.default_rng(0), residual)
+    total, noise = pooled(stats, scales)
+    return [{**fields, "shares": list(shares), "shrinkage": a,
+             "validation_accuracy": lda_accuracy(sm.estimate(total, noise, shrinkage=a), z[val], y[val])}
+            for a in shrinkages]
+
+
 def tune_residual(x, y, pool, out: Path, dataset: str, clip_fraction: float) -> dict:
     """The grid (``RESIDUAL_GRID``) at epsilon 3 on the IID silos' validation records: the residual clip fraction."""
     splits = silo_splits(y, pool, "iid", 0)
@@ -163,12 +172,7 @@ def tune_residual(x, y, pool, out: Path, dataset: str, clip_fraction: float) -> 
     for k in RESIDUAL_GRID["k"][dataset]:
         z, _clip = projected(x, k, clip_fraction)
         for r, shares in itertools.product(RESIDUAL_GRID["residual_fraction"], RESIDUAL_GRID["shares"]):
-            stats, scales = releases(z, y, splits, 3.0, shares, np.random.default_rng(0), r)
-            total, noise = pooled(stats, scales)
-            for a in RESIDUAL_GRID["shrinkage"]:
-                acc = lda_accuracy(sm.estimate(total, noise, shrinkage=a), z[val], y[val])
-                rows.append({"k": k, "residual_fraction": r, "shares": list(shares), "shrinkage": a,
-                             "validation_accuracy": acc})
+            rows += scored(z, y, splits, val, shares, RESIDUAL_GRID["shrinkage"], {"k": k, "residual_fraction": r}, r)
     best = max(rows, key=lambda r: r["validation_accuracy"])
     result = {"dataset": dataset, "chosen_on": "the 10 IID silos' validation records, epsilon 3, seed 0",
               "clip_fraction": clip_fraction, "grid": rows, "chosen": best}
@@ -184,12 +188,7 @@ def tune_clip(x, y, pool, out: Path, dataset: str) -> dict:
     for k, f in itertools.product(CLIP_GRID["k"], CLIP_GRID["clip_fraction"]):
         z, _clip = projected(x, k, f)
         for shares in CLIP_GRID["shares"]:
-            stats, scales = releases(z, y, splits, 3.0, shares, np.random.default_rng(0))
-            total, noise = pooled(stats, scales)
-            for a in CLIP_GRID["shrinkage"]:
-                acc = lda_accuracy(sm.estimate(total, noise, shrinkage=a), z[val], y[val])
-                rows.append({"k": k, "clip_fraction": f, "shares": list(shares), "shrinkage": a,
-                             "validation_accuracy": acc})
+            rows += scored(z, y, splits, val, shares, CLIP_GRID["shrinkage"], {"k": k, "clip_fraction": f})
     best = max(rows, key=lambda r: r["validation_accuracy"])
     result = {"dataset": dataset, "chosen_on": "the 10 IID silos' validation records, epsilon 3, seed 0",
               "grid": rows, "chosen": best}

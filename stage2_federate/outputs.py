@@ -25,7 +25,7 @@ from ldpfl.contract.layout import METRICS_JSON
 from .client_privacy import ClientPrivacy
 from .guarantee import federation_guarantee
 from .outliers import OutlierReport, persistent_outliers
-from .pooled_figure import PooledFigureFlag, final_round_flags
+from .pooled_figure import final_round_flags, summary_line
 from .round_record import RoundRecord
 
 if TYPE_CHECKING:
@@ -214,7 +214,7 @@ def outlier_lines(rounds: Sequence[Mapping[str, Any]]) -> list[str]:
 
 def pooled_figure_lines(rounds: Sequence[Mapping[str, Any]]) -> list[str]:
     """Return the summary's lines on the silos that lift the final pooled test accuracy (``pooled_figure``)."""
-    return [PooledFigureFlag.line(flag) for flag in final_round_flags(rounds)]
+    return [summary_line(flag) for flag in final_round_flags(rounds)]
 
 
 def label_claim_lines(config: Mapping[str, Any]) -> list[str]:

@@ -23,8 +23,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
+
+from ldpfl.contract.pooled_figure_flag import PooledFigureFlag
 
 from .round_record import ClientScore
 
@@ -38,32 +39,13 @@ LIFT_BOUND = 0.02
 """... and the pooled figure with the silo is more than 2 pp above the figure without it."""
 
 
-@dataclass(frozen=True)
-class PooledFigureFlag:
-    """A silo whose test rows lift the pooled test accuracy (see the module docstring)."""
-
-    client: int
-    accuracy: float
-    rows: int
-    others_accuracy: float
-    others_rows: int
-    pooled: float
-
-    def to_dict(self) -> dict[str, Any]:
-        """Return the flag as written (``metrics.json``'s ``pooled_figure_flags``, ``--json``)."""
-        return {"client": self.client, "test_accuracy": round(self.accuracy, 6), "test_rows": self.rows,
-                "others_test_accuracy": round(self.others_accuracy, 6), "others_test_rows": self.others_rows,
-                "pooled_test_accuracy": round(self.pooled, 6), "pooled_without_it": round(self.others_accuracy, 6)}
-
-    @staticmethod
-    def line(flag: Mapping[str, Any]) -> str:
-        """Return the summary's line on a flag written by :meth:`to_dict`."""
-        return (f"pooled figure: silo {flag['client']} scores {flag['test_accuracy']:.4f} on its own "
-                f"{flag['test_rows']} test rows, the other silos {flag['others_test_accuracy']:.4f} on their "
-                f"{flag['others_test_rows']}: without it the final test accuracy is {flag['pooled_without_it']:.4f}, "
-                f"not {flag['pooled_test_accuracy']:.4f} (flagged past {GAP_BOUND * 100:.0f} pp and "
-                f"{Z_BOUND:g} standard errors above the others, lifting the pooled figure by over "
-                f"{LIFT_BOUND * 100:.0f} pp)")
+def summary_line(flag: Mapping[str, Any]) -> str:
+    """Return the summary's line on a flag written by ``PooledFigureFlag.to_dict``, with the bounds it passed."""
+    return (PooledFigureFlag(int(flag["client"]), float(flag["test_accuracy"]), int(flag["test_rows"]),
+                             float(flag["others_test_accuracy"]), int(flag["others_test_rows"]),
+                             float(flag["pooled_test_accuracy"])).describe()
+            + f" (flagged past {GAP_BOUND * 100:.0f} pp and {Z_BOUND:g} standard errors above the others, lifting the "
+            f"pooled figure by over {LIFT_BOUND * 100:.0f} pp)")
 
 
 def pooled_figure_flags(scores: Sequence[ClientScore]) -> list[PooledFigureFlag]:

@@ -18,6 +18,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ldpfl.contract.pooled_figure_flag import PooledFigureFlag
+
 MAX_TEXT = 400
 """A string read from metrics.json is cut to this many characters."""
 
@@ -62,30 +64,6 @@ class LabelClaimCap:
 
 
 @dataclass(frozen=True)
-class PooledFigureFlag:
-    """A silo whose own test rows lift the pooled test accuracy (``pooled_figure_flags``)."""
-
-    client: int
-    accuracy: float
-    rows: int
-    others_accuracy: float
-    others_rows: int
-    pooled: float
-
-    def to_dict(self) -> dict[str, Any]:
-        """Return the flag as ``inspect --json`` shows it (the keys of ``metrics.json``)."""
-        return {"client": self.client, "test_accuracy": self.accuracy, "test_rows": self.rows,
-                "others_test_accuracy": self.others_accuracy, "others_test_rows": self.others_rows,
-                "pooled_test_accuracy": self.pooled, "pooled_without_it": self.others_accuracy}
-
-    def line(self) -> str:
-        """Return the inspect line of the flag."""
-        return (f"  ! federation  pooled figure: silo {self.client} scores {self.accuracy:.4f} on its own "
-                f"{self.rows} test rows, the other silos {self.others_accuracy:.4f} on their {self.others_rows}: "
-                f"without it the final test accuracy is {self.others_accuracy:.4f}, not {self.pooled:.4f}")
-
-
-@dataclass(frozen=True)
 class SiloFindings:
     """What ``metrics.json`` says about the silos' claims (see the module docstring); empty when it says nothing."""
 
@@ -102,7 +80,7 @@ class SiloFindings:
     def lines(self) -> list[str]:
         """Return the inspect lines: the silos left out, the label-claim cap, the pooled-figure flags."""
         return ([x.line() for x in self.left_out] + ([] if self.label_claims is None else [self.label_claims.line()])
-                + [f.line() for f in self.pooled_figure_flags])
+                + [f"  ! federation  {f.describe()}" for f in self.pooled_figure_flags])
 
 
 def read_silo_findings(data: Mapping[str, Any]) -> SiloFindings:

@@ -260,7 +260,7 @@ def test_the_commands_refuse_only_flag_syntax() -> None:
         "export_options": ["click.BadParameter", "click.BadParameter"],  # --param
         "federate": ["click.BadParameter", "click.BadParameter", "click.BadParameter",  # --hidden, --server-params
                      "click.BadParameter", "click.BadParameter",
-                     "click.ClickException", "click.ClickException", "click.ClickException",  # a run's failures (exit 1)
+                     "click.ClickException", "click.ClickException", "click.ClickException",  # a run fails
                      "click.ClickException"],
         "inspect": ["click.UsageError"],  # --plot / --recompute / --details with a model
         "mechanisms": ["check_parameters", "click.BadParameter"],  # the API's check; its ValueError in click's words
