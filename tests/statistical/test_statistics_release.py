@@ -293,3 +293,24 @@ def test_lda_on_clean_statistics_separates_gaussian_classes() -> None:
     predicted = np.argmax(z @ weights + biases, axis=1)
     bayes = (x.sum(1) > 0).astype(int)
     assert np.mean(predicted == bayes) > 0.999
+
+
+def test_the_mechanism_releases_about_the_class_means_or_the_origin() -> None:
+    """Both forms spend the target ε add/remove; the centered one refuses a one-part release and has no raw moments."""
+    from ldpfl.mechanisms.gaussian_statistics import ORIGIN, GaussianStatistics
+
+    rng = np.random.default_rng(6)
+    z = rng.normal(size=(400, 8)) + np.repeat(np.eye(8)[:2] * 3, 200, axis=0)
+    labels = np.repeat([0, 1], 200)
+    centered, origin = GaussianStatistics(epsilon=2.0, width=8), GaussianStatistics(epsilon=2.0, width=8,
+                                                                                   moments_about=ORIGIN)
+    for mechanism in (centered, origin):
+        assert mechanism.epsilons()["add-remove"] == pytest.approx(2.0, abs=1e-6)
+    assert centered.epsilons()["replace-one"] > origin.epsilons()["replace-one"]  # eq. 3 against eq. 2
+    assert centered.mu == pytest.approx(origin.mu, rel=1e-12)  # the same budget; M's noise scales with its clip²
+    assert centered.scales(8).moments == pytest.approx(origin.scales(8).moments * 0.4**2, rel=1e-12)
+    released = centered.release_records(z, labels, 2, rng=np.random.default_rng(1))
+    assert released.statistics.centered and not origin.release_records(z, labels, 2, rng=rng).statistics.centered
+    assert np.trace(released.statistics.moments) < np.trace(z.T @ z) / 2  # residual scatter, not Σ z zᵀ
+    with pytest.raises(ValueError, match="two parts"):
+        centered.release(ss.statistics(z, labels, 2), rng=rng)
