@@ -217,19 +217,20 @@ def test_a_seeded_cnn_export_writes_the_same_features_on_every_executor(tmp_path
 
     Clean float32 flatten features (``local_only``): the smallest difference in training shows. Sequential in a
     fresh process (the CLI: TensorFlow gets its threads in-process), in 2 workers, and sequential where this
-    process cannot give TensorFlow its threads (one spawned worker instead).
+    process cannot give TensorFlow its threads (one spawned worker instead). Two clients, so that client 1 trains
+    after client 0 in one process (sequential, spawned) and in a worker of its own, as a rule (2 workers).
     """
-    cnn = {"extractor": "mnist-cnn", "limit": 300, "epochs": 1, "batch_size": 32, "local_only": True,
+    cnn = {"extractor": "mnist-cnn", "limit": 200, "epochs": 1, "batch_size": 32, "local_only": True,
            "mechanism": "none"}
-    args = ["export", "--dataset", "mnist5k", "--clients", "3", "--extractor", "mnist-cnn", "--limit", "300",
+    args = ["export", "--dataset", "mnist5k", "--clients", "2", "--extractor", "mnist-cnn", "--limit", "200",
             "--epochs", "1", "--batch-size", "32", "--local-only", "--seed", "11", "--quiet", "--out",
             str(tmp_path / "seq")]
     done = subprocess.run([sys.executable, "-m", "ldpfl.cli", *args], cwd=ROOT, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
-    run_export(quick_config(clients=3, clients_parallel=2, seed=11, **cnn), tmp_path / "par", progress=False)
+    run_export(quick_config(clients=2, clients_parallel=2, seed=11, **cnn), tmp_path / "par", progress=False)
     monkeypatch.setattr(export_run, "pin_threads", lambda threads: False)  # TensorFlow already runs here
-    run_export(quick_config(clients=3, seed=11, **cnn), tmp_path / "spawned", progress=False)
-    for i in range(3):
+    run_export(quick_config(clients=2, seed=11, **cnn), tmp_path / "spawned", progress=False)
+    for i in range(2):
         seq = read_client_file(tmp_path / "seq" / f"client_00{i}.h5")
         assert seq.metadata.feature_format == FLOAT32 and seq.features["train"].shape == (90, 1024)
         for other in ("par", "spawned"):
