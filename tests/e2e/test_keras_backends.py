@@ -27,7 +27,9 @@ from ldpfl.contract.manifest import read_manifest
 from ldpfl.stage1_features.export.config import ExportConfig
 from ldpfl.stage1_features.models import cnn, keras_backend
 
-TINY = ["--dataset", "mnist5k", "--limit", "120", "--clients", "2", "--epochs", "1", "--batch-size", "32",
+# One batch of each client's 54 training records: a step of one shape. On jax the augmentation layers keep Keras
+# from compiling the training step (it runs op by op, and XLA compiles each op anew for each batch shape).
+TINY = ["--dataset", "mnist5k", "--limit", "120", "--clients", "2", "--epochs", "1", "--batch-size", "64",
         "--mechanism", "none", "--save-models", "--seed", "3", "--quiet", "--json"]
 
 
