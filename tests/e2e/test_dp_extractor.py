@@ -2,7 +2,8 @@
 
 Refusals (one ``Error:`` line, exit 2, nothing written), the DP nets (no batch-mixing layer), the record
 ``extractor_training`` of the client files, its carrying over by ``--from-models``, and the accounting
-recomputed independently with dp-accounting. DP training runs on Keras' JAX backend, which a process picks
+recomputed independently with dp-accounting, also for the file's one guarantee over the DP CNN, the values and the
+labels (issue 22 items 1 and 4). DP training runs on Keras' JAX backend, which a process picks
 once: exports that train run in a fresh process.
 """
 
@@ -19,10 +20,13 @@ import dp_accounting
 import h5py
 import pytest
 from cli_checks import one_error_line, run
+from click.testing import CliRunner
 from dp_accounting.pld import PLDAccountant
 from repository import ROOT
 
+from ldpfl.cli import cli
 from ldpfl.common.errors import ParameterError
+from ldpfl.contract import release_guarantee as rg
 from ldpfl.contract.client_reader import read_client_file
 from ldpfl.contract.layout import client_file_name
 from ldpfl.stage1_features.export.config import ExportConfig
@@ -124,15 +128,27 @@ def test_a_batchnorm_extractor_or_none_under_dp_is_refused_before_anything_is_wr
         assert not out.exists()
 
 
-@pytest.mark.slow
-def test_a_dp_export_records_its_training_and_from_models_carries_it(tmp_path: Path) -> None:
-    source, again = tmp_path / "dp", tmp_path / "again"
+@pytest.fixture(scope="module")
+def dp_export(tmp_path_factory) -> tuple[Path, dict]:
+    """One DP-SGD export (ε 4, δ 1e-5) with k-RR class values (ε 2) and k-RR labels (ε 1), its models saved.
+
+    Shared by the two tests below (each DP-SGD export compiles the DP training step anew in a fresh interpreter).
+    Returns the run directory and the command's ``--json`` summary.
+    """
+    source = tmp_path_factory.mktemp("dp") / "dp"
     done = ldpfl_in_fresh_process("export", "--cnn-epsilon", "4", "--cnn-delta", "1e-5", "--limit", "100",
                                   "--clients", "1", "--epochs", "1", "--batch-size", "30", "--mechanism", "krr",
-                                  "--release", "label", "--epsilon", "2", "--save-models", "--seed", "5",
-                                  "--out", str(source), "--quiet", "--json")
+                                  "--release", "label", "--epsilon", "2", "--label-epsilon", "1", "--save-models",
+                                  "--seed", "5", "--out", str(source), "--quiet", "--json")
     assert done.returncode == 0, done.stderr[-3000:]
-    assert json.loads(done.stdout)["extractor"] == "dp-cnn"
+    return source, json.loads(done.stdout)
+
+
+@pytest.mark.slow
+def test_a_dp_export_records_its_training_and_from_models_carries_it(dp_export, tmp_path: Path) -> None:
+    source, summary = dp_export
+    again = tmp_path / "again"
+    assert summary["extractor"] == "dp-cnn"
     records = {}
     for client in range(1):
         meta = read_client_file(source / client_file_name(client)).metadata
@@ -153,6 +169,33 @@ def test_a_dp_export_records_its_training_and_from_models_carries_it(tmp_path: P
     for client in range(1):
         with h5py.File(again / client_file_name(client)) as handle:
             assert json.loads(handle.attrs["extractor_training"]) == records[client]
+
+
+def independent_pld(events: list, delta: float) -> float:
+    """ε of ``events`` composed by dp-accounting's PLD accountant (replace-one, its default grid)."""
+    accountant = PLDAccountant(dp_accounting.NeighboringRelation.REPLACE_ONE)
+    for event in events:
+        accountant.compose(event)
+    return float(accountant.get_epsilon(delta))
+
+
+@pytest.mark.slow
+def test_a_dp_extractor_with_private_labels_gives_dp_accountings_composition(dp_export) -> None:
+    run, _ = dp_export  # issue 22 items 1 and 4: the file's one guarantee over the DP CNN, the values and the labels
+    report = json.loads(CliRunner().invoke(cli, ["inspect", str(run), "--json"]).stdout)
+    guarantee = report["files"][0]["release_guarantee"]
+    with h5py.File(run / client_file_name(0), "r") as handle:
+        sgd = json.loads(handle.attrs["extractor_training"])
+        labels = json.loads(handle.attrs["label_release"])
+        values_eps = float(handle.attrs["exact_epsilon_per_record"])
+    k = 10
+    events = [dp_accounting.SelfComposedDpEvent(dp_accounting.PoissonSampledDpEvent(
+                  sgd["sampling_probability"], dp_accounting.GaussianDpEvent(sgd["noise_multiplier"])), sgd["steps"]),
+              dp_accounting.RandomizedResponseDpEvent(k / (math.exp(values_eps) + k - 1), k),  # the class, by k-RR
+              dp_accounting.RandomizedResponseDpEvent(k / (math.exp(labels["epsilon"]) + k - 1), k)]
+    assert guarantee["private"] and guarantee["delta"] == 1e-5 and guarantee["method"] == rg.METHOD_PLD
+    assert guarantee["epsilon"] == pytest.approx(independent_pld(events, 1e-5), rel=1e-9)
+    assert {p["kind"] for p in guarantee["parts"]} == {"features", "labels", "extractor"}
 
 
 def test_raw_features_record_no_training(tmp_path: Path) -> None:

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -262,26 +260,4 @@ def test_private_labels_and_raw_features_give_a_finite_sum(tmp_path: Path) -> No
     assert read_manifest(run).info["release_guarantee"]["client_000"]["epsilon"] == guarantee["epsilon"]
 
 
-@pytest.mark.slow
-def test_a_dp_extractor_with_private_labels_gives_dp_accountings_composition(tmp_path: Path) -> None:
-    run = tmp_path / "run"  # DP-SGD needs Keras on jax: a fresh interpreter (Keras takes one backend per process)
-    result = subprocess.run([str(Path(sys.executable).with_name("ldpfl")), "export", "--dataset", "mnist5k",
-                             "--limit", "256", "--clients", "1", "--epochs", "1", "--cnn-epsilon", "4",
-                             "--cnn-delta", "1e-5", "--label-epsilon", "1", "--release", "label", "--mechanism",
-                             "krr", "--epsilon", "2", "--quiet", "--seed", "5", "--out", str(run)],
-                            capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stdout + result.stderr
-    report = json.loads(CliRunner().invoke(cli, ["inspect", str(run), "--json"]).stdout)
-    guarantee = report["files"][0]["release_guarantee"]
-    with h5py.File(run / client_file_name(0), "r") as handle:
-        sgd = json.loads(handle.attrs["extractor_training"])
-        labels = json.loads(handle.attrs["label_release"])
-        values_eps = float(handle.attrs["exact_epsilon_per_record"])
-    k = 10
-    events = [dp_accounting.SelfComposedDpEvent(dp_accounting.PoissonSampledDpEvent(
-                  sgd["sampling_probability"], dp_accounting.GaussianDpEvent(sgd["noise_multiplier"])), sgd["steps"]),
-              dp_accounting.RandomizedResponseDpEvent(k / (math.exp(values_eps) + k - 1), k),  # the class, by k-RR
-              dp_accounting.RandomizedResponseDpEvent(k / (math.exp(labels["epsilon"]) + k - 1), k)]
-    assert guarantee["private"] and guarantee["delta"] == 1e-5 and guarantee["method"] == rg.METHOD_PLD
-    assert guarantee["epsilon"] == pytest.approx(independent_pld(events, 1e-5), rel=1e-9)
-    assert {p["kind"] for p in guarantee["parts"]} == {"features", "labels", "extractor"}
+# The DP extractor with private labels (one DP-SGD export, shared): tests/e2e/test_dp_extractor.py.
