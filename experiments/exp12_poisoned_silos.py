@@ -68,10 +68,11 @@ from exp8_shared_features import (  # noqa: E402
 
 from ldpfl.mechanisms import accounting  # noqa: E402
 from ldpfl.stage2_federate import outliers as out  # noqa: E402
+from ldpfl.stage2_federate.client_description import ClientDescription  # noqa: E402
 from ldpfl.stage2_federate.dp_sgd import train_dp_sgd  # noqa: E402
 from ldpfl.stage2_federate.model import build_model, get_vector, make_optimizer, set_vector  # noqa: E402
 from ldpfl.stage2_federate.server_optimizers import FedAvgM  # noqa: E402
-from ldpfl.stage2_federate.strategies import ClientProfile, StrategyOptions, create_strategy  # noqa: E402
+from ldpfl.stage2_federate.strategies import StrategyOptions, create_strategy  # noqa: E402
 
 POISONER, CONSTANT_CLASS = 9, 0
 RULES = ("fedavg", "median", "trimmed-mean")
@@ -105,7 +106,7 @@ def federate(x, y, splits, rule: str, trim_fraction: float, sigma: float, lr: fl
     data = [split_of(x, y, s["train"]) for s in splits]
     clients = [dp_client(i, len(s["train"]), sigma, 1) for i, s in enumerate(splits)]
     rngs = [np.random.default_rng([seed, i, 2]) for i in range(SILOS)]
-    profiles = [ClientProfile(i, len(s["train"]), tuple(np.bincount(y[s["train"]], minlength=CLASSES).tolist()))
+    profiles = [ClientDescription.in_memory(i, len(s["train"]), np.bincount(y[s["train"]], minlength=CLASSES).tolist())
                 for i, s in enumerate(splits)]
     options = (StrategyOptions(outlier_report=True) if rule == "fedavg" else
                StrategyOptions(trim_fraction=trim_fraction) if rule == "trimmed-mean" else StrategyOptions())

@@ -50,10 +50,11 @@ from exp8_shared_features import (  # noqa: E402
     split_of,
 )
 
+from ldpfl.stage2_federate.client_description import ClientDescription  # noqa: E402
 from ldpfl.stage2_federate.dp_sgd import train_dp_sgd  # noqa: E402
 from ldpfl.stage2_federate.model import build_model, evaluate, get_vector, make_optimizer, set_vector, train_local  # noqa: E402
 from ldpfl.stage2_federate.server_optimizers import FedAvgM  # noqa: E402
-from ldpfl.stage2_federate.strategies import ClientProfile, StrategyOptions, create_strategy  # noqa: E402
+from ldpfl.stage2_federate.strategies import StrategyOptions, create_strategy  # noqa: E402
 
 STRATEGIES = ("fedavg", "median", "trimmed-mean", "norm-clipped")
 FLIPPER = 0
@@ -76,7 +77,7 @@ def federate(x, y, splits, strategy_name: str, scenario: str, *, rounds: int, lo
         if i == FLIPPER and scenario != "honest":
             split.labels = torch.from_numpy(flip(y[s["train"]]))
         data.append(split)
-    profiles = [ClientProfile(i, len(s["train"]), (0,) * CLASSES) for i, s in enumerate(splits)]
+    profiles = [ClientDescription.in_memory(i, len(s["train"]), (0,) * CLASSES) for i, s in enumerate(splits)]
     strategy = create_strategy(strategy_name, profiles, StrategyOptions())
     rng = np.random.default_rng([seed, 9])
     if dp_epsilon is not None:  # exp8's federated DP-SGD: one step per silo and round, server momentum

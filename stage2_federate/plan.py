@@ -12,7 +12,7 @@ import dataclasses
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 import torch
@@ -20,16 +20,14 @@ import torch
 from ldpfl import mechanisms as mech
 from ldpfl.common.errors import ParameterError
 from ldpfl.contract.file_checks import float32_overflow
-from ldpfl.contract.label_release import LabelRelease
-from ldpfl.contract.release_guarantee import ReleaseGuarantee, stored_or_computed
 from ldpfl.contract.run_dir import screen_run
 from ldpfl.contract.schema import FormatError
-from ldpfl.mechanisms.report import PrivacyReport
 
 from . import budgets
+from .client_description import ClientDescription
 from .client_privacy import ClientPrivacy
 from .config import DEFAULT_LR, DEVICES, DP_SGD_LR, FederationConfig
-from .data import ClientDataset, FederatedData, load_client
+from .data import FederatedData, load_client
 from .dp_sgd_budget import DpSgdClient, plan_client
 from .label_claims import LabelClaimCap, cap_unchecked, screen_files
 from .label_noise import resolve_label_noise
@@ -53,7 +51,7 @@ from .perturbation import (
 from .resources import check_model
 from .rounds import LocalTraining
 from .server_optimizers import ServerOptimizer, create_server_optimizer
-from .strategies import ClientProfile, FedAW, SignAggregation, Strategy, StrategyOptions, create_strategy
+from .strategies import FedAW, SignAggregation, Strategy, StrategyOptions, create_strategy
 from .streaming import ResidencyBudget
 from .streams import Streams
 
@@ -79,31 +77,7 @@ class ClientPlan:
     centres: tuple[float, ...] | None
 
 
-@dataclass(frozen=True)
-class ClientSize:
-    """What the planners read of a client: its index, training rows and training label histogram.
-
-    An engine that does not hold the client files (the Flower server) passes these, built from what the
-    clients report; the local engine passes its ``ClientDataset`` objects (:meth:`of` reads them).
-    """
-
-    index: int
-    train_rows: int
-    label_histogram: tuple[int, ...]
-
-    @classmethod
-    def of(cls, client: ClientDataset | ClientSize) -> ClientSize:
-        """Return ``client``'s size (itself when it is one already)."""
-        if isinstance(client, ClientSize):
-            return client
-        return cls(client.index, len(client.train), client.label_histogram)
-
-
-ClientLike = ClientDataset | ClientSize
-"""A client as the planners take it: its data, or only its :class:`ClientSize`."""
-
-
-def plan_clients(config: FederationConfig, clients: Sequence[ClientLike]) -> ClientPlan:
+def plan_clients(config: FederationConfig, clients: Sequence[ClientDescription]) -> ClientPlan:
     """Resolve the per-client lists (explicit, preset or one default) for ``clients``."""
     n = len(clients)
     epsilons = budgets.resolve_values(config.client_epsilons, config.epsilon, n, what="client epsilons")
@@ -119,49 +93,49 @@ def plan_clients(config: FederationConfig, clients: Sequence[ClientLike]) -> Cli
 
 def configured_perturbations(config: FederationConfig, *, dim: int, epsilons: Sequence[float],
                              ranges: Sequence[float] | None, centres: Sequence[float] | None,
-                             train_sizes: Sequence[int], clients: Sequence[int]) -> list[ClientPerturbation]:
+                             train_sizes: Sequence[int], clients: Sequence[int],
+                             target: str | None = None) -> list[ClientPerturbation]:
     """Build the mechanisms of ``clients`` with the run's options and the per-client ε_i (L_i, c_i, |D_i|).
 
     The one place a client's perturbation is set up: the local engine for every client
     (:func:`plan_perturbations`), a Flower client for itself from what the server resolved for it.
+    ``target``: what the uploads perturb, as the plan resolved it (None: resolved here, ``perturbation_target``).
     """
-    target = resolve_target(config.perturbation, config.perturb_target, config.sign_mode)
+    target = perturbation_target(config) if target is None else target
     return build_client_perturbations(
         config.perturbation, dim=dim, epsilons=epsilons, target=target, ranges=ranges, centres=centres,
         train_sizes=train_sizes, rounds=config.rounds, clients=clients,
         **config.perturbation_options)
 
 
-def plan_perturbations(config: FederationConfig, clients: Sequence[ClientLike], dim: int,
-                       ) -> tuple[ClientPlan, str, dict[int, ClientPerturbation]]:
-    """Each client's perturbation over ``dim`` model parameters; also the per-client lists and the target.
+def perturbation_target(config: FederationConfig) -> str:
+    """Return what the run's uploads perturb, ``parameters`` or ``update`` (``perturbation.resolve_target``)."""
+    return resolve_target(config.perturbation, config.perturb_target, config.sign_mode)
 
-    ``clients``: their data or their :class:`ClientSize` (index, training rows, label histogram).
-    """
-    sizes = [ClientSize.of(c) for c in clients]
-    plan = plan_clients(config, sizes)
-    target = resolve_target(config.perturbation, config.perturb_target, config.sign_mode)
+
+def plan_perturbations(config: FederationConfig, clients: Sequence[ClientDescription], dim: int, target: str,
+                       ) -> tuple[ClientPlan, dict[int, ClientPerturbation]]:
+    """Each client's perturbation over ``dim`` model parameters of ``target``; also the per-client lists."""
+    plan = plan_clients(config, clients)
     built = configured_perturbations(config, dim=dim, epsilons=plan.epsilons, ranges=plan.ranges,
-                                     centres=plan.centres, train_sizes=[c.train_rows for c in sizes], clients=plan.ids)
-    return plan, target, {p.client: p for p in built}
+                                     centres=plan.centres, train_sizes=[c.train_rows for c in clients],
+                                     clients=plan.ids, target=target)
+    return plan, {p.client: p for p in built}
 
 
-def plan_strategy(config: FederationConfig, clients: Sequence[ClientLike],
-                  perturbations: dict[int, ClientPerturbation], *,
+def plan_strategy(config: FederationConfig, clients: Sequence[ClientDescription],
+                  perturbations: dict[int, ClientPerturbation], target: str, *,
                   unchecked_histograms: Collection[int] = ()) -> tuple[Strategy, LabelClaimCap | None]:
-    """Build the aggregation strategy over the clients' profiles, wrapped for sign uploads (WU eqs. 10, 13, 16).
+    """Build the aggregation strategy over the clients, wrapped for sign uploads (WU eqs. 10, 13, 16).
 
-    ``clients``: their data or their :class:`ClientSize` (index, training rows, label histogram).
+    ``perturbations``: each client's (σ_i for the weights of WU's rules); ``target``: what the uploads perturb.
     ``unchecked_histograms``: the clients whose histogram the coordinator could not check; under DP-FedAW their
     weight is capped (``label_claims.cap_unchecked``), and the cap is returned (None: nothing to cap).
     """
-    sizes = [ClientSize.of(c) for c in clients]
-    profiles = [ClientProfile(c.index, c.train_rows, c.label_histogram, perturbations[c.index].noise_scale,
-                              perturbations[c.index].epsilon) for c in sizes]
-    target = resolve_target(config.perturbation, config.perturb_target, config.sign_mode)
     options = StrategyOptions(config.clients_per_round, config.sample_weighted, config.fraction,
                               config.max_client_weight, config.trim_fraction, target, config.outlier_report)
-    strategy: Strategy = create_strategy(config.aggregation, profiles, options)
+    strategy: Strategy = create_strategy(config.aggregation, clients, options,
+                                         {c.index: perturbations[c.index].noise_scale for c in clients})
     cap = None
     if isinstance(strategy, FedAW) and unchecked_histograms:  # issue 42 item 3: an unchecked claim is bounded
         strategy.similarities, cap = cap_unchecked(strategy.similarities, unchecked_histograms)
@@ -193,79 +167,12 @@ def check_noise_scales(config: FederationConfig, perturbations: dict[int, Client
                                  "`client_epsilons`)")
 
 
-class ClientFacts(Protocol):
-    """What the plan builder reads of a client: its file's summary (``flower_engine.protocol.ClientSummary``).
-
-    The local engine reads it from the files it holds (:meth:`ClientFile.of`); the Flower server from what
-    each client reports, since it never opens a client file.
-    """
-
-    @property
-    def index(self) -> int: ...  # noqa: D102
-    @property
-    def file(self) -> str: ...  # noqa: D102
-    @property
-    def train_rows(self) -> int: ...  # noqa: D102
-    @property
-    def test_rows(self) -> int: ...  # noqa: D102
-    @property
-    def label_histogram(self) -> tuple[int, ...]: ...  # noqa: D102
-    @property
-    def dataset(self) -> str: ...  # noqa: D102
-    @property
-    def num_classes(self) -> int: ...  # noqa: D102
-    @property
-    def feature_format(self) -> str: ...  # noqa: D102
-    @property
-    def feature_width(self) -> int: ...  # noqa: D102
-    @property
-    def feature_mechanism(self) -> str: ...  # noqa: D102
-    @property
-    def feature_privacy(self) -> PrivacyReport: ...  # noqa: D102
-    @property
-    def release_guarantee(self) -> ReleaseGuarantee | None: ...  # noqa: D102
-    @property
-    def label_release(self) -> LabelRelease | None: ...  # noqa: D102
-    @property
-    def local_only(self) -> bool: ...  # noqa: D102
-
-
-@dataclass(frozen=True)
-class ClientFile:
-    """:class:`ClientFacts` of a client file this process has opened."""
-
-    index: int
-    file: str
-    train_rows: int
-    test_rows: int
-    label_histogram: tuple[int, ...]
-    dataset: str
-    num_classes: int
-    feature_format: str
-    feature_width: int
-    feature_mechanism: str
-    feature_privacy: PrivacyReport
-    release_guarantee: ReleaseGuarantee | None
-    label_release: LabelRelease | None
-    local_only: bool = False
-
-    @classmethod
-    def of(cls, client: ClientDataset) -> ClientFile:
-        """Read ``client``'s facts from its metadata and splits."""
-        meta = client.metadata
-        rows = len(client.train) + len(client.test)
-        return cls(client.index, client.path.name, len(client.train), len(client.test), client.label_histogram,
-                   meta.dataset, meta.num_classes, meta.feature_format, meta.feature_width, meta.mechanism,
-                   meta.privacy(), stored_or_computed(meta, records=rows),
-                   meta.label_release, bool(meta.local_only))
-
-
 @dataclass
 class FederationPlan:
     """A run, set up: the clients, device, streams, the model, and the per-client and server wiring."""
 
     config: FederationConfig
-    clients: tuple[ClientFacts, ...]  # in client-index order
+    clients: tuple[ClientDescription, ...]  # in client-index order
     device: torch.device
     randomness: mech.Randomness
     streams: Streams
@@ -316,7 +223,7 @@ def resolve_lr(config: FederationConfig) -> float:
     return DP_SGD_LR if config.dp_sgd else DEFAULT_LR
 
 
-def plan_dp_sgd(config: FederationConfig, clients: Sequence[ClientSize]) -> dict[int, DpSgdClient] | None:
+def plan_dp_sgd(config: FederationConfig, clients: Sequence[ClientDescription]) -> dict[int, DpSgdClient] | None:
     """Each client's DP-SGD (σ calibrated for its own q over every step of the run), or None without ``dp_sgd``.
 
     Calibrations are cached by (target, δ, q, steps): silos of one size share one.
@@ -355,7 +262,7 @@ def resolved_settings(*, device: torch.device, training: LocalTraining, dim: int
     }
 
 
-def build_plan(config: FederationConfig, clients: Sequence[ClientFacts], *, device: torch.device,
+def build_plan(config: FederationConfig, clients: Sequence[ClientDescription], *, device: torch.device,
                batch_rows: int, threads: int | None, run: dict[str, Any],
                engine: Mapping[str, Any] | None = None,
                unchecked_histograms: Collection[int] = ()) -> FederationPlan:
@@ -376,14 +283,14 @@ def build_plan(config: FederationConfig, clients: Sequence[ClientFacts], *, devi
     model = build_model(first.feature_width, config.hidden, first.num_classes, dropout=config.dropout,
                         generator=streams.init, device=device)
     dim = parameter_count(model)
-    sizes = [ClientSize(c.index, c.train_rows, tuple(c.label_histogram)) for c in ordered]
-    plan, target, perturbations = plan_perturbations(config, sizes, dim)
+    target = perturbation_target(config)  # the one resolution of a build
+    plan, perturbations = plan_perturbations(config, ordered, dim, target)
     check_noise_scales(config, perturbations)
-    strategy, cap = plan_strategy(config, sizes, perturbations, unchecked_histograms=unchecked_histograms)
+    strategy, cap = plan_strategy(config, ordered, perturbations, target, unchecked_histograms=unchecked_histograms)
     rule = ServerRule.for_perturbation(config.perturbation, target, config.server_lr)
     label_noise = resolve_label_noise(config.label_noise_correction,  # issue 22: every file's T must agree
                                       [(c.file, c.label_release) for c in ordered])
-    dp_clients = plan_dp_sgd(config, sizes)
+    dp_clients = plan_dp_sgd(config, ordered)
     training = LocalTraining(resolve_optimizer(config.optimizer, first.dataset), resolve_lr(config),
                              config.local_epochs, config.batch_size, label_noise, dp_clients)
     privacy = tuple(
@@ -428,7 +335,9 @@ def plan_federation(run_dir: Path, config: FederationConfig, *, min_clients: int
     enough_remain(len(data.clients), listed, left, needed_silos(listed, min_clients=min_clients,
                                                                 clients_per_round=config.clients_per_round))
     batch_rows = config.batch_size + evaluation_rows(config.eval_batch_size, data.input_width)
-    plan = build_plan(config, [ClientFile.of(c) for c in data.clients], device=device, batch_rows=batch_rows,
+    digests = {record.client_index: record.sha256 for record in data.manifest.files}  # screen_run checked them
+    described = [ClientDescription.of(c, digests[c.index]) for c in data.clients]
+    plan = build_plan(config, described, device=device, batch_rows=batch_rows,
                       threads=torch.get_num_threads(), run=left_out_run(data.describe(), left))
     return LocalPlan(**plan.base(), data=data)
 

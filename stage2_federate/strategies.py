@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, TypeVar, cast
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, cast
 
 import numpy as np
 
@@ -37,16 +37,10 @@ from . import aggregation as agg
 from . import outliers as out
 from . import rule_checks as checks
 
+if TYPE_CHECKING:  # config imports this module, and the description's fields import config
+    from .client_description import ClientDescription
 
-@dataclass(frozen=True)
-class ClientProfile:
-    """What the server knows about client ``index`` before training starts."""
-
-    index: int
-    train_rows: int
-    label_histogram: tuple[int, ...]
-    noise_scale: float | None = None  # σ_i of its perturbation (None: no noise)
-    epsilon: float | None = None
+NoiseScales = Mapping[int, float | None]  # by client index: σ_i, the noise scale of its perturbation (None: no noise)
 
 
 @dataclass(frozen=True)
@@ -85,12 +79,14 @@ class Strategy:
     SUMMARY: ClassVar[str] = ""
     upload_noise: Mapping[int, float] | None = None  # DP-SGD: each silo's s_i; its report names by it (outliers)
 
-    def __init__(self, profiles: Sequence[ClientProfile], options: StrategyOptions = StrategyOptions()):
-        if not profiles:
+    def __init__(self, clients: Sequence[ClientDescription], options: StrategyOptions = StrategyOptions(),
+                 noise_scales: NoiseScales | None = None):
+        if not clients:
             raise ValueError("a strategy needs at least one client, got none")
-        self.profiles = {p.index: p for p in profiles}
+        self.clients = {c.index: c for c in clients}
+        self.noise_scales = dict(noise_scales or {})
         self.options = options
-        self.client_ids = sorted(self.profiles)
+        self.client_ids = sorted(self.clients)
         self._check_options(options)
         self.clients_per_round = self._clients_per_round(options)
 
@@ -173,10 +169,10 @@ def strategy_class(name: str) -> type[Strategy]:
     return STRATEGIES.get(name)
 
 
-def create_strategy(name: str, profiles: Sequence[ClientProfile], options: StrategyOptions = StrategyOptions(),
-                    ) -> Strategy:
-    """Build strategy ``name`` over ``profiles``."""
-    return strategy_class(name)(profiles, options)
+def create_strategy(name: str, clients: Sequence[ClientDescription], options: StrategyOptions = StrategyOptions(),
+                    noise_scales: NoiseScales | None = None) -> Strategy:
+    """Build strategy ``name`` over ``clients``, whose perturbations add noise of ``noise_scales``' σ_i."""
+    return strategy_class(name)(clients, options, noise_scales)
 
 
 @register
@@ -194,7 +190,7 @@ class FedAvg(Strategy):
     def weights(self, clients: Sequence[int]) -> np.ndarray:
         """Weigh clients equally, or by n_k (``sample_weighted``)."""
         if self.options.sample_weighted:
-            return agg.sample_size_weights([self.profiles[c].train_rows for c in clients])
+            return agg.sample_size_weights([self.clients[c].train_rows for c in clients])
         return np.ones(len(clients))
 
 
@@ -203,7 +199,7 @@ def _only_for(option: str, aggregation: str, name: str) -> ParameterError:
 
 
 def _require_noise_scales(strategy: Strategy) -> dict[int, float]:
-    scales = {i: p.noise_scale for i, p in strategy.profiles.items()}
+    scales = {i: strategy.noise_scales.get(i) for i in strategy.client_ids}
     missing = [i for i, s in scales.items() if s is None]
     if missing:
         noisy = [n for n in mech.federation_names()
@@ -223,8 +219,9 @@ class WeightedAverage(Strategy):
     SOURCE = "Wu et al. 4.1, eqs. 11-13"
     SUMMARY = "weights alpha_i proportional to 1/sigma_i of each client's perturbation"
 
-    def __init__(self, profiles: Sequence[ClientProfile], options: StrategyOptions = StrategyOptions()):
-        super().__init__(profiles, options)
+    def __init__(self, clients: Sequence[ClientDescription], options: StrategyOptions = StrategyOptions(),
+                 noise_scales: NoiseScales | None = None):
+        super().__init__(clients, options, noise_scales)
         self.sigmas = _require_noise_scales(self)
 
     def weights(self, clients: Sequence[int]) -> np.ndarray:
@@ -246,8 +243,9 @@ class ProbabilitySelection(Strategy):
     SOURCE = "Wu et al. 4.2, eqs. 14-16"
     SUMMARY = "clients with P_i > omega are averaged; omega redrawn until someone is selected"
 
-    def __init__(self, profiles: Sequence[ClientProfile], options: StrategyOptions = StrategyOptions()):
-        super().__init__(profiles, options)
+    def __init__(self, clients: Sequence[ClientDescription], options: StrategyOptions = StrategyOptions(),
+                 noise_scales: NoiseScales | None = None):
+        super().__init__(clients, options, noise_scales)
         sigmas = _require_noise_scales(self)
         p = agg.inverse_sigma_weights([sigmas[c] for c in self.client_ids])  # eq. 14
         self.probabilities = dict(zip(self.client_ids, p.tolist(), strict=True))
@@ -305,9 +303,10 @@ class FedAW(Strategy):
     SOURCE = "DP-FedAW eqs. 7, 8, 10"
     SUMMARY = "weights g_k: cosine similarity of client k's label distribution with the uniform one"
 
-    def __init__(self, profiles: Sequence[ClientProfile], options: StrategyOptions = StrategyOptions()):
-        super().__init__(profiles, options)
-        g = agg.label_similarity_weights([self.profiles[c].label_histogram for c in self.client_ids])
+    def __init__(self, clients: Sequence[ClientDescription], options: StrategyOptions = StrategyOptions(),
+                 noise_scales: NoiseScales | None = None):
+        super().__init__(clients, options, noise_scales)
+        g = agg.label_similarity_weights([self.clients[c].label_histogram for c in self.client_ids])
         self.similarities = dict(zip(self.client_ids, g.tolist(), strict=True))
 
     def weights(self, clients: Sequence[int]) -> np.ndarray:
@@ -477,7 +476,8 @@ class SignAggregation(Strategy):
 
     def __init__(self, inner: Strategy):  # no super().__init__(): the state lives in ``inner``
         self.inner = inner
-        self.profiles = inner.profiles
+        self.clients = inner.clients
+        self.noise_scales = inner.noise_scales
         self.options = inner.options
         self.client_ids = inner.client_ids
         self.clients_per_round = inner.clients_per_round

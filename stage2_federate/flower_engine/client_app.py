@@ -46,6 +46,7 @@ from .protocol import (
     EvaluateInstruction,
     TrainInstruction,
     TrainReply,
+    description_to_json,
     read_app_config,
 )
 
@@ -154,7 +155,7 @@ def describe(msg: Message, context: Context) -> Message:
     if config.eval_clean:  # a missing or mismatched clean file ends the run before round 1, as in the local engine
         cs.clean_test(client, resolve_device(config.device))
     digest = str(context.state.config_records[FILE_KEY]["sha256"])  # check_file's, a moment ago
-    return Message(RecordDict({INFO: ConfigRecord({"json": cs.summarize(client, digest).to_json()})}),
+    return Message(RecordDict({INFO: ConfigRecord({"json": description_to_json(cs.summarize(client, digest))})}),
                    reply_to=msg)
 
 

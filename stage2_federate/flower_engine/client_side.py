@@ -29,8 +29,8 @@ from ldpfl import mechanisms as mech
 from ldpfl.contract.atomic import atomic_write_text
 from ldpfl.contract.digest import sha256_file
 from ldpfl.contract.layout import client_stem, local_file_name
-from ldpfl.contract.release_guarantee import stored_or_computed
 from ldpfl.mechanisms.randomness import portable_state, restore_state
+from ldpfl.stage2_federate.client_description import ClientDescription
 from ldpfl.stage2_federate.config import FederationConfig
 from ldpfl.stage2_federate.data import ClientDataset, ClientSplit, load_clean_test, load_client
 from ldpfl.stage2_federate.model import FederatedMLP, build_model, evaluate, set_vector
@@ -40,7 +40,7 @@ from ldpfl.stage2_federate.rounds import Broadcast, ClientResult, LocalTraining,
 from ldpfl.stage2_federate.streaming import ResidencyBudget, StreamedSplit
 from ldpfl.stage2_federate.streams import Streams, evaluation_generator
 
-from .protocol import ClientSetup, ClientSummary
+from .protocol import ClientSetup
 
 _CACHE_SIZE = 8  # client files kept open per process (a simulation actor serves many clients)
 _DATA: OrderedDict[tuple[str, int, str], ClientDataset] = OrderedDict()
@@ -84,20 +84,12 @@ def clean_test(client: ClientDataset, device: torch.device) -> ClientSplit:
     return split
 
 
-def summarize(client: ClientDataset, sha256: str | None = None) -> ClientSummary:
-    """Return what the server may know of ``client``'s file (:class:`ClientSummary`).
+def summarize(client: ClientDataset, sha256: str | None = None) -> ClientDescription:
+    """Return what the server may know of ``client``'s file (``ClientDescription.of``).
 
     ``sha256``: the file's digest when the caller has just computed it (else it is computed here).
     """
-    meta = client.metadata
-    return ClientSummary(
-        index=client.index, file=client.path.name, train_rows=len(client.train), test_rows=len(client.test),
-        label_histogram=client.label_histogram, dataset=meta.dataset, num_classes=meta.num_classes,
-        feature_format=meta.feature_format, feature_width=meta.feature_width, feature_mechanism=meta.mechanism,
-        feature_privacy=meta.privacy(), sha256=sha256 or sha256_file(client.path),
-        release_guarantee=stored_or_computed(meta, records=len(client.train) + len(client.test)),
-        label_release=meta.label_release,
-        plan_fingerprint=meta.plan_fingerprint, local_only=bool(meta.local_only))
+    return ClientDescription.of(client, sha256 or sha256_file(client.path))
 
 
 def client_perturbation(config: FederationConfig, setup: ClientSetup, client: ClientDataset) -> ClientPerturbation:

@@ -4,8 +4,9 @@ Imports neither flwr nor torch: the launcher, the CLI and the tests use it witho
 
 Message types (``flwr.app.Message.metadata.message_type``):
 
-* :data:`DESCRIBE` (``query.describe``), once per node at start: the node answers with its client index
-  and a :class:`ClientSummary` of its file (what the server's strategies need; never a record);
+* :data:`DESCRIBE` (``query.describe``), once per node at start: the node answers with the
+  ``ClientDescription`` of its file (:func:`description_to_json`: what the server's plan and strategies need;
+  never a record);
 * :data:`TRAIN` (``train``): the global vector and a :class:`TrainInstruction` (the client's
   :class:`ClientSetup`, the round); the answer is the client's perturbed upload (perturbed on the client)
   with its training loss and accuracy and a :class:`TrainReply`, and, when the instruction says
@@ -34,19 +35,24 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import PurePath
-from typing import Annotated, Any, TypeVar
+from typing import Any, TypeVar
 
 import tomli_w
-from pydantic import ConfigDict, Field, PlainValidator, TypeAdapter, ValidationError
+from pydantic import TypeAdapter, ValidationError
 
 from ldpfl.common.errors import LdpflError
-from ldpfl.contract.label_release import LabelRelease
-from ldpfl.contract.release_guarantee import ReleaseGuarantee
-from ldpfl.mechanisms.report import PrivacyReport
+from ldpfl.stage2_federate.client_description import ClientDescription
 from ldpfl.stage2_federate.config import FederationConfig
-from ldpfl.stage2_federate.dp_sgd_budget import DpSgdClient
-from ldpfl.stage2_federate.label_noise import LabelNoise
 from ldpfl.stage2_federate.left_out import LeftOut
+from ldpfl.stage2_federate.message_fields import (
+    STRICT,
+    AtLeastOne,
+    Count,
+    Finite,
+    FinitePositive,
+    WireDpSgd,
+    WireLabelNoise,
+)
 
 APP_NAME = "ldpfl-flower"
 PUBLISHER = "ldpfl"
@@ -224,14 +230,6 @@ def _read_app_config(text: str) -> AppRunConfig:
 # --------------------------------------------------------------------------------------------------
 # The JSON records of the messages, validated on the way in.
 
-STRICT = ConfigDict(strict=True, extra="forbid")
-"""pydantic's settings of every record: exact JSON types (no "3" for 3) and exactly the record's fields."""
-
-Count = Annotated[int, Field(ge=0)]
-AtLeastOne = Annotated[int, Field(ge=1)]
-FinitePositive = Annotated[float, Field(gt=0, allow_inf_nan=False)]
-Finite = Annotated[float, Field(allow_inf_nan=False)]
-
 Record = TypeVar("Record")
 
 
@@ -295,85 +293,20 @@ class JsonRecord:
         return decode(cls, text)
 
 
-def _read_report(value: object) -> PrivacyReport:
-    """Read a file's privacy report as a message carries it (``PrivacyReport.to_json``'s object)."""
-    return value if isinstance(value, PrivacyReport) else PrivacyReport.from_dict(value, ignore_unknown=True)
+def description_to_json(description: ClientDescription) -> str:
+    """Return a silo's answer to :data:`DESCRIBE`: ``description`` as JSON text (its ``json_form``)."""
+    return json.dumps(description.json_form())
 
 
-def _read_guarantee(value: object) -> ReleaseGuarantee:
-    """Read a file's release guarantee as a message carries it (``ReleaseGuarantee.to_dict``)."""
-    return value if isinstance(value, ReleaseGuarantee) else ReleaseGuarantee.from_dict(value)  # type: ignore[arg-type]
+def description_from_json(text: str) -> ClientDescription:
+    """Read a silo's answer to :data:`DESCRIBE` (:func:`description_to_json`), each field validated (:func:`decode`).
 
-
-def _read_label_release(value: object) -> LabelRelease:
-    """Read a file's label release as a message carries it (``LabelRelease.to_json``)."""
-    return LabelRelease.from_json(value)
-
-
-def _read_label_noise(value: object) -> LabelNoise:
-    """Read the run's label noise as a message carries it (``LabelNoise.to_dict``)."""
-    if isinstance(value, LabelNoise):
-        return value
-    if not isinstance(value, Mapping):
-        raise ValueError(f"label_noise must be a JSON object, got {value!r}")
-    noise = LabelNoise.from_dict(value)
-    assert noise is not None
-    return noise
-
-
-def _read_dp_sgd(value: object) -> DpSgdClient:
-    """Read a silo's DP-SGD as a message carries it (``DpSgdClient.to_dict``)."""
-    if isinstance(value, DpSgdClient):
-        return value
-    if not isinstance(value, Mapping):
-        raise ValueError(f"dp_sgd must be a JSON object, got {value!r}")
-    return DpSgdClient.from_dict(value)
-
-
-WireReport = Annotated[PrivacyReport, PlainValidator(_read_report)]
-"""A ``PrivacyReport`` field of a message, read by ``PrivacyReport.from_dict``."""
-WireGuarantee = Annotated[ReleaseGuarantee, PlainValidator(_read_guarantee)]
-"""A ``ReleaseGuarantee`` field of a message, read by ``ReleaseGuarantee.from_dict``."""
-WireLabelRelease = Annotated[LabelRelease, PlainValidator(_read_label_release)]
-"""A ``LabelRelease`` field of a message, read by ``LabelRelease.from_json``."""
-WireLabelNoise = Annotated[LabelNoise, PlainValidator(_read_label_noise)]
-"""The run's ``LabelNoise`` in a message, read by ``LabelNoise.from_dict``."""
-WireDpSgd = Annotated[DpSgdClient, PlainValidator(_read_dp_sgd)]
-"""A silo's ``DpSgdClient`` in a message, read by ``DpSgdClient.from_dict``."""
-
-
-@dataclass(frozen=True)
-class ClientSummary(JsonRecord):
-    """What a client tells the server about its file once: sizes, labels and the file's feature metadata.
-
-    This is what the aggregation strategies and the records need (rows for sample weights, the label
-    histogram for DP-FedAW and the probability strategy) and what the local engine reads from the files.
+    Raises
+    ------
+    MessageError
+        A field is missing, unknown, of the wrong type or out of range.
     """
-
-    index: Count
-    file: str  # the file's name (not its path on the silo)
-    train_rows: Count
-    test_rows: Count
-    label_histogram: tuple[Count, ...]
-    dataset: str
-    num_classes: AtLeastOne
-    feature_format: str
-    feature_width: AtLeastOne
-    feature_mechanism: str
-    feature_privacy: WireReport
-    sha256: str  # of the file: the checkpoint records it, and resume refuses other files
-    release_guarantee: WireGuarantee | None = None  # the file's (issue 22); None from an older client
-    label_release: WireLabelRelease | None = None  # the file's label_release (issue 22: T of k-RR labels)
-    plan_fingerprint: str | None = None  # the shared plan the file was exported with (issue 16), if any
-    local_only: bool = False  # the file never leaves its silo (export --local-only): only updates do
-
-    def json_form(self) -> dict[str, Any]:
-        """Return the fields as JSON values: the report as the file stores it, the guarantee's ``to_dict``."""
-        form = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        guarantee = None if self.release_guarantee is None else self.release_guarantee.to_dict()
-        labels = None if self.label_release is None else self.label_release.to_json()
-        return form | {"feature_privacy": json.loads(self.feature_privacy.to_json()), "release_guarantee": guarantee,
-                       "label_release": labels}
+    return decode(ClientDescription, text)
 
 
 @dataclass(frozen=True)

@@ -61,7 +61,7 @@ def _run(grid: Grid, settings: AppRunConfig, out_dir: Path) -> None:
     summaries, node_of, left_out = ss.screen_nodes(describe(grid, nodes, settings.startup_timeout), settings)
     plan = ss.plan_from_summaries(config, summaries, run_dir=settings.run_dir or None, left_out=left_out,
                                   entries=list(settings.manifest))
-    inputs = {s.file: s.sha256 for s in plan.summaries}
+    inputs = {s.file: s.sha256 for s in plan.clients}
     writer = RunWriter(out_dir, config, plan.record, plan.privacy, inputs, engine=ss.ENGINE)
     payload = load_checkpoint(writer.checkpoint, config, engine=ss.ENGINE) if settings.resume else None
     driver = RunDriver.restored(plan, writer, payload, inputs)
@@ -82,8 +82,8 @@ def _run(grid: Grid, settings: AppRunConfig, out_dir: Path) -> None:
                                 resume_round=driver.start - 1, history=driver.history,
                                 min_clients=settings.min_clients)
     driver.run(transport, min_clients=settings.min_clients,
-               trained_on=lambda written: summary_record(plan.summaries, config, written),
-               title=f"{plan.summaries[0].dataset}: {config.aggregation}, perturbation {config.perturbation} "
+               trained_on=lambda written: summary_record(plan.clients, config, written),
+               title=f"{plan.clients[0].dataset}: {config.aggregation}, perturbation {config.perturbation} "
                      "(Flower)", keep_checkpoint=settings.keep_checkpoint, on_kept=kept)
     history = driver.history
     gone = set(history[-1].lost or ()) if history else set()  # lost in the last round: likely dead, not waited for

@@ -1,7 +1,7 @@
 """The server's half of the Flower engine, without flwr: its plan from the clients' summaries, its checks.
 
 The server never opens a client file: it learns N, the rows and the label histograms from the
-clients' :class:`~.protocol.ClientSummary` (what the local engine reads from the files) and builds its
+clients' ``ClientDescription`` (what the local engine reads from the files) and builds its
 plan with the local engine's builder (``plan.build_plan``): the model initialized from the server's
 stream, each client's perturbation (for σ_i and the privacy reports; the clients build their own), the
 strategy, the server rule, the records. The rounds are the shared loop's (``loop.run_rounds``), so a
@@ -21,6 +21,7 @@ from filelock import FileLock, Timeout
 
 from ldpfl.common.errors import LdpflError
 from ldpfl.contract.atomic import atomic_write_text
+from ldpfl.stage2_federate.client_description import ClientDescription
 from ldpfl.stage2_federate.config import FederationConfig
 from ldpfl.stage2_federate.label_claims import histogram_refusal
 from ldpfl.stage2_federate.left_out import LeftOut, enough_remain, needed_silos
@@ -31,7 +32,7 @@ from ldpfl.stage2_federate.plan import FederationPlan, build_plan, resolve_devic
 from ldpfl.stage2_federate.round_record import SplitSums
 from ldpfl.stage2_federate.round_record import union_evaluation as union_of
 
-from .protocol import SERVERAPP_LOCK, SUBMISSION_FILE, AppRunConfig, ClientSetup, ClientSummary, ManifestEntry
+from .protocol import SERVERAPP_LOCK, SUBMISSION_FILE, AppRunConfig, ClientSetup, ManifestEntry
 
 ENGINE = "flower"
 
@@ -42,13 +43,8 @@ class ServerPlan(FederationPlan):
 
     setups: dict[int, ClientSetup]
 
-    @property
-    def summaries(self) -> list[ClientSummary]:
-        """The clients' summaries, in client-index order."""
-        return [s for s in self.clients if isinstance(s, ClientSummary)]
 
-
-def summary_refusal(s: ClientSummary) -> str | None:
+def summary_refusal(s: ClientDescription) -> str | None:
     """Why the coordinator refuses ``s`` on its own (its claims do not add up), or None."""
     if len(s.label_histogram) != s.num_classes or sum(s.label_histogram) != s.train_rows:
         return (f"client {s.index}: its summary claims {s.train_rows} training rows but a label histogram of "
@@ -57,7 +53,7 @@ def summary_refusal(s: ClientSummary) -> str | None:
     return None
 
 
-def check_summaries(summaries: Sequence[ClientSummary]) -> list[ClientSummary]:
+def check_summaries(summaries: Sequence[ClientDescription]) -> list[ClientDescription]:
     """Sort the summaries by client index; refuse duplicates and clients whose files do not form one run."""
     ordered = sorted(summaries, key=lambda s: s.index)
     indices = [s.index for s in ordered]
@@ -79,7 +75,7 @@ def check_summaries(summaries: Sequence[ClientSummary]) -> list[ClientSummary]:
     return ordered
 
 
-def plan_from_summaries(config: FederationConfig, summaries: Sequence[ClientSummary], *,
+def plan_from_summaries(config: FederationConfig, summaries: Sequence[ClientDescription], *,
                         run_dir: str | None = None, left_out: Sequence[LeftOut] = (),
                         entries: Sequence[ManifestEntry] = ()) -> ServerPlan:
     """Set up the run from the clients' summaries with the local engine's builder (``plan.build_plan``).
@@ -134,7 +130,7 @@ def _short(digest: str) -> str:
     return digest[:12] + "…"
 
 
-def manifest_refusal(s: ClientSummary, listed: dict[int, ManifestEntry],
+def manifest_refusal(s: ClientDescription, listed: dict[int, ManifestEntry],
                      plan_fingerprint: str | None = None) -> str | None:
     """Why the manifest (``listed``: its entries by index) refuses ``s``, or None (see :func:`check_manifest`)."""
     entry = listed.get(s.index)
@@ -160,7 +156,7 @@ def manifest_refusal(s: ClientSummary, listed: dict[int, ManifestEntry],
     return None
 
 
-def check_manifest(summaries: Sequence[ClientSummary], entries: Sequence[ManifestEntry],
+def check_manifest(summaries: Sequence[ClientDescription], entries: Sequence[ManifestEntry],
                    plan_fingerprint: str | None = None) -> None:
     """Refuse a SuperNode whose file is not the one the coordinator's manifest lists for its client index.
 
@@ -178,9 +174,9 @@ def check_manifest(summaries: Sequence[ClientSummary], entries: Sequence[Manifes
             raise ValueError(reason)
 
 
-def screen(described: Sequence[tuple[int, ClientSummary]], entries: Sequence[ManifestEntry] = (),
+def screen(described: Sequence[tuple[int, ClientDescription]], entries: Sequence[ManifestEntry] = (),
            plan_fingerprint: str | None = None, *, needed: int = 1, refused: Sequence[LeftOut] = ()
-           ) -> tuple[list[ClientSummary], dict[int, int], list[LeftOut]]:
+           ) -> tuple[list[ClientDescription], dict[int, int], list[LeftOut]]:
     """Leave out each silo whose summary the coordinator refuses; return the rest, client index → node, the left out.
 
     ``described``: (node id, summary) for every SuperNode. One silo never stops a run: a silo whose claims the
@@ -199,10 +195,10 @@ def screen(described: Sequence[tuple[int, ClientSummary]], entries: Sequence[Man
     ask for more).
     """
     listed = {e.index: e for e in entries}
-    by_index: dict[int, list[tuple[int, ClientSummary]]] = {}
+    by_index: dict[int, list[tuple[int, ClientDescription]]] = {}
     for node, s in described:
         by_index.setdefault(s.index, []).append((node, s))
-    kept: list[tuple[int, ClientSummary]] = []
+    kept: list[tuple[int, ClientDescription]] = []
     left: list[LeftOut] = list(refused)
     for index in sorted(by_index):
         claimants = sorted(by_index[index], key=lambda ns: (ns[1].file, ns[1].sha256, ns[0]))
@@ -223,7 +219,7 @@ def screen(described: Sequence[tuple[int, ClientSummary]], entries: Sequence[Man
                     "cannot tell the honest one: every claimant is left out")) for _, s in claimants)
             continue
         kept.append(claimants[0])
-    screened: list[tuple[int, ClientSummary]] = []
+    screened: list[tuple[int, ClientDescription]] = []
     for node, s in kept:
         # a claim that contradicts itself is named so before it is compared with the manifest's counts
         reason = summary_refusal(s) or (manifest_refusal(s, listed, plan_fingerprint) if entries else None)
@@ -236,8 +232,8 @@ def screen(described: Sequence[tuple[int, ClientSummary]], entries: Sequence[Man
     return [s for _, s in screened], {s.index: node for node, s in screened}, left
 
 
-def screen_nodes(described: Sequence[tuple[int, ClientSummary]], settings: AppRunConfig
-                 ) -> tuple[list[ClientSummary], dict[int, int], list[LeftOut]]:
+def screen_nodes(described: Sequence[tuple[int, ClientDescription]], settings: AppRunConfig
+                 ) -> tuple[list[ClientDescription], dict[int, int], list[LeftOut]]:
     """Screen the ServerApp's nodes (:func:`screen`) under the run configuration ``settings``.
 
     The manifest and plan are the run's; the silos the launcher left out (``settings.left_out``: a simulation's

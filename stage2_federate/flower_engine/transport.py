@@ -40,6 +40,7 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, RecordDict
 from flwr.serverapp import Grid
 
 from ldpfl.common.errors import LdpflError
+from ldpfl.stage2_federate.client_description import ClientDescription
 from ldpfl.stage2_federate.loop import EvaluationReplies, Training
 from ldpfl.stage2_federate.round_record import ClientEvaluation, RoundRecord, SplitSums
 from ldpfl.stage2_federate.rounds import Broadcast, ClientResult
@@ -57,11 +58,11 @@ from .protocol import (
     TIMINGS,
     TRAIN,
     UPLOAD,
-    ClientSummary,
     EvaluateInstruction,
     MessageError,
     TrainInstruction,
     TrainReply,
+    description_from_json,
 )
 
 
@@ -173,8 +174,8 @@ def _failure(reply: Message, client: int, what: str, *, tolerated: bool = False)
     return f"client {client}: no {what.split()[0]} reply ({reason[:200]}); lost"
 
 
-def describe(grid: Grid, nodes: list[int], timeout: float) -> list[tuple[int, ClientSummary]]:
-    """Ask every node for its client summary; return (node id, summary) for each, in ``nodes`` order.
+def describe(grid: Grid, nodes: list[int], timeout: float) -> list[tuple[int, ClientDescription]]:
+    """Ask every node for its client's description; return (node id, description) for each, in ``nodes`` order.
 
     Two nodes may claim one client index: the server's ``server_side.screen`` tells the impostor (or leaves out
     every claimant), so the run is never stopped by one silo's claim.
@@ -189,7 +190,7 @@ def describe(grid: Grid, nodes: list[int], timeout: float) -> list[tuple[int, Cl
             raise ClientFailedError(f"SuperNode {node} could not open its client file: "
                                     f"{' '.join(str(reply.error.reason).split())}")
         try:
-            summary = ClientSummary.from_json(str(reply.content.config_records[INFO]["json"]))
+            summary = description_from_json(str(reply.content.config_records[INFO]["json"]))
         except MessageError as error:
             raise MessageError(f"SuperNode {node} described its client file with an {error}") from None
         described.append((node, summary))

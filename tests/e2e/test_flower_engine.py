@@ -23,6 +23,7 @@ import torch
 from federate_files import write_run
 from flower_helpers import leftovers
 
+from ldpfl.stage2_federate.client_description import ClientDescription
 from ldpfl.stage2_federate.config import FederationConfig
 from ldpfl.stage2_federate.data import load_run
 from ldpfl.stage2_federate.federation import run_federation
@@ -33,12 +34,13 @@ from ldpfl.stage2_federate.flower_engine.protocol import (
     RUN_CONFIG_DEFAULTS,
     AppRunConfig,
     ClientSetup,
-    ClientSummary,
     EvaluateInstruction,
     MessageError,
     TrainInstruction,
     TrainReply,
     app_pyproject,
+    description_from_json,
+    description_to_json,
     read_app_config,
     read_config,
     run_config,
@@ -180,8 +182,9 @@ def test_server_plan_from_summaries_equals_the_local_plan(three_clients) -> None
     config = FederationConfig(**CONFIG)
     local = plan_federation(three_clients, config)
     summaries = [cs.summarize(c) for c in load_run(three_clients).clients]
-    assert [ClientSummary.from_json(s.to_json()) for s in summaries] == summaries
+    assert [description_from_json(description_to_json(s)) for s in summaries] == summaries
     plan = plan_from_summaries(config, list(reversed(summaries)))
+    assert plan.clients == local.clients  # one description of each client, from the silo or from the file
     assert np.array_equal(plan.vector, torch.nn.utils.parameters_to_vector(local.model.parameters()).detach().numpy())
     assert plan.strategy.describe() == local.strategy.describe()
     assert plan.strategy.weights([0, 1, 2]).tolist() == local.strategy.weights([0, 1, 2]).tolist()
@@ -200,6 +203,18 @@ def test_server_plan_from_summaries_equals_the_local_plan(three_clients) -> None
         plan_from_summaries(config, [summaries[0], summaries[1], summaries[1]])
 
 
+def test_each_build_resolves_the_perturbation_target_once(three_clients, monkeypatch) -> None:
+    from ldpfl.stage2_federate import plan as planning
+
+    calls, resolve = [], planning.resolve_target
+    monkeypatch.setattr(planning, "resolve_target", lambda *args: calls.append(args) or resolve(*args))
+    config = FederationConfig(**CONFIG)
+    plan_federation(three_clients, config)
+    assert len(calls) == 1  # the local engine's build
+    plan_from_summaries(config, [cs.summarize(c) for c in load_run(three_clients).clients])
+    assert len(calls) == 2  # and the Flower server's
+
+
 def test_messages_round_trip_and_a_malformed_one_names_its_field(three_clients) -> None:
     """Every INFO record reads back equal; what does not fit its fields is a MessageError naming the field."""
     config = FederationConfig(**CONFIG)
@@ -209,22 +224,23 @@ def test_messages_round_trip_and_a_malformed_one_names_its_field(three_clients) 
     for record in (train, EvaluateInstruction(setup), TrainReply(client=1, note=None),
                    TrainReply(client=0, note="upload not finite; excluded")):
         assert type(record).from_json(record.to_json()) == record
-    text = summaries[0].to_json()
+    text = description_to_json(summaries[0])
     missing = object()
 
     def refusal(schema, **changes) -> str:
-        values = {**json.loads(text if schema is ClientSummary else train.to_json()), **changes}
+        values = {**json.loads(text if schema is ClientDescription else train.to_json()), **changes}
+        read = description_from_json if schema is ClientDescription else schema.from_json
         with pytest.raises(MessageError) as caught:
-            schema.from_json(json.dumps({k: v for k, v in values.items() if v is not missing}))
+            read(json.dumps({k: v for k, v in values.items() if v is not missing}))
         assert isinstance(caught.value, ValueError) and "\n" not in str(caught.value)
         return str(caught.value)
 
-    assert refusal(ClientSummary, train_rows="64") == (
-        "invalid ClientSummary message: train_rows: Input should be a valid integer, got '64'")  # no coercion
-    assert refusal(ClientSummary, label_histogram=[3, -1]).startswith(
-        "invalid ClientSummary message: label_histogram.1: Input should be greater than or equal to 0")
-    assert refusal(ClientSummary, sha256=missing) == "invalid ClientSummary message: sha256: missing"
-    assert refusal(ClientSummary, rows=3) == "invalid ClientSummary message: rows: not a field of this message"
+    assert refusal(ClientDescription, train_rows="64") == (
+        "invalid ClientDescription message: train_rows: Input should be a valid integer, got '64'")  # no coercion
+    assert refusal(ClientDescription, label_histogram=[3, -1]).startswith(
+        "invalid ClientDescription message: label_histogram.1: Input should be greater than or equal to 0")
+    assert refusal(ClientDescription, sha256=missing) == "invalid ClientDescription message: sha256: missing"
+    assert refusal(ClientDescription, rows=3) == "invalid ClientDescription message: rows: not a field of this message"
     assert refusal(TrainInstruction, setup={**json.loads(setup.to_json()), "lr": "fast"}) == (
         "invalid TrainInstruction message: setup.lr: Input should be a valid number, got 'fast'")
     assert "setup.epsilon: Input should be a finite number" in refusal(

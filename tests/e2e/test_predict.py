@@ -316,7 +316,7 @@ def test_the_flower_server_records_what_its_summaries_say(digits_run: Path, tmp_
     plan = plan_from_summaries(config, [cs.summarize(c) for c in load_run(digits_run).clients])
     paths = output_paths(tmp_path)
     save_model(paths["model"], plan.model,  # as the ServerApp's RunWriter.finish does
-               summary_record(plan.summaries, config, [RoundRecord(1, 0.0, 0.0, 0.0, 0.5, (0,), (), (), (0,), (1.0,),
+               summary_record(plan.clients, config, [RoundRecord(1, 0.0, 0.0, 0.0, 0.5, (0,), (), (), (0,), (1.0,),
                                                                    (None,), False, (), 0.0)]))
     record = read_model(paths["model"]).trained_on
     assert record["engine"] == "flower" and record["feature_width"] == 640 and record["mechanism"] == "uer"

@@ -306,11 +306,11 @@ def test_the_flower_client_step_receives_and_uses_t(runs):
 
     from ldpfl.stage2_federate.config import FederationConfig
     from ldpfl.stage2_federate.flower_engine import client_side, server_side
-    from ldpfl.stage2_federate.flower_engine.protocol import ClientSetup, ClientSummary
+    from ldpfl.stage2_federate.flower_engine.protocol import ClientSetup, description_from_json, description_to_json
 
     _, out = runs
     clients = [client_side.open_client(out / f"client_00{i}.h5", torch.device("cpu")) for i in range(2)]
-    summaries = [ClientSummary.from_json(client_side.summarize(c).to_json()) for c in clients]
+    summaries = [description_from_json(description_to_json(client_side.summarize(c))) for c in clients]
     config = FederationConfig(rounds=1, local_epochs=1, hidden=(8,), seed=4, device="cpu")
     plan = server_side.plan_from_summaries(config, summaries)
     setup = ClientSetup.from_json(plan.setups[0].to_json())

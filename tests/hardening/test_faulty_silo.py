@@ -392,7 +392,7 @@ def test_a_plan_without_a_left_out_silo_records_it(three) -> None:
     config = FederationConfig(rounds=1, hidden=(8,), seed=1, device="cpu")
     left = [LeftOut(1, "client_001.h5", "client 1: refused")]
     plan = plan_from_summaries(config, [summaries[0], summaries[2]], left_out=left)
-    assert sorted(plan.setups) == [0, 2] and [s.index for s in plan.summaries] == [0, 2]
+    assert sorted(plan.setups) == [0, 2] and [s.index for s in plan.clients] == [0, 2]
     assert plan.record["run"]["left_out"] == [{"client": 1, "file": "client_001.h5", "reason": "client 1: refused"}]
 
 

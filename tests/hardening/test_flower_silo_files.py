@@ -20,6 +20,7 @@ from federate_files import write_run
 
 from hardening.test_faulty_silo import BAD, CONFIG
 from hardening.test_silo_files import FAULTS, _flip_byte
+from ldpfl.stage2_federate.client_description import ClientDescription
 from ldpfl.stage2_federate.config import FederationConfig
 from ldpfl.stage2_federate.flower_engine import client_side as cs
 from ldpfl.stage2_federate.flower_engine import launch
@@ -45,7 +46,7 @@ def settings_of(silos: launch.SimulationSilos, config: FederationConfig, **value
     return AppRunConfig.read(run_config(config, **silos.run_values(), **values))
 
 
-def described(settings: AppRunConfig) -> list[tuple[int, cs.ClientSummary]]:
+def described(settings: AppRunConfig) -> list[tuple[int, ClientDescription]]:
     """(node, summary) of each simulated node: node ``k`` serves the configuration's file ``k``."""
     return [(10 + k, cs.summarize(cs.open_client(Path(f), torch.device("cpu"))))
             for k, f in enumerate(settings.client_files)]

@@ -10,8 +10,8 @@ import pytest
 from ldpfl import mechanisms as mech
 from ldpfl.common.errors import ParameterError
 from ldpfl.stage2_federate import aggregation as agg
+from ldpfl.stage2_federate.client_description import ClientDescription
 from ldpfl.stage2_federate.strategies import (
-    ClientProfile,
     SignAggregation,
     StrategyOptions,
     create_strategy,
@@ -23,9 +23,13 @@ X = [np.array([1.0, -2.0, 3.0], dtype=np.float32),
      np.array([-1.0, 0.0, 1.0], dtype=np.float32)]
 
 
-def profiles(sigmas=(1.0, 2.0, 4.0), rows=(10, 30, 60), histograms=((5, 5), (10, 0), (3, 1))):
-    return [ClientProfile(i, r, tuple(h), s, None) for i, (s, r, h) in enumerate(zip(sigmas, rows, histograms,
-                                                                                      strict=True))]
+def clients(rows=(10, 30, 60), histograms=((5, 5), (10, 0), (3, 1))):
+    return [ClientDescription.in_memory(i, r, h) for i, (r, h) in enumerate(zip(rows, histograms, strict=True))]
+
+
+def make(name, options=None, sigmas=(1.0, 2.0, 4.0)):
+    """Strategy ``name`` over the three :func:`clients`, whose perturbations add noise of σ_i ``sigmas``."""
+    return create_strategy(name, clients(), options or StrategyOptions(), dict(enumerate(sigmas)))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -139,15 +143,15 @@ def test_registry_names_and_unknown_name() -> None:
     assert strategy_names() == ["fedavg", "weighted", "probability", "fraction", "fedaw", "median", "trimmed-mean",
                                 "norm-clipped"]
     with pytest.raises(ValueError, match="unknown aggregation 'krum'; valid names: fedavg"):
-        create_strategy("krum", profiles())
+        make("krum")
 
 
 def test_fedavg_plain_and_sample_weighted() -> None:
     rng = mech.default_rng(0)
-    plain = create_strategy("fedavg", profiles()).aggregate(None, uploads(), rng=rng)
+    plain = make("fedavg").aggregate(None, uploads(), rng=rng)
     np.testing.assert_allclose(plain.vector, [1.0, 0.0, 1.0])
     assert plain.used == (0, 1, 2) and plain.weights == pytest.approx((1 / 3,) * 3)
-    weighted = create_strategy("fedavg", profiles(), StrategyOptions(sample_weighted=True))
+    weighted = make("fedavg", StrategyOptions(sample_weighted=True))
     result = weighted.aggregate(None, uploads(), rng=rng)
     # 0.1·x0 + 0.3·x1 + 0.6·x2
     np.testing.assert_allclose(result.vector, [0.1 + 0.9 - 0.6, -0.2 + 0.6, 0.3 - 0.3 + 0.6], atol=1e-6)
@@ -155,7 +159,7 @@ def test_fedavg_plain_and_sample_weighted() -> None:
 
 
 def test_weighted_wu_eq12_over_the_received_clients() -> None:
-    strategy = create_strategy("weighted", profiles())
+    strategy = make("weighted")
     result = strategy.aggregate(None, uploads(), rng=mech.default_rng(0))
     np.testing.assert_allclose(result.vector, (4 * X[0] + 2 * X[1] + 1 * X[2]) / 7, rtol=1e-6)
     assert result.weights == pytest.approx((4 / 7, 2 / 7, 1 / 7))
@@ -167,11 +171,11 @@ def test_weighted_wu_eq12_over_the_received_clients() -> None:
 @pytest.mark.parametrize("name", ["weighted", "probability"])
 def test_noise_weighted_strategies_need_a_noise_scale(name) -> None:
     with pytest.raises(ValueError, match=r"needs a noise scale per client.*perturbation 'none'"):
-        create_strategy(name, profiles(sigmas=(None, None, None)))
+        make(name, sigmas=(None, None, None))
 
 
 def test_probability_wu_eq15_with_the_same_omega_by_hand() -> None:
-    strategy = create_strategy("probability", profiles())
+    strategy = make("probability")
     assert list(strategy.probabilities.values()) == pytest.approx([4 / 7, 2 / 7, 1 / 7])
     for seed in range(20):
         omega = (4 / 7) * mech.default_rng(seed).random()  # what draw_omega draws from the same state
@@ -184,7 +188,7 @@ def test_probability_wu_eq15_with_the_same_omega_by_hand() -> None:
 
 def test_probability_when_only_low_probability_clients_arrive() -> None:
     # Only client 2 (P = 1/7) arrived: ω ~ U[0, 1/7) always selects it.
-    strategy = create_strategy("probability", profiles())
+    strategy = make("probability")
     for seed in range(10):
         result = strategy.aggregate(None, {2: X[2]}, rng=mech.default_rng(seed))
         assert result.used == (2,)
@@ -192,7 +196,7 @@ def test_probability_when_only_low_probability_clients_arrive() -> None:
 
 
 def test_fraction_selects_gamma_n_distinct_clients() -> None:
-    ten = [ClientProfile(i, 10, (1, 1)) for i in range(10)]
+    ten = [ClientDescription.in_memory(i, 10, (1, 1)) for i in range(10)]
     strategy = create_strategy("fraction", ten, StrategyOptions(fraction=0.7))
     rng = mech.default_rng(5)
     draws = [strategy.select(r, rng) for r in range(200)]
@@ -205,40 +209,40 @@ def test_fraction_selects_gamma_n_distinct_clients() -> None:
 
 def test_fraction_option_checks() -> None:
     with pytest.raises(ValueError, match="needs fraction γ"):
-        create_strategy("fraction", profiles())
+        make("fraction")
     with pytest.raises(ParameterError, match="give fraction, not clients_per_round") as error:
-        create_strategy("fraction", profiles(), StrategyOptions(clients_per_round=2, fraction=0.5))
+        make("fraction", StrategyOptions(clients_per_round=2, fraction=0.5))
     assert error.value.parameters == ("fraction", "clients_per_round")
     assert error.value.render(lambda n: "--" + n.replace("_", "-")).endswith("give --fraction, not --clients-per-round")
     with pytest.raises(ValueError, match="^fraction applies to aggregation 'fraction' only, not 'fedavg'"):
-        create_strategy("fedavg", profiles(), StrategyOptions(fraction=0.5))
+        make("fedavg", StrategyOptions(fraction=0.5))
     with pytest.raises(ValueError, match="^sample_weighted applies to aggregation 'fedavg' only, not 'weighted'"):
-        create_strategy("weighted", profiles(), StrategyOptions(sample_weighted=True))
+        make("weighted", StrategyOptions(sample_weighted=True))
 
 
 def test_fedaw_eq10_hand_computed() -> None:
     g = np.array([1.0, 1 / math.sqrt(2), 0.5 / (math.sqrt(0.625) * math.sqrt(0.5))])
-    result = create_strategy("fedaw", profiles()).aggregate(None, uploads(), rng=mech.default_rng(0))
+    result = make("fedaw").aggregate(None, uploads(), rng=mech.default_rng(0))
     np.testing.assert_allclose(result.vector, (g[0] * X[0] + g[1] * X[1] + g[2] * X[2]) / g.sum(), rtol=1e-6)
     assert result.weights == pytest.approx(tuple(g / g.sum()))
 
 
 def test_k_of_n_selection() -> None:
-    strategy = create_strategy("fedavg", [ClientProfile(i, 10, (1,)) for i in range(10)],
+    strategy = create_strategy("fedavg", [ClientDescription.in_memory(i, 10, (1,)) for i in range(10)],
                                StrategyOptions(clients_per_round=9))
     rng = mech.default_rng(1)
     picks = [strategy.select(r, rng) for r in range(50)]
     assert all(len(p) == 9 == len(set(p)) for p in picks)
     assert len({tuple(p) for p in picks}) > 1  # the random one left out changes
-    every = create_strategy("fedavg", profiles())
+    every = make("fedavg")
     assert every.select(1, rng) == [0, 1, 2]
     with pytest.raises(ValueError, match=r"clients per round must be an integer in \[1, 3\]"):
-        create_strategy("fedavg", profiles(), StrategyOptions(clients_per_round=4))
+        make("fedavg", StrategyOptions(clients_per_round=4))
 
 
 def test_nobody_received_gives_no_vector() -> None:
     for name in ("fedavg", "weighted", "probability", "fedaw"):
-        result = create_strategy(name, profiles()).aggregate(None, {}, rng=mech.default_rng(0))
+        result = make(name).aggregate(None, {}, rng=mech.default_rng(0))
         assert result.vector is None and result.used == ()
 
 
@@ -246,7 +250,7 @@ def test_nobody_received_gives_no_vector() -> None:
 @pytest.mark.parametrize(("name", "expected"), [("fedavg", [1, -1, -1, 1]), ("weighted", [1, 1, -1, 1])])
 def test_sign_wrapper_wu_eqs_10_and_13(name, expected) -> None:
     votes = {0: np.array([1, 1, -1, 1.0]), 1: np.array([1, -1, -1, -1.0]), 2: np.array([-1, -1, 1, 1.0])}
-    wrapped = SignAggregation(create_strategy(name, profiles()))
+    wrapped = SignAggregation(make(name))
     result = wrapped.aggregate(None, votes, rng=mech.default_rng(0))
     np.testing.assert_array_equal(result.vector, expected)
     assert result.info["signed"] is True
@@ -300,28 +304,28 @@ def test_cap_weights_water_fills_and_renormalizes() -> None:
 
 def test_robust_strategies_and_the_capped_fedavg() -> None:
     rng = mech.default_rng(0)
-    median = create_strategy("median", profiles()).aggregate(None, uploads(), rng=rng)
+    median = make("median").aggregate(None, uploads(), rng=rng)
     np.testing.assert_array_equal(median.vector, [1.0, 0.0, 1.0])
     assert median.used == (0, 1, 2) and median.weights == pytest.approx((1 / 3,) * 3)
-    four = [ClientProfile(i, 10, (5, 5), None, None) for i in range(4)]
+    four = [ClientDescription.in_memory(i, 10, (5, 5)) for i in range(4)]
     trimmed = create_strategy("trimmed-mean", four, StrategyOptions(trim_fraction=0.25)).aggregate(
         None, dict(enumerate(X4)), rng=rng)
     np.testing.assert_allclose(trimmed.vector, [2.0, -1.0, 0.5])
-    five = [ClientProfile(i, 10, (5, 5), None, None) for i in range(5)]  # 0.2 x 4 trims nobody: refused (issue 42)
+    five = [ClientDescription.in_memory(i, 10, (5, 5)) for i in range(5)]  # 0.2 x 4 trims nobody: refused (issue 42)
     assert create_strategy("trimmed-mean", five).describe()["trim_fraction"] == 0.2  # Flower's default beta
     # norm-clipped over uploaded parameters: updates (upload - global) are clipped, the mean added back
     glob = np.array([1.0, 1.0], dtype=np.float32)
     ups = {0: glob + np.array([3.0, 4.0], dtype=np.float32), 1: glob + np.array([0.0, 1.0], dtype=np.float32),
            2: glob + np.array([0.0, 2.0], dtype=np.float32)}
-    clipped = create_strategy("norm-clipped", profiles()).aggregate(glob, ups, rng=rng)
+    clipped = make("norm-clipped").aggregate(glob, ups, rng=rng)
     np.testing.assert_allclose(clipped.vector, [1.0 + 0.4, 1.0 + 4.6 / 3], rtol=1e-6)
     assert clipped.info["clip_norm"] == pytest.approx(2.0) and clipped.vector.dtype == np.float32
     updates = {k: v - glob for k, v in ups.items()}  # uploaded updates: clipped as they are
-    as_updates = create_strategy("norm-clipped", profiles(), StrategyOptions(target="update")).aggregate(
+    as_updates = make("norm-clipped", StrategyOptions(target="update")).aggregate(
         glob, updates, rng=rng)
     np.testing.assert_allclose(as_updates.vector, [0.4, 4.6 / 3], rtol=1e-6)
     # fedavg n_k/n weights (0.1, 0.3, 0.6) capped at 0.4: 0.6 -> 0.4, then 0.45 -> 0.4, the rest 0.2
-    capped = create_strategy("fedavg", profiles(), StrategyOptions(sample_weighted=True, max_client_weight=0.4)
+    capped = make("fedavg", StrategyOptions(sample_weighted=True, max_client_weight=0.4)
                              ).aggregate(None, uploads(), rng=rng)
     assert capped.weights == pytest.approx((0.2, 0.4, 0.4))
     np.testing.assert_allclose(capped.vector, [1.0, 0.4, 0.6], rtol=1e-6)
