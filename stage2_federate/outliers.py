@@ -46,6 +46,8 @@ from typing import Any, Protocol
 import numpy as np
 from scipy.special import ndtr
 
+from .label_mix_reference import mix_prediction
+
 DISCOUNT_BOUND = 0.5
 """A robust rule names a silo whose discount reaches this: it counted at most half as much as a typical silo."""
 
@@ -88,6 +90,7 @@ class SiloDiscount:
     named: bool
     noise_distance: float | None = None  # DP-SGD runs: r_i / median_j r_j (:func:`noise_distances`), else None
     noise_bound: float | None = None  # DP-SGD runs: the bound it is named past (:func:`noise_bound`), else None
+    mix_distance: float | None = None  # DP-SGD runs of ≥ 3 silos: its label-mix distance (:func:`mix_ratios`)
 
     def to_dict(self) -> dict[str, Any]:
         """Return the entry as written in ``metrics.json`` (the noise figures only in a DP-SGD run)."""
@@ -95,14 +98,17 @@ class SiloDiscount:
                                "distance": round(self.distance, 6), "named": self.named}
         if self.noise_distance is not None and self.noise_bound is not None:
             row |= {"noise_distance": round(self.noise_distance, 6), "noise_bound": round(self.noise_bound, 6)}
+        if self.mix_distance is not None:
+            row["mix_distance"] = round(self.mix_distance, 6)
         return row
 
     @classmethod
     def from_dict(cls, row: Mapping[str, Any]) -> SiloDiscount:
         """Read an entry written by :meth:`to_dict`."""
-        noise, bound = row.get("noise_distance"), row.get("noise_bound")
+        noise, bound, mix = row.get("noise_distance"), row.get("noise_bound"), row.get("mix_distance")
         return cls(int(row["client"]), float(row["discount"]), float(row["distance"]), bool(row["named"]),
-                   None if noise is None else float(noise), None if bound is None else float(bound))
+                   None if noise is None else float(noise), None if bound is None else float(bound),
+                   None if mix is None else float(mix))
 
 
 @dataclass(frozen=True)
@@ -321,20 +327,43 @@ def noise_distances(uploads: Sequence[np.ndarray], scales: Sequence[float], z: f
     return NoiseDistances(units, norms, ratios, np.array([noise_bound(kappa, dim, z) for kappa in kappas]), median)
 
 
+def mix_ratios(uploads: Sequence[np.ndarray], scales: Sequence[float],
+               mixes: Sequence[Sequence[int]]) -> tuple[np.ndarray, float]:
+    """Return each silo's label-mix distance r_i / median_j r_j and its bound (``label_mix_reference``).
+
+    r_i is silo i's distance from what the other silos predict for its training label mix, in units of what that
+    prediction and its DP-SGD noise leave (``label_mix_reference.mix_prediction``): √(χ²_d / d) for an honest
+    silo, so its bound is :func:`noise_bound` with κ = 2.
+    """
+    units = mix_prediction(uploads, scales, mixes).units
+    median = float(np.median(units))
+    return (units / median if median > 0 else np.ones(len(units))), noise_bound(2.0, int(np.asarray(uploads[0]).size))
+
+
 def report(clients: Sequence[int], uploads: Sequence[np.ndarray], discounts: Sequence[float] | np.ndarray | None,
-           action: str, *, noise_scales: Mapping[int, float] | None = None) -> OutlierReport:
+           action: str, *, noise_scales: Mapping[int, float] | None = None,
+           label_mixes: Mapping[int, Sequence[int]] | None = None) -> OutlierReport:
     """Return the round's report over ``clients`` (``discounts`` None: FedAvg's report, names by distance).
 
     ``noise_scales``: each silo's DP-SGD noise per coordinate (:func:`upload_noise_scales`); given, silos are
-    named by their noise distance (:func:`noise_distances`) instead of their discount or distance.
+    named by their noise distance (:func:`noise_distances`) instead of their discount or distance. ``label_mixes``:
+    each silo's training label histogram; given too, with 3 silos or more, a silo is named only when its label mix
+    does not explain that distance either (:func:`mix_ratios`): an honest silo of a skewed mix is far from the
+    others' median, but not from what they predict for its mix.
     """
     distances = median_distances(uploads)
     taken = np.zeros(len(clients)) if discounts is None else np.asarray(discounts, dtype=np.float64)
     if noise_scales is not None:
-        noise = noise_distances(uploads, [noise_scales[c] for c in clients])
-        silos = [SiloDiscount(int(c), float(x), float(r), bool(named), float(t), float(b))
-                 for c, x, r, named, t, b in zip(clients, taken, distances, noise.named, noise.ratios, noise.bounds,
-                                                  strict=True)]
+        scales = [noise_scales[c] for c in clients]
+        noise = noise_distances(uploads, scales)
+        named, mixed = noise.named, np.full(len(clients), np.nan)
+        if label_mixes is not None and len(clients) >= 3:
+            mixed, mix_bound = mix_ratios(uploads, scales, [label_mixes[c] for c in clients])
+            named = named & (mixed > mix_bound)
+        silos = [SiloDiscount(int(c), float(x), float(r), bool(flag), float(t), float(b),
+                              None if math.isnan(m) else float(m))
+                 for c, x, r, flag, t, b, m in zip(clients, taken, distances, named, noise.ratios, noise.bounds,
+                                                   mixed, strict=True)]
         return OutlierReport(action, tuple(silos), noise.median)
     named = distances > OUTLIER_BOUND if discounts is None else taken >= DISCOUNT_BOUND
     return OutlierReport(action, tuple(SiloDiscount(int(c), float(x), float(r), bool(flag))

@@ -1,22 +1,18 @@
 """Aggregation strategies: one class per paper rule, a registry, and the sign wrapper.
 
-A strategy does two things each round (as Flower's ``configure_fit`` / ``aggregate_fit``):
+Each round (as Flower's ``configure_fit`` / ``aggregate_fit``) a strategy does two things: ``select``, which
+clients train (k of N at random, or γ·N for PLDP-FL), and ``aggregate``, which combines the uploads that reached
+the server into one vector, with the weights used. The math lives in ``aggregation`` as pure functions;
+strategies only choose the weights and the clients. Sign aggregation for ldpsign (WU eqs. 10, 13, 16) *wraps*
+whichever strategy is chosen, as Flower adds DP by wrapping: it takes the inner strategy's combination and
+returns its sign.
 
-* ``select``: which clients train this round (k of N at random, or γ·N for PLDP-FL);
-* ``aggregate``: combine the uploads that reached the server into one vector, with the weights used.
-
-The math lives in ``aggregation`` as pure functions; strategies only choose the weights and the clients.
-Sign aggregation for ldpsign (WU eqs. 10, 13, 16) *wraps* whichever strategy is chosen, as Flower adds
-DP by wrapping: it takes the inner strategy's combination and returns its sign.
-
-Robust aggregation (issue 31) is a strategy like the papers': ``median`` (coordinate-wise median),
-``trimmed-mean`` (coordinate-wise β-trimmed mean) and ``norm-clipped`` (each update clipped on the server,
-then the mean). Every strategy only ever sees uploads the server checked (``reply_checks``: finite, of the
-model's shape, within the update-norm bound), and ``max_client_weight`` caps any client's normalized weight
-in the weighted means (the excess is shared by the others, ``aggregation.cap_weights``). Each robust rule returns
-which silos it discounted or clipped, by how much (``Aggregate.outliers``, issue 42); a rule that cannot act at the
-run's clients per round is refused (``rule_checks``).
-
+Robust aggregation (issue 31) is a strategy like the papers': ``median`` (coordinate-wise median), ``trimmed-mean``
+(coordinate-wise β-trimmed mean) and ``norm-clipped`` (each update clipped on the server, then the mean). Every strategy
+only ever sees uploads the server checked (``reply_checks``: finite, of the model's shape, within the update-norm
+bound), and ``max_client_weight`` caps any client's normalized weight in the weighted means (the excess is shared by the
+others, ``aggregation.cap_weights``). Each robust rule returns which silos it discounted or clipped, by how much
+(``Aggregate.outliers``, issue 42); a rule that cannot act at the run's clients per round is refused (``rule_checks``).
 Registry keys are the CLI's ``--aggregation`` choices.
 """
 
@@ -133,7 +129,13 @@ class Strategy:
         """Return the outlier report of ``clients``' uploads when ``outlier_report`` is set (``outliers``)."""
         if not self.options.outlier_report:
             return None
-        return out.report(clients, [uploads[c] for c in clients], None, out.FLAGGED, noise_scales=self.upload_noise)
+        return out.report(clients, [uploads[c] for c in clients], None, out.FLAGGED, **self.noise_facts)
+
+    @property
+    def noise_facts(self) -> dict[str, Any]:
+        """What a DP-SGD report names by: each silo's noise scale and its training label histogram (``outliers``)."""
+        mixes = {c: description.label_histogram for c, description in self.clients.items()}
+        return {"noise_scales": self.upload_noise, "label_mixes": mixes}
 
     def capped(self, weights: np.ndarray) -> np.ndarray:
         """Return ``weights`` normalized, none above ``max_client_weight`` (``aggregation.cap_weights``)."""
@@ -200,14 +202,12 @@ def _only_for(option: str, aggregation: str, name: str) -> ParameterError:
 
 def _require_noise_scales(strategy: Strategy) -> dict[int, float]:
     scales = {i: strategy.noise_scales.get(i) for i in strategy.client_ids}
-    missing = [i for i, s in scales.items() if s is None]
-    if missing:
+    if missing := [i for i, s in scales.items() if s is None]:
         noisy = [n for n in mech.federation_names()
                  if (wiring := mech.mechanism_class(n).FEDERATION) is not None and wiring.budget]
-        raise ParameterError(
-            f"aggregation {strategy.NAME!r} weighs client i by 1/σ_i (Wu eqs. 11/14), which needs a noise scale "
-            f"per client; the perturbation of clients {missing} adds no noise (perturbation 'none'?). Use "
-            f"`perturbation` {', '.join(noisy)}, or `aggregation` fedavg")
+        raise ParameterError(f"aggregation {strategy.NAME!r} weighs client i by 1/σ_i (Wu eqs. 11/14), which needs "
+                             f"a noise scale per client; the perturbation of clients {missing} adds no noise "
+                             f"(perturbation 'none'?). Use `perturbation` {', '.join(noisy)}, or `aggregation` fedavg")
     return {i: float(s) for i, s in scales.items() if s is not None}
 
 
@@ -362,7 +362,7 @@ class CoordinateWise(Strategy):
         rows = [uploads[c] for c in clients]
         vector = self.combine(rows)
         report = out.report(clients, rows, out.kept_discounts(rows, self.trimmed(len(clients))), out.DISCOUNTED,
-                            noise_scales=self.upload_noise)
+                            **self.noise_facts)
         return Aggregate(vector, tuple(clients), tuple([1.0 / len(clients)] * len(clients)),
                          self.details(len(clients)), report)
 
@@ -458,7 +458,7 @@ class NormClippedMean(Strategy):
         vector = (mean_update + reference).astype(dtype if np.issubdtype(dtype, np.floating) else np.float64)
         norms = np.linalg.norm(np.stack(updates), axis=1)
         taken = np.where(norms > bound, 1.0 - bound / np.maximum(norms, 1e-300), 0.0)
-        report = out.report(clients, updates, taken, out.CLIPPED, noise_scales=self.upload_noise)
+        report = out.report(clients, updates, taken, out.CLIPPED, **self.noise_facts)
         return Aggregate(vector, tuple(clients), tuple(w.tolist()), {"clip_norm": bound}, report)
 
 

@@ -44,6 +44,7 @@ def test_a_poisoning_silo_is_named_by_its_noise_distance(three, tmp_path, monkey
         assert report["noise_median"] > 0
         silo = next(s for s in report["silos"] if s["client"] == BAD)
         assert silo["noise_distance"] > silo["noise_bound"] > 1.0
+        assert silo["mix_distance"] > silo["noise_bound"]  # its label mix does not explain it (κ 2: a lower bound)
     named = json.loads(result.paths["metrics_json"].read_text())["named_outliers"]
     assert [p["client"] for p in named] == [BAD] and named[0]["mean_noise_distance"] > 1.3
     assert "in units of its own DP-SGD noise" in outputs.outlier_lines(result.history)[0]
@@ -56,6 +57,7 @@ def test_ten_honest_dp_sgd_silos_are_not_named(ten, tmp_path) -> None:
     for record in result.history:
         assert record["outliers"]["named"] == []
         assert all(s["noise_distance"] < s["noise_bound"] for s in record["outliers"]["silos"])
+        assert all(s["mix_distance"] > 0 for s in record["outliers"]["silos"])  # the label-mix figure is written
 
 
 def test_under_adam_the_report_falls_back_to_the_raw_distance(three, tmp_path, monkeypatch) -> None:
