@@ -151,13 +151,20 @@ def silo_figures(reports: list[out.OutlierReport]) -> list[dict]:
             figure["noise"] = {"distance_mean": float(noise.mean()), "distance_quartiles": _spread(noise),
                                "distance_min": float(noise.min()), "distance_max": float(noise.max()),
                                "bound": float(np.mean([s.noise_bound for s in entries]))}
+        if all(s.mix_distance is not None for s in entries):  # runs since the label-mix reference
+            mix = np.array([s.mix_distance for s in entries])
+            figure["mix"] = {"distance_mean": float(mix.mean()), "distance_quartiles": _spread(mix),
+                             "distance_max": float(mix.max())}
         figures.append(figure)
     return figures
 
 
 def _noise_cell(silo: dict) -> str:
-    noise = silo.get("noise")
-    return "–" if noise is None else f"{noise['distance_mean']:.4f} / {noise['bound']:.4f}"
+    noise, mix = silo.get("noise"), silo.get("mix")
+    if noise is None:
+        return "–"
+    return f"{noise['distance_mean']:.4f} / {noise['bound']:.4f}" + (
+        "" if mix is None else f" (label mix {mix['distance_mean']:.4f})")
 
 
 def table(records: list[dict]) -> str:
@@ -240,7 +247,9 @@ def main() -> None:
                 "fedavg (+ outlier report)" if rule == "fedavg" else rule)
             records.append({
                 "scenario": scenario, "partition": partition, "attack": attack, "rule": rule, "rule_label": label,
-                "action": reports[0].action, "named_by": "DP-SGD noise distance" if noisy else (
+                "action": reports[0].action, "named_by": ("DP-SGD noise distance and label mix"
+                                                          if reports[0].silos[0].mix_distance is not None else
+                                                          "DP-SGD noise distance") if noisy else (
                     "distance" if rule == "fedavg" else "discount"),
                 "lr": lr, "accuracy": accuracy(model, x, y, test_rows),
                 "silos": silo_figures(reports),
