@@ -373,6 +373,19 @@ def targets(records: list[dict], key: tuple) -> str:
             f"{100 / rows:.1f} pp) | {versus_global:+.1f} | {dp_gain:+.1f} | {ok} | {on_mix} |")
 
 
+def own_table(records: list[dict], keys: list[tuple], on: str) -> list[str]:
+    """The rows of an own-record table (``own-heldout`` or ``own-mix-test``): each setting, then the best alone."""
+    names = " | ".join(SETTINGS)
+    lines = [f"| dataset | split | ε | seeds | {names} | best alone |",
+             "|---|---|---:|---:|" + "---:|" * (len(SETTINGS) + 1)]
+    for key in keys:
+        anchor = find(records, key, "global", on)
+        best = "–" if not anchor else f"{100 * mean_of(anchor, 'best_alone_mean'):.1f}"
+        lines.append(f"| {key[0]} | {key[1]} | {key[2]:g} | {len(anchor)} | "
+                     + " | ".join(cell(find(records, key, s, on), "own-heldout") for s in SETTINGS) + f" | {best} |")
+    return lines
+
+
 def markdown(records: list[dict]) -> str:
     order = {p: j for j, p in enumerate(("iid", "dirichlet-0.5", "dirichlet-0.1", "shards-1"))}
     rows = sorted({(r["dataset"], r["partition"], r["epsilon_add_remove_target"]) for r in records},
@@ -381,14 +394,7 @@ def markdown(records: list[dict]) -> str:
     out = ["Own held-out accuracy (%), the mean over the 10 silos (unweighted), then over the seeds (± its standard "
            "error over seeds); in brackets the worst silo's gap (pp) to its best alone model, the worst over every "
            "seed (per silo the better of alone-dp and alone-in-house; `best alone` is the mean of those):", "",
-           f"| dataset | split | ε | seeds | {names} | best alone |",
-           "|---|---|---:|---:|" + "---:|" * (len(SETTINGS) + 1)]
-    for key in rows:
-        anchor = find(records, key, "global", "own-heldout")
-        best = "–" if not anchor else f"{100 * mean_of(anchor, 'best_alone_mean'):.1f}"
-        out.append(f"| {key[0]} | {key[1]} | {key[2]:g} | {len(anchor)} | "
-                   + " | ".join(cell(find(records, key, s, "own-heldout"), "own-heldout") for s in SETTINGS)
-                   + f" | {best} |")
+           *own_table(records, rows, "own-heldout")]
     out += ["", "Pooled official test set (%) (the mean over the silos' own models; global: the one model; then over "
             "the seeds):", "",
             f"| dataset | split | ε | seeds | {names} |", "|---|---|---:|---:|" + "---:|" * len(SETTINGS)]
@@ -402,13 +408,7 @@ def markdown(records: list[dict]) -> str:
                 "this estimates the silo's own-record accuracy over every official test record of its classes "
                 "instead of its 5-1,072 held-out records); the mean over the silos, then over the seeds, in brackets "
                 "the worst silo's gap to its best alone model over every seed (runs that recorded it):", "",
-                f"| dataset | split | ε | seeds | {names} | best alone |",
-                "|---|---|---:|---:|" + "---:|" * (len(SETTINGS) + 1)]
-        for key in mixed:
-            anchor = find(records, key, "global", "own-mix-test")
-            out.append(f"| {key[0]} | {key[1]} | {key[2]:g} | {len(anchor)} | "
-                       + " | ".join(cell(find(records, key, s, "own-mix-test"), "own-heldout") for s in SETTINGS)
-                       + f" | {100 * mean_of(anchor, 'best_alone_mean'):.1f} |")
+                *own_table(records, mixed, "own-mix-test")]
     out += ["", "Issue 41's Done-when (the best personalization by its own held-out mean over seeds; its mean minus "
             "the best-alone mean, target ≥ −0.5 pp; its worst silo over every seed, target ≥ −2 pp, with that silo's "
             "held-out rows; minus the global model, target ≥ −0.3 pp on IID; personalized-dp's pooled-test accuracy "
