@@ -112,6 +112,7 @@ def federate(x, y, splits, rule: str, trim_fraction: float, sigma: float, lr: fl
                StrategyOptions(trim_fraction=trim_fraction) if rule == "trimmed-mean" else StrategyOptions())
     strategy = create_strategy(rule, profiles, options)
     strategy.upload_noise = out.upload_noise_scales(dict(enumerate(clients)), lr=lr, plain_sgd=True)  # as the loop
+    strategy.upload_signal = out.upload_signal_bound(dict(enumerate(clients)), lr=lr, plain_sgd=True)
     server_rng = np.random.default_rng([seed, 12])  # none of these rules draws from it
     momentum = FedAvgM(MOMENTUM)
     vector = get_vector(model).numpy()

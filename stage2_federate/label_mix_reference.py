@@ -14,21 +14,32 @@ for all coordinates, and β a flat one. Then the n uploads of one coordinate are
 
     A = P·diag(τ²)·Pᵀ + diag(s²)                                                             (2)
 
-(P the n × C matrix of label mixes) about a common mean, and the τ_c² are fitted by restricted maximum
-likelihood (REML, Patterson & Thompson 1971) over the d coordinates, which share them. Silo i is compared with the
-best linear unbiased prediction of its upload from the *other* silos (universal kriging, Cressie 1993 §3.4.5):
+(P the n × C matrix of label mixes) about a common mean. Silo i is compared with the best linear unbiased
+prediction of its upload from the *other* silos (universal kriging, Cressie 1993 §3.4.5):
 
     μ_i = β̂ + kᵀ A₋ᵢ⁻¹ (u₋ᵢ − β̂·1),      β̂ = 1ᵀA₋ᵢ⁻¹u₋ᵢ / 1ᵀA₋ᵢ⁻¹1,
     v_i = k_ii + s_i² − kᵀ A₋ᵢ⁻¹ k + (1 − 1ᵀA₋ᵢ⁻¹k)² / 1ᵀA₋ᵢ⁻¹1,                                (3)
 
-k = P₋ᵢ·diag(τ²)·π_i, k_ii = π_iᵀ diag(τ²) π_i. Under (1) the d residuals u_i − μ_i are N(0, v_i), so
-r_i = ‖u_i − μ_i‖ / √(d·v_i) is √(χ²_d / d): 1 within √2/(2√d), the κ = 2 of ``outliers.noise_bound``. A silo
-whose mix no other silo shares gets a large v_i (its Δ part cannot be predicted), so it is not named for being
-unusual; a silo whose upload departs from what its *claimed* mix predicts (flipped or near-constant labels behind
-an honest histogram) is. The statistic is only as good as the mixes: it reads the label histograms the plan already
-holds (checked against the files or the manifest where they can be, ``label_claims``), and a silo that forges its
-histogram to match its poison is judged by the forged mix. Feature shift between silos (one class's records
-differing by silo) is not in (1).
+k = P₋ᵢ·diag(τ²)·π_i, k_ii = π_iᵀ diag(τ²) π_i. The variances come from the other silos too: the τ_c² that
+maximize the restricted likelihood (REML, Patterson & Thompson 1971) of their uploads' d coordinates, which share
+them, each capped by how far two classes' mean updates can be apart (``outliers.upload_signal_bound``). Silo i's
+own upload must not explain itself: fitted with it, one far upload among near-equal mixes is absorbed by a large
+τ_c along their tiny differences. A class along which the others' mixes do not vary is not seen by their fit, so
+every class is granted the largest variance they show (heterogeneity seen anywhere may be anywhere).
+
+Under (1) the d residuals u_i − μ_i are N(0, v_i), so r_i = ‖u_i − μ_i‖ / √(d·v_i) is √(χ²_d / d): 1 within
+√2/(2√d), the κ = 2 of ``outliers.noise_bound``, and below 1 where the variance granted exceeds the true one.
+What it tells apart:
+
+* an honest silo of a skewed mix among skewed silos (Dirichlet 0.1): the others' spread grants its mix room;
+* a silo whose upload departs from what its *claimed* mix predicts among silos that agree (flipped or
+  near-constant labels among IID silos): the others show no heterogeneity, so nothing covers the departure.
+
+What it cannot: a silo alone in a mix the others do not vary along, among silos that agree, is judged as a
+near-constant poisoner would be (an honest single-class silo among IID ones is named); a silo that forges its
+histogram is judged by the forged mix (the histograms are those the plan holds, checked against the files or the
+manifest where they can be, ``label_claims``); feature shift between silos is not in (1); and two poisoners can
+raise the variance each other is granted.
 
 Imports neither torch nor jax: numpy and scipy's optimizer on n × n matrices (n silos), whatever d.
 """
@@ -43,7 +54,7 @@ from scipy.optimize import minimize
 
 __all__ = ["MixPrediction", "fit_class_variances", "mix_prediction"]
 
-_LOG_RANGE = (-30.0, 12.0)  # log(τ_c² / median s²): from no heterogeneity to e^12 times the noise
+_LARGEST_RATIO = 1e6  # τ_c² / median s² at most, where no bound on the updates is given
 
 
 class MixPrediction:
@@ -53,7 +64,7 @@ class MixPrediction:
                  dim: int) -> None:
         self.residual_norms = residual_norms  # ‖u_i − μ_i‖
         self.variances = variances  # v_i, per coordinate
-        self.class_variances = class_variances  # the fitted τ_c²
+        self.class_variances = class_variances  # row i: the τ_c² silo i's prediction used (fitted without it)
         self.dim = dim
 
     @property
@@ -68,12 +79,17 @@ def _contrasts(n: int) -> np.ndarray:
     return basis[:, 1:].T
 
 
-def fit_class_variances(uploads: np.ndarray, scales: np.ndarray, mixes: np.ndarray) -> np.ndarray:
+def fit_class_variances(uploads: np.ndarray, scales: np.ndarray, mixes: np.ndarray,
+                        largest: float | None = None) -> np.ndarray:
     """Return the τ_c² of eq. 2 that maximize the restricted likelihood of the n uploads' d coordinates.
 
     With L the contrasts, Y = L·U holds d independent draws of N(0, Σ), Σ = L·A·Lᵀ; per coordinate the negative
-    log-likelihood is f = ½(log det Σ + tr(Σ⁻¹·W)), W = YYᵀ/d, minimized over θ_c = log τ_c² (L-BFGS-B) with its
-    gradient ∂f/∂θ_c = ½·τ_c²·q_cᵀ(Σ⁻¹ − Σ⁻¹WΣ⁻¹)q_c, q_c = L·p_c the contrasts of class c's column of P.
+    log-likelihood is f = ½(log det Σ + tr(Σ⁻¹·W)), W = YYᵀ/d, minimized over t_c = τ_c² / median s² ≥ 0
+    (L-BFGS-B, from t = 0) with its gradient ∂f/∂t_c = ½·q_cᵀ(Σ⁻¹ − Σ⁻¹WΣ⁻¹)q_c·median s², q_c = L·p_c the
+    contrasts of class c's column of P. A class along which the mixes do not vary leaves f flat in t_c, and its
+    τ_c² stays 0: no heterogeneity is granted that the other silos do not show. ``largest``: an upper bound on
+    every τ_c² (how far two classes' mean updates can be apart); without it, near-equal mixes (IID) could explain
+    one far upload by a huge τ_c along their tiny differences.
     """
     n, dim = uploads.shape
     contrasts = _contrasts(n)
@@ -83,27 +99,27 @@ def fit_class_variances(uploads: np.ndarray, scales: np.ndarray, mixes: np.ndarr
     noise = contrasts @ np.diag(scales**2) @ contrasts.T
     unit = float(np.median(scales**2))
 
-    def objective(log_ratio: np.ndarray) -> tuple[float, np.ndarray]:
-        tau2 = unit * np.exp(log_ratio)
-        covariance = (columns * tau2) @ columns.T + noise
+    def objective(ratio: np.ndarray) -> tuple[float, np.ndarray]:
+        covariance = (columns * (unit * ratio)) @ columns.T + noise
         inverse = np.linalg.inv(covariance)
         _, log_det = np.linalg.slogdet(covariance)
         value = 0.5 * (log_det + float(np.sum(inverse * scatter)))
         middle = inverse - inverse @ scatter @ inverse
-        gradient = 0.5 * tau2 * np.einsum("kc,kl,lc->c", columns, middle, columns)
-        return value, gradient
+        return value, 0.5 * unit * np.einsum("kc,kl,lc->c", columns, middle, columns)
 
-    first = np.full(mixes.shape[1], -2.0)  # ∂f/∂θ_c carries τ_c²: a start where τ_c² is tiny would stay there
-    fitted = minimize(objective, first, jac=True, method="L-BFGS-B", bounds=[_LOG_RANGE] * mixes.shape[1])
-    return unit * np.exp(fitted.x)
+    top = _LARGEST_RATIO if largest is None else min(_LARGEST_RATIO, largest / unit)
+    fitted = minimize(objective, np.zeros(mixes.shape[1]), jac=True, method="L-BFGS-B",
+                      bounds=[(0.0, top)] * mixes.shape[1])
+    return unit * fitted.x
 
 
-def mix_prediction(uploads: Sequence[np.ndarray], scales: Sequence[float],
-                   mixes: Sequence[Sequence[float]]) -> MixPrediction:
+def mix_prediction(uploads: Sequence[np.ndarray], scales: Sequence[float], mixes: Sequence[Sequence[float]], *,
+                   largest_class_variance: float | None = None) -> MixPrediction:
     """Return each upload's residual from what the other silos predict for its label mix (eqs. 1-3).
 
     ``uploads``: the n silos' uploads (parameters or updates: β absorbs the global model); ``scales``: each
-    silo's DP-SGD noise per coordinate; ``mixes``: each silo's training label histogram (normalized here).
+    silo's DP-SGD noise per coordinate; ``mixes``: each silo's training label histogram (normalized here);
+    ``largest_class_variance``: the cap on each τ_c² (``outliers.upload_signal_bound``), per coordinate.
 
     A poisoned upload is in the fit and among the predictors of the others: where the mixes differ (non-IID) it
     can bend an honest silo's prediction past the bound too (docs/cross-silo.md); where they are alike, its weight
@@ -128,11 +144,15 @@ def mix_prediction(uploads: Sequence[np.ndarray], scales: Sequence[float],
         raise ValueError(f"mixes must be {n} label histograms of counts >= 0, each with a count, got shape "
                          f"{counts.shape}")
     mix = counts / counts.sum(axis=1, keepdims=True)
-    tau2 = fit_class_variances(rows, s, mix)
-    signal = (mix * tau2) @ mix.T  # P·diag(τ²)·Pᵀ
-    norms, variances = np.empty(n), np.empty(n)
+    norms, variances, fitted = np.empty(n), np.empty(n), np.empty((n, mix.shape[1]))
     for i in range(n):
         others = np.delete(np.arange(n), i)
+        # the variances are fitted without silo i too: its own upload must not explain itself
+        # fitted without silo i (its own upload must not explain itself); a class along which the others' mixes do
+        # not vary is not seen by their fit, so every class is granted the largest variance the others show
+        tau2 = fitted[i] = np.full(mix.shape[1], float(np.max(
+            fit_class_variances(rows[others], s[others], mix[others], largest_class_variance))))
+        signal = (mix * tau2) @ mix.T  # P·diag(τ²)·Pᵀ
         a = signal[np.ix_(others, others)] + np.diag(s[others] ** 2)
         k = signal[others, i]
         a_inv_one, a_inv_k = np.linalg.solve(a, np.column_stack([np.ones(len(others)), k])).T
@@ -142,4 +162,4 @@ def mix_prediction(uploads: Sequence[np.ndarray], scales: Sequence[float],
         gap = rows[i] - weights @ rows[others]
         norms[i] = math.sqrt(float(np.sum(gap * gap)))
         variances[i] = signal[i, i] + s[i] ** 2 - float(k @ a_inv_k) + free**2 / total
-    return MixPrediction(norms, variances, tau2, dim)
+    return MixPrediction(norms, variances, fitted, dim)

@@ -41,7 +41,7 @@ from ldpfl.mechanisms.gaussian_statistics import GaussianStatistics
 from .checkpoint import Snapshot, check_inputs, server_state
 from .config import SGD
 from .model import parameter_count
-from .outliers import upload_noise_scales
+from .outliers import upload_noise_scales, upload_signal_bound
 from .plan import FederationPlan
 from .reply_checks import ReplyLimits, check_evaluations, check_training, rejection_note
 from .round_record import ClientEvaluation, Evaluation, Rejection, RoundRecord, evaluation_of
@@ -229,8 +229,9 @@ def run_rounds(plan: FederationPlan, transport: Transport, writer: RunWriter, hi
             on_kept(record)
 
     epsilons = {cid: p.epsilon for cid, p in plan.perturbations.items()}
-    plan.strategy.upload_noise = upload_noise_scales(plan.training.dp_sgd, lr=plan.training.lr,  # issue 42: DP-SGD
-                                                     plain_sgd=plan.training.optimizer == SGD)  # names by noise
+    plain = {"lr": plan.training.lr, "plain_sgd": plan.training.optimizer == SGD}  # issue 42: DP-SGD names by noise
+    plan.strategy.upload_noise = upload_noise_scales(plan.training.dp_sgd, **plain)
+    plan.strategy.upload_signal = upload_signal_bound(plan.training.dp_sgd, **plain)
     limits, clean = reply_limits(plan), plan.config.eval_clean
     every, rounds = plan.config.eval_every, plan.config.rounds
     pending: _Trained | None = None

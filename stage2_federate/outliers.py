@@ -90,7 +90,7 @@ class SiloDiscount:
     named: bool
     noise_distance: float | None = None  # DP-SGD runs: r_i / median_j r_j (:func:`noise_distances`), else None
     noise_bound: float | None = None  # DP-SGD runs: the bound it is named past (:func:`noise_bound`), else None
-    mix_distance: float | None = None  # DP-SGD runs of ≥ 3 silos: its label-mix distance (:func:`mix_ratios`)
+    mix_distance: float | None = None  # DP-SGD runs of ≥ 3 silos: its label-mix distance (:func:`mix_distances`)
 
     def to_dict(self) -> dict[str, Any]:
         """Return the entry as written in ``metrics.json`` (the noise figures only in a DP-SGD run)."""
@@ -230,6 +230,20 @@ def upload_noise_scales(dp_clients: Mapping[int, DpSgdSilo] | None, *, lr: float
             for cid, dp in dp_clients.items()}
 
 
+def upload_signal_bound(dp_clients: Mapping[int, DpSgdSilo] | None, *, lr: float, plain_sgd: bool) -> float | None:
+    """Return B, a bound on the norm of the gradient part of any honest DP-SGD upload (plain SGD steps), else None.
+
+    Each step moves the weights by lr times the sum of clipped gradients (each of norm ≤ C) over the expected batch
+    q·n_i, so by at most lr·C·|B_t|/(q·n_i); the Poisson batch |B_t| exceeds q·n_i·(1 + 4/√(q·n_i)) with
+    probability < 1e-4. Over T steps: B = max_i lr·C·T·(1 + 4/√(q·n_i)). Two classes' mean gradients then differ by
+    at most 2B, which bounds the label-mix model's class variances (``label_mix_reference``).
+    """
+    if dp_clients is None or not plain_sgd:
+        return None
+    return max(lr * dp.clip * dp.local_steps * (1.0 + 4.0 / math.sqrt(dp.sampling_probability * dp.records))
+               for dp in dp_clients.values())
+
+
 GRID_POINTS = 4001
 """Points of the log-spaced grid on which :func:`order_statistic_moments` integrates (relative error < 1e-7)."""
 
@@ -327,29 +341,31 @@ def noise_distances(uploads: Sequence[np.ndarray], scales: Sequence[float], z: f
     return NoiseDistances(units, norms, ratios, np.array([noise_bound(kappa, dim, z) for kappa in kappas]), median)
 
 
-def mix_ratios(uploads: Sequence[np.ndarray], scales: Sequence[float],
-               mixes: Sequence[Sequence[int]]) -> tuple[np.ndarray, float]:
-    """Return each silo's label-mix distance r_i / median_j r_j and its bound (``label_mix_reference``).
+def mix_distances(uploads: Sequence[np.ndarray], scales: Sequence[float], mixes: Sequence[Sequence[int]],
+                  signal_bound: float | None = None) -> tuple[np.ndarray, float]:
+    """Return each silo's label-mix distance r_i and its bound (``label_mix_reference``).
 
     r_i is silo i's distance from what the other silos predict for its training label mix, in units of what that
-    prediction and its DP-SGD noise leave (``label_mix_reference.mix_prediction``): √(χ²_d / d) for an honest
-    silo, so its bound is :func:`noise_bound` with κ = 2.
+    prediction and its DP-SGD noise leave (``label_mix_reference.mix_prediction``): at most about 1 for an honest
+    silo (√(χ²_d / d) when the heterogeneity granted is the true one, less where it is more), so its bound is
+    :func:`noise_bound` with κ = 2; not divided by the round's median, which a generous variance would lower.
+    ``signal_bound``: :func:`upload_signal_bound`, which caps each class variance at (2B)²/d.
     """
-    units = mix_prediction(uploads, scales, mixes).units
-    median = float(np.median(units))
-    return (units / median if median > 0 else np.ones(len(units))), noise_bound(2.0, int(np.asarray(uploads[0]).size))
+    dim = int(np.asarray(uploads[0]).size)
+    cap = None if signal_bound is None else (2.0 * signal_bound) ** 2 / dim
+    return mix_prediction(uploads, scales, mixes, largest_class_variance=cap).units, noise_bound(2.0, dim)
 
 
 def report(clients: Sequence[int], uploads: Sequence[np.ndarray], discounts: Sequence[float] | np.ndarray | None,
            action: str, *, noise_scales: Mapping[int, float] | None = None,
-           label_mixes: Mapping[int, Sequence[int]] | None = None) -> OutlierReport:
+           label_mixes: Mapping[int, Sequence[int]] | None = None, signal_bound: float | None = None) -> OutlierReport:
     """Return the round's report over ``clients`` (``discounts`` None: FedAvg's report, names by distance).
 
     ``noise_scales``: each silo's DP-SGD noise per coordinate (:func:`upload_noise_scales`); given, silos are
     named by their noise distance (:func:`noise_distances`) instead of their discount or distance. ``label_mixes``:
     each silo's training label histogram; given too, with 3 silos or more, a silo is named only when its label mix
-    does not explain that distance either (:func:`mix_ratios`): an honest silo of a skewed mix is far from the
-    others' median, but not from what they predict for its mix.
+    does not explain that distance either (:func:`mix_distances`, its class variances capped by ``signal_bound``): an
+    honest silo of a skewed mix is far from the others' median, but not from what they predict for its mix.
     """
     distances = median_distances(uploads)
     taken = np.zeros(len(clients)) if discounts is None else np.asarray(discounts, dtype=np.float64)
@@ -358,7 +374,7 @@ def report(clients: Sequence[int], uploads: Sequence[np.ndarray], discounts: Seq
         noise = noise_distances(uploads, scales)
         named, mixed = noise.named, np.full(len(clients), np.nan)
         if label_mixes is not None and len(clients) >= 3:
-            mixed, mix_bound = mix_ratios(uploads, scales, [label_mixes[c] for c in clients])
+            mixed, mix_bound = mix_distances(uploads, scales, [label_mixes[c] for c in clients], signal_bound)
             named = named & (mixed > mix_bound)
         silos = [SiloDiscount(int(c), float(x), float(r), bool(flag), float(t), float(b),
                               None if math.isnan(m) else float(m))

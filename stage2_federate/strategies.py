@@ -74,6 +74,7 @@ class Strategy:
     SOURCE: ClassVar[str] = ""
     SUMMARY: ClassVar[str] = ""
     upload_noise: Mapping[int, float] | None = None  # DP-SGD: each silo's s_i; its report names by it (outliers)
+    upload_signal: float | None = None  # DP-SGD: the bound B on an honest upload's gradient part (outliers)
 
     def __init__(self, clients: Sequence[ClientDescription], options: StrategyOptions = StrategyOptions(),
                  noise_scales: NoiseScales | None = None):
@@ -135,7 +136,7 @@ class Strategy:
     def noise_facts(self) -> dict[str, Any]:
         """What a DP-SGD report names by: each silo's noise scale and its training label histogram (``outliers``)."""
         mixes = {c: description.label_histogram for c, description in self.clients.items()}
-        return {"noise_scales": self.upload_noise, "label_mixes": mixes}
+        return {"noise_scales": self.upload_noise, "label_mixes": mixes, "signal_bound": self.upload_signal}
 
     def capped(self, weights: np.ndarray) -> np.ndarray:
         """Return ``weights`` normalized, none above ``max_client_weight`` (``aggregation.cap_weights``)."""
@@ -266,10 +267,7 @@ class ProbabilitySelection(Strategy):
 
 @register
 class FractionSelection(Strategy):
-    """PLDP-FL Algorithm 1: γ·N random clients per round, plain mean.
-
-    The server selects γ·N clients at random each round (line 4) and averages their uploads (line 8, eq. 7).
-    """
+    """PLDP-FL Algorithm 1: γ·N random clients per round (line 4), their uploads' plain mean (line 8, eq. 7)."""
 
     NAME = "fraction"
     SOURCE = "PLDP-FL Algorithm 1 lines 4 and 8, eq. 7"
