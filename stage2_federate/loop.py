@@ -229,9 +229,9 @@ def run_rounds(plan: FederationPlan, transport: Transport, writer: RunWriter, hi
             on_kept(record)
 
     epsilons = {cid: p.epsilon for cid, p in plan.perturbations.items()}
-    plain = {"lr": plan.training.lr, "plain_sgd": plan.training.optimizer == SGD}  # issue 42: DP-SGD names by noise
-    plan.strategy.upload_noise = upload_noise_scales(plan.training.dp_sgd, **plain)
-    plan.strategy.upload_signal = upload_signal_bound(plan.training.dp_sgd, **plain)
+    lr, plain = plan.training.lr, plan.training.optimizer == SGD  # issue 42: DP-SGD names by noise and label mix
+    plan.strategy.upload_noise = upload_noise_scales(plan.training.dp_sgd, lr=lr, plain_sgd=plain)
+    plan.strategy.upload_signal = upload_signal_bound(plan.training.dp_sgd, lr=lr, plain_sgd=plain)
     limits, clean = reply_limits(plan), plan.config.eval_clean
     every, rounds = plan.config.eval_every, plan.config.rounds
     pending: _Trained | None = None
