@@ -234,7 +234,8 @@ def run_split(x, y, dataset: str, partition: str, pool, test_rows, epsilon: floa
     grid = PersonalizeSettings(INTERPOLATE).grid()
     for i in range(SILOS):
         own = models["alone-in-house"][i]
-        weight, table = choose_weight(global_model, own, val[i], grid)
+        # a silo without validation rows (MNIST-5k's smallest Dirichlet silos) cannot choose: it keeps its own (w 0)
+        weight, table = choose_weight(global_model, own, val[i], grid) if len(val[i]) else (0.0, [])
         mixed.append(interpolate(global_model, own, weight))
         choices.append({"weight": weight, "table": table})
     models["interpolated"], chosen["interpolated"] = mixed, choices
