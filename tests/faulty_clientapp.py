@@ -7,6 +7,9 @@ upload: round 1 sends it three values short (a wrong shape), every later round a
 With :data:`DESCRIBE_FAULT` set in the environment, silo :data:`BAD` lies in its description instead (issue 42):
 ``rows`` claims :data:`CLAIMED_ROWS` training rows (a histogram that adds up: only the manifest says no),
 ``index`` claims client index :data:`IMPOSTOR_OF` while serving its own file (the manifest's digest says no).
+With :data:`HISTOGRAM_FORGER` set to a client index, that silo (whatever its node) claims a training label histogram
+as even as its rows allow (:func:`even`), the claim that raises a DP-FedAW weight; only the manifest's label counts
+say no.
 """
 
 from __future__ import annotations
@@ -26,17 +29,27 @@ BAD = 2
 DESCRIBE_FAULT = "LDPFL_TEST_DESCRIBE_FAULT"
 CLAIMED_ROWS = 10**6
 IMPOSTOR_OF = 0
+HISTOGRAM_FORGER = "LDPFL_TEST_HISTOGRAM_FORGER"
 
 app = ClientApp()
 
 
+def even(rows: int, classes: int) -> list[int]:
+    """A histogram of ``rows`` over ``classes`` as even as can be (the remainder in the last class)."""
+    return [*[rows // classes] * (classes - 1), rows - (classes - 1) * (rows // classes)]
+
+
 @app.query("describe")
 def describe(msg: Message, context: Context) -> Message:
-    """Describe the file as ldpfl's ClientApp does; silo BAD lies as :data:`DESCRIBE_FAULT` says."""
+    """Describe the file as ldpfl's ClientApp does; silos BAD and :data:`HISTOGRAM_FORGER` lie as set."""
     reply = honest.describe(msg, context)
     fault = os.environ.get(DESCRIBE_FAULT)
+    forger = os.environ.get(HISTOGRAM_FORGER)
+    summary = json.loads(str(reply.content.config_records[INFO]["json"]))
+    if forger and summary["index"] == int(forger):
+        summary["label_histogram"] = even(summary["train_rows"], len(summary["label_histogram"]))
+        reply.content[INFO] = ConfigRecord({"json": json.dumps(summary)})
     if int(context.node_config[PARTITION_ID]) == BAD and fault:
-        summary = json.loads(str(reply.content.config_records[INFO]["json"]))
         if fault == "rows":
             summary["label_histogram"][0] += CLAIMED_ROWS - summary["train_rows"]
             summary["train_rows"] = CLAIMED_ROWS

@@ -471,10 +471,10 @@ def test_flower_simulation_refuses_a_wrong_shape_and_a_nan_upload(three, tmp_pat
     assert leftovers(marked) == []
 
 
-def _faulty_describe_run(tmp_path, monkeypatch, three, fault: str, *args):
+def _faulty_describe_run(tmp_path, monkeypatch, three, fault: str, *args, forger: int | None = None):
     import os
 
-    from faulty_clientapp import DESCRIBE_FAULT
+    from faulty_clientapp import DESCRIBE_FAULT, HISTOGRAM_FORGER
 
     from ldpfl.stage2_federate.flower_engine import protocol
 
@@ -482,14 +482,23 @@ def _faulty_describe_run(tmp_path, monkeypatch, three, fault: str, *args):
     tests = str(ROOT / "tests")  # where faulty_clientapp lives, for Flower's processes
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [tests, os.environ.get("PYTHONPATH")])))
     monkeypatch.setenv(DESCRIBE_FAULT, fault)
+    if forger is not None:
+        monkeypatch.setenv(HISTOGRAM_FORGER, str(forger))
     return run("federate", three, "--engine", "flower", "--rounds", "1", "--hidden", "8", "--local-epochs", "1",
                "--batch-size", "16", "--device", "cpu", "--seed", "5", *args)
 
 
+FORGER = 4
+
+
 @pytest.fixture(scope="module")
-def four_one_refused(tmp_path_factory) -> Path:
-    """Four silos; client 3's file fails its sha256, so the simulation starts nodes 0-2 only (issue 42 item 4)."""
-    run_dir = write_run(tmp_path_factory.mktemp("four"), clients=4, rows=48, features=8)
+def five_two_refused(tmp_path_factory) -> Path:
+    """Five silos; client 3's file fails its sha256, so the simulation starts nodes for 0-2 and 4 (issue 42 item 4).
+
+    Client :data:`FORGER` holds class 0 only (its honest DP-FedAW weight is the lowest): the test has it claim an
+    even histogram, which the manifest's label counts refuse.
+    """
+    run_dir = write_run(tmp_path_factory.mktemp("five"), clients=5, rows=48, features=8, class_skew={FORGER: 0})
     path = run_dir / "client_003.h5"
     data = bytearray(path.read_bytes())
     data[-100] ^= 0xFF
@@ -502,27 +511,40 @@ def four_one_refused(tmp_path_factory) -> Path:
     ("rows", "client 2: its SuperNode claims 1000000 training rows in client_002.h5, the run's manifest lists 48"),
     ("index", "client 0: its SuperNode serves client_002.h5 (sha256 "),
 ], ids=["rows", "index"])
-def test_flower_simulation_leaves_out_a_silo_whose_claim_is_refused(four_one_refused, tmp_path, monkeypatch, marked,
+def test_flower_simulation_leaves_out_a_silo_whose_claim_is_refused(five_two_refused, tmp_path, monkeypatch, marked,
                                                                     fault, fragment) -> None:
-    """Silo 2's claim is refused by the ServerApp, silo 3's file by the launcher: both named as on the local engine."""
+    """Silo 2's and silo 4's claims are refused by the ServerApp, silo 3's file by the launcher: all named.
+
+    Silo 4 claims an even training label histogram (it holds class 0 only): the ServerApp compares it with the
+    manifest's label counts, names it and leaves it out, as the local engine does against its labels.
+    """
     pytest.importorskip("flwr", reason="the Flower engine needs pip install -e '.[flower]'")
     pytest.importorskip("ray")
+    from faulty_clientapp import even
     from flower_helpers import leftovers
 
+    from ldpfl.contract.manifest import read_manifest
+
     out = tmp_path / "flower"
-    result = _faulty_describe_run(tmp_path, monkeypatch, four_one_refused, fault, "--out", out)
+    result = _faulty_describe_run(tmp_path, monkeypatch, five_two_refused, fault, "--out", out, forger=FORGER)
     assert result.exit_code == 0, result.output
-    refused_file = f"client 3: {four_one_refused / 'client_003.h5'}: sha256 "
-    for named in (fragment, refused_file):
+    refused_file = f"client 3: {five_two_refused / 'client_003.h5'}: sha256 "
+    counts = list(next(r for r in read_manifest(five_two_refused).files
+                       if r.client_index == FORGER).label_histograms["train"])
+    assert counts[0] > 0 and counts[1:] == [0] * (len(counts) - 1)  # class 0 only, as the manifest lists it
+    forged = (f"client 4: client_004.h5 claims the training label histogram {even(sum(counts), len(counts))}, the "
+              f"run's manifest lists {counts}: the silo's claim is refused (it sets its DP-FedAW weight)")
+    for named in (fragment, refused_file, forged):
         assert f"Warning: left out before round 1: {named}" in result.output  # printed as the run starts
         assert any(line.startswith(f"left out before round 1: {named}")  # and in the summary
                    for line in result.output.splitlines())
     metrics = json.loads((out / "metrics.json").read_text())
     left = metrics["config"]["run"]["left_out"]
     assert [(x["client"], x["file"]) for x in left] == [(BAD if fault == "rows" else 0, "client_002.h5"),
-                                                        (3, "client_003.h5")]
+                                                        (3, "client_003.h5"), (FORGER, "client_004.h5")]
     assert left[0]["reason"].startswith(fragment)
     assert left[1]["reason"].startswith(refused_file) and left[1]["reason"].endswith(": the silo's file is refused")
+    assert left[2]["reason"] == forged
     assert [r["aggregated"] for r in metrics["rounds"]] == [[0, 1]]
     assert [s["client"] for s in metrics["rounds"][0]["per_client"]] == [0, 1]
     assert leftovers(marked) == []
