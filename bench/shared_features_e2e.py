@@ -26,10 +26,10 @@ import torch
 
 import ldpfl
 from ldpfl.stage2_federate.data import ClientSplit, load_run
-from ldpfl.stage2_federate.dp_sgd import train_dp_sgd
-from ldpfl.stage2_federate.dp_sgd_budget import plan_client
 from ldpfl.stage2_federate.model import build_model, evaluate
 from ldpfl.stage2_federate.model_file import read_model
+from ldpfl.stage2_federate.silo_training.dp_sgd import train_dp_sgd
+from ldpfl.stage2_federate.silo_training.dp_sgd_budget import plan_client
 
 TARGET_SECONDS = 600.0
 

@@ -69,9 +69,10 @@ from exp8_shared_features import (  # noqa: E402
 from ldpfl.mechanisms import accounting  # noqa: E402
 from ldpfl.stage2_federate import outliers as out  # noqa: E402
 from ldpfl.stage2_federate.client_description import ClientDescription  # noqa: E402
-from ldpfl.stage2_federate.dp_sgd import train_dp_sgd  # noqa: E402
 from ldpfl.stage2_federate.model import build_model, get_vector, make_optimizer, set_vector  # noqa: E402
 from ldpfl.stage2_federate.server_optimizers import FedAvgM  # noqa: E402
+from ldpfl.stage2_federate.silo_training import upload_noise_scales, upload_signal_bound  # noqa: E402
+from ldpfl.stage2_federate.silo_training.dp_sgd import train_dp_sgd  # noqa: E402
 from ldpfl.stage2_federate.strategies import StrategyOptions, create_strategy  # noqa: E402
 
 POISONER, CONSTANT_CLASS = 9, 0
@@ -111,8 +112,8 @@ def federate(x, y, splits, rule: str, trim_fraction: float, sigma: float, lr: fl
     options = (StrategyOptions(outlier_report=True) if rule == "fedavg" else
                StrategyOptions(trim_fraction=trim_fraction) if rule == "trimmed-mean" else StrategyOptions())
     strategy = create_strategy(rule, profiles, options)
-    strategy.upload_noise = out.upload_noise_scales(dict(enumerate(clients)), lr=lr, plain_sgd=True)  # as the loop
-    strategy.upload_signal = out.upload_signal_bound(dict(enumerate(clients)), lr=lr, plain_sgd=True)
+    strategy.upload_noise = upload_noise_scales(dict(enumerate(clients)), lr=lr, plain_sgd=True)  # as the loop
+    strategy.upload_signal = upload_signal_bound(dict(enumerate(clients)), lr=lr, plain_sgd=True)
     server_rng = np.random.default_rng([seed, 12])  # none of these rules draws from it
     momentum = FedAvgM(MOMENTUM)
     vector = get_vector(model).numpy()

@@ -40,10 +40,10 @@ from ldpfl.stage1_features.datasets.loaders import load_dataset
 from ldpfl.stage1_features.export.partition import make_partition
 from ldpfl.stage1_features.models.scatter import ScatterNet
 from ldpfl.stage2_federate.data import ClientSplit
-from ldpfl.stage2_federate.dp_sgd import train_dp_sgd
-from ldpfl.stage2_federate.dp_sgd_budget import DpSgdClient
 from ldpfl.stage2_federate.model import build_model, evaluate, get_vector, make_optimizer, set_vector
 from ldpfl.stage2_federate.server_optimizers import FedAvgM
+from ldpfl.stage2_federate.silo_training.dp_sgd import train_dp_sgd
+from ldpfl.stage2_federate.silo_training.dp_sgd_budget import DpSgdClient
 
 SILOS, ROUNDS, Q, CLIP, DELTA, MOMENTUM = 10, 300, 0.1365, 0.1, 1e-5, 0.9
 WIDTH, CLASSES = 3969, 10

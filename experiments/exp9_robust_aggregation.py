@@ -51,9 +51,9 @@ from exp8_shared_features import (  # noqa: E402
 )
 
 from ldpfl.stage2_federate.client_description import ClientDescription  # noqa: E402
-from ldpfl.stage2_federate.dp_sgd import train_dp_sgd  # noqa: E402
 from ldpfl.stage2_federate.model import build_model, evaluate, get_vector, make_optimizer, set_vector, train_local  # noqa: E402
 from ldpfl.stage2_federate.server_optimizers import FedAvgM  # noqa: E402
+from ldpfl.stage2_federate.silo_training.dp_sgd import train_dp_sgd  # noqa: E402
 from ldpfl.stage2_federate.strategies import StrategyOptions, create_strategy  # noqa: E402
 
 STRATEGIES = ("fedavg", "median", "trimmed-mean", "norm-clipped")

@@ -1,7 +1,7 @@
 """One client's privacy in a federation: ``metrics.json``'s ``privacy`` entries, made once by the plan.
 
 A :class:`ClientPrivacy` holds the upload's mechanism report (labelled with the run's randomness), what the
-client's file released (its ``PrivacyReport`` and ``ReleaseGuarantee``) and, under DP-SGD, the silo's budget.
+client's file released (its ``PrivacyReport`` and ``ReleaseGuarantee``) and how the silo trains (``silo_training``).
 It stays this frozen record from the plan to the writers of ``metrics.json`` and the run's result; the dict is
 made once, by :meth:`ClientPrivacy.to_dict`, and read back once, by :meth:`ClientPrivacy.from_dict` (a Flower
 run's result, read from the ServerApp's ``metrics.json``). Torch-free.
@@ -19,14 +19,14 @@ from ldpfl.contract.release_guarantee import ReleaseGuarantee
 from ldpfl.mechanisms.randomness import UNRECORDED
 from ldpfl.mechanisms.report import PrivacyReport
 
-from .dp_sgd_budget import DpSgdClient
+from .silo_training import ENTRY_KEYS, PLAIN, SiloTraining, read_training
 
 UPLOAD_RELEASE = ("one upload per round the client is selected; the composition over the rounds is metrics.json's "
                   "privacy_ledger")
 """What one upload is, in words (each entry's ``release``)."""
 
 _OWN_KEYS = ("client", "target", "noise_scale", "release", "file", "feature_privacy", "feature_mechanism",
-             "release_guarantee", "dp_sgd", "local_only")
+             "release_guarantee", *ENTRY_KEYS)
 
 
 @dataclass(frozen=True)
@@ -35,8 +35,8 @@ class ClientPrivacy:
 
     ``target``: what the mechanism perturbs (parameters or update); ``noise_scale``: its σ_i (None: no noise);
     ``feature_privacy``/``release_guarantee``: the report and guarantee of the client's file (the guarantee None
-    from an older Flower client); ``dp_sgd``: the silo's DP-SGD (None without it); ``local_only``: its files never
-    leave the silo.
+    from an older Flower client); ``training``: how the silo trains (``silo_training``: its settings and
+    accountant); ``local_only``: its files never leave the silo.
     """
 
     client: int
@@ -47,7 +47,7 @@ class ClientPrivacy:
     feature_mechanism: str
     feature_privacy: PrivacyReport
     release_guarantee: ReleaseGuarantee | None = None
-    dp_sgd: DpSgdClient | None = None
+    training: SiloTraining = PLAIN
     local_only: bool = False
     release: str = UPLOAD_RELEASE
 
@@ -67,8 +67,7 @@ class ClientPrivacy:
                    feature_mechanism=self.feature_mechanism)
         if self.release_guarantee is not None:
             out["release_guarantee"] = self.release_guarantee.to_dict()
-        if self.dp_sgd is not None:
-            out.update(dp_sgd=self.dp_sgd.to_dict(), local_only=self.local_only)
+        out.update(self.training.entry_json(local_only=self.local_only))
         return out
 
     @classmethod
@@ -76,12 +75,11 @@ class ClientPrivacy:
         """Read :meth:`to_dict`'s form (``ValueError`` when a report or the guarantee is malformed)."""
         upload = PrivacyReport.from_dict({k: v for k, v in data.items() if k not in _OWN_KEYS})
         guarantee = data.get("release_guarantee")
-        dp_sgd = data.get("dp_sgd")
         return cls(int(data["client"]), upload, str(data["target"]), data.get("noise_scale"), str(data["file"]),
                    str(data["feature_mechanism"]),
                    PrivacyReport.from_dict(data["feature_privacy"], ignore_unknown=True),
                    None if guarantee is None else ReleaseGuarantee.from_dict(guarantee),
-                   None if dp_sgd is None else DpSgdClient.from_dict(dp_sgd), bool(data.get("local_only", False)),
+                   read_training(data), bool(data.get("local_only", False)),
                    str(data.get("release", UPLOAD_RELEASE)))
 
 

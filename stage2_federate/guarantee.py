@@ -11,38 +11,21 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from ldpfl.contract.federation_privacy import (
-    DpSgdLedgerRow,
-    FederationGuarantee,
-    LedgerRow,
-    LedgerSection,
-    SiloGuarantee,
-    UpdatesOnly,
-)
+from ldpfl.contract.federation_privacy import FederationGuarantee, LedgerRow, LedgerSection, SiloGuarantee, UpdatesOnly
 from ldpfl.contract.release_guarantee import (
     CLEAN_METRICS_NOTE,
     CLEAR_EVALUATION_NOTE,
-    DP_SGD_SCOPE,
-    EXTRACTOR,
     FEDERATION_SCOPE,
     LOCAL_METRICS_NOTE,
-    METHOD_PLD,
     RELEASED_FILES_NOTE,
-    SHARED_FILES_NOTE,
-    GuaranteePart,
     ReleaseGuarantee,
     weakest,
 )
-from ldpfl.mechanisms import accounting
 
 from .client_privacy import ClientPrivacy
-from .dp_sgd_budget import DpSgdClient
+from .silo_training import TRAINING_SCOPES
 
 LEDGER_BOUND = "the privacy ledger (local DP over the client's whole vector)"
-EVALUATION = "evaluation"
-METHOD_PARALLEL = ("parallel composition over disjoint records (McSherry 2009): the larger of the training records' "
-                   f"DP-SGD figure ({accounting.METHOD}) and the test records' evaluation figure")
-DP_SGD_ALONE = "DP-SGD alone (only the updates leave the silo)"
 BOTH_RELATIONS = "replace-one (epsilon) and add-remove (epsilon_add_remove, where defined)"
 FEATURES = "features"
 
@@ -70,37 +53,8 @@ def file_relations(entry: ClientPrivacy) -> tuple[float, float] | None:
 
 def post_processing_only(privacy: Sequence[ClientPrivacy], ledger: LedgerSection | None) -> bool:
     """Return whether stage 2 only post-processes the released files: shareable files, nothing added by stage 2."""
-    return (ledger is not None and not ledger.adds_privacy_loss and not ledger.dp_sgd and bool(privacy)
-            and all(entry.dp_sgd is None and not entry.local_only for entry in privacy))
-
-
-def _dp_sgd_silo(entry: ClientPrivacy, dp_sgd: DpSgdClient, file_guarantee: ReleaseGuarantee,
-                 accounted: DpSgdLedgerRow) -> tuple[SiloGuarantee, ReleaseGuarantee]:
-    """One DP-SGD silo's row and guarantee (see :func:`federation_guarantee`): its accountant's event as it ran."""
-    eps, eps_ar = accounted.epsilon_replace_one, accounted.epsilon_add_remove
-    delta = float(accounted.delta or 0.0)
-    part = GuaranteePart(EXTRACTOR, f"the silo's updates: {accounted.steps} DP-SGD steps (sigma "
-                         f"{accounted.noise_multiplier}, q {accounted.sampling_probability}, clip "
-                         f"{accounted.clip}) over the records it trained on", "dp-sgd", eps, delta,
-                         dp_sgd.event(accounted.rounds))
-    updates = ReleaseGuarantee(eps, delta, (part,), DP_SGD_SCOPE, METHOD_PLD)
-    if entry.local_only:
-        tested = accounted.evaluation_epsilon
-        if tested is None:  # a run written before the evaluation was accounted
-            return SiloGuarantee(entry.client, eps, delta, eps, eps_ar, True), updates
-        # parallel composition: training and test records are disjoint, so each record has the larger figure
-        evaluation = GuaranteePart(EVALUATION, f"the silo's evaluation replies: {accounted.evaluation_releases} "
-                                   f"Gaussian releases (sigma {accounted.evaluation_sigma}) of sums over its test "
-                                   "records", "gaussian" if math.isfinite(tested) else "none", tested, delta)
-        both = ReleaseGuarantee(max(eps, tested), delta, (part, evaluation), DP_SGD_SCOPE, METHOD_PARALLEL)
-        return SiloGuarantee(entry.client, max(eps, tested), delta, max(eps, tested), max(eps_ar, tested), True,
-                             evaluation_epsilon=tested), both
-    note = SHARED_FILES_NOTE.format(client=entry.client) if eps < file_guarantee.epsilon else None
-    relations = file_relations(entry)
-    # both are valid bounds of what leaves when the file is shared too: the file's holds
-    return SiloGuarantee(entry.client, file_guarantee.epsilon, file_guarantee.delta, file_guarantee.epsilon,
-                         None if relations is None else relations[1], False,
-                         UpdatesOnly(eps, delta, DP_SGD_ALONE, eps_ar), note), file_guarantee
+    return (ledger is not None and not ledger.adds_privacy_loss and bool(privacy)
+            and all(not entry.training.own_accountant and not entry.local_only for entry in privacy))
 
 
 def federation_guarantee(privacy: Sequence[ClientPrivacy], ledger: LedgerSection | None, *,
@@ -111,18 +65,19 @@ def federation_guarantee(privacy: Sequence[ClientPrivacy], ledger: LedgerSection
     ``privacy_ledger`` section. Where only updates leave (a Flower deployment), an update perturbed under local DP
     over the whole client vector is also bounded by the ledger's (ε, δ): ``updates_only`` gives the smaller bound.
 
-    Under DP-SGD (entries with ``dp_sgd``), a silo whose files are local-only releases only its updates: its figure
-    is its DP-SGD accountant's, under replace-one (``epsilon``, the project's convention) and add-remove
-    (``epsilon_add_remove``, the literature's). A silo whose files are shareable keeps its file's figure, with the
-    DP-SGD one as ``updates_only``. A file whose release states both relations (``stats:K``: :func:`file_relations`)
-    gives its silo both figures, and the run both when every silo has them. When stage 2 adds nothing to shareable
+    A silo whose training has an accountant of its own (``silo_training``: ``SiloTraining.silo_guarantee``) and
+    whose files are local-only releases only its updates: its figure is that accountant's, under replace-one
+    (``epsilon``, the project's convention) and add-remove (``epsilon_add_remove``, the literature's). A silo whose
+    files are shareable keeps its file's figure, with the accountant's as ``updates_only``. A file whose release
+    states both relations (``stats:K``: :func:`file_relations`) gives its silo both figures, and the run both when
+    every silo has them. When stage 2 adds nothing to shareable
     files (:func:`post_processing_only`), the notes say so (``RELEASED_FILES_NOTE``): any number of runs over the
     same files leaves every figure as it is.
 
     Raises
     ------
     ValueError
-        No client, a client without its file's guarantee, or a DP-SGD silo without its ledger row.
+        No client, a client without its file's guarantee, or a silo with its own accountant without its ledger row.
     """
     clients: list[SiloGuarantee] = []
     guarantees: list[ReleaseGuarantee] = []
@@ -130,10 +85,9 @@ def federation_guarantee(privacy: Sequence[ClientPrivacy], ledger: LedgerSection
         if entry.release_guarantee is None:
             raise ValueError(f"client {entry.client} has no release_guarantee (its file's)")
         accounted = None if ledger is None else ledger.row(entry.client)
-        if entry.dp_sgd is not None:
-            if not isinstance(accounted, DpSgdLedgerRow):
-                raise ValueError(f"DP-SGD client {entry.client} has no DP-SGD row in the privacy ledger")
-            row, guarantee = _dp_sgd_silo(entry, entry.dp_sgd, entry.release_guarantee, accounted)
+        own = entry.training.silo_guarantee(entry, accounted, file_relations(entry))
+        if own is not None:
+            row, guarantee = own
             clients.append(row)
             guarantees.append(guarantee)
             continue
@@ -152,16 +106,16 @@ def federation_guarantee(privacy: Sequence[ClientPrivacy], ledger: LedgerSection
     if worst is None:
         raise ValueError("a federation's guarantee needs at least one client")
     notes = [CLEAN_METRICS_NOTE] if clean_metrics else []
-    if any(entry.dp_sgd is not None and entry.local_only for entry in privacy):
+    if any(entry.training.own_accountant and entry.local_only for entry in privacy):
         notes.append(LOCAL_METRICS_NOTE)
     if any(c.evaluation_epsilon is not None and math.isinf(c.evaluation_epsilon) for c in clients):
         notes.append(CLEAR_EVALUATION_NOTE)
     if post_processing_only(privacy, ledger):
         notes.append(RELEASED_FILES_NOTE)
     add_remove = [c.epsilon_add_remove for c in clients]
-    both = any(entry.dp_sgd is not None for entry in privacy) or all(e is not None for e in add_remove)
+    both = any(entry.training.own_accountant for entry in privacy) or all(e is not None for e in add_remove)
     return FederationGuarantee(
-        worst.epsilon, worst.delta, worst.scope if worst.scope == DP_SGD_SCOPE else FEDERATION_SCOPE, tuple(notes),
+        worst.epsilon, worst.delta, worst.scope if worst.scope in TRAINING_SCOPES else FEDERATION_SCOPE, tuple(notes),
         tuple(clients), worst.parts, neighbours=BOTH_RELATIONS if both else None,
         epsilon_add_remove=(None if not both or any(e is None for e in add_remove)
                             else max(e for e in add_remove if e is not None)))

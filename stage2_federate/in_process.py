@@ -4,8 +4,9 @@ The clients' data and random streams are all here (``plan.LocalPlan``); the mode
 scratch space (``rounds.client_step`` overwrites its weights) before the loop sets the new global model.
 The global model is evaluated right after its round on each client's randomized test split (the loop sums
 them into the union, as the LDPFL reference evaluates, and keeps each client's own figures), and with
-``eval_clean`` on their clean test files. Under DP-SGD each silo's test sums are released with Gaussian noise
-(``rounds.silo_evaluation``) from its own stream for that round, as on a Flower node. The sums go through the
+``eval_clean`` on their clean test files. Each silo's test sums leave with the noise its training component
+gives them (``SiloTraining.evaluation``, ``rounds.silo_evaluation``) from its own stream for that round, as on a
+Flower node. The sums go through the
 server's checks (``reply_checks``) as a Flower silo's do.
 """
 
@@ -48,10 +49,10 @@ class InProcessTransport:
     def evaluate(self, round_number: int, broadcast: Broadcast, *, without: frozenset[int]) -> EvaluationReplies:
         """Evaluate the global model (the plan's model holds it) on each client's test split: its sums."""
         plan = self.plan
-        batch, model, dp_sgd = plan.config.eval_batch_size, plan.model, plan.training.dp_sgd or {}
+        batch, model = plan.config.eval_batch_size, plan.model
         reports = []
         for cid, client in self.clients.items():
-            test = silo_evaluation(model, [client.test], batch, dp_sgd.get(cid),
+            test = silo_evaluation(model, [client.test], batch, plan.training.silo(cid).evaluation,
                                    functools.partial(evaluation_generator, plan.randomness,
                                                      self.position[cid], round_number))
             clean = None if self.clean_splits is None else \

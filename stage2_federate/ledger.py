@@ -33,16 +33,15 @@ import math
 from collections.abc import Mapping, Sequence
 from numbers import Integral
 
-from ldpfl.contract.federation_privacy import DpSgdLedgerRow, LedgerRow, LedgerSection
+from ldpfl.contract.federation_privacy import LedgerRow, LedgerSection
 from ldpfl.contract.release_guarantee import RELEASED_FILES_NOTE
 from ldpfl.mechanisms import accounting
 from ldpfl.mechanisms.accounting import PLD, RDP
 from ldpfl.mechanisms.privacy_events import GaussianRelease, NoRelease, PureEvent, Release, release_from_report
 
 from .client_privacy import ClientPrivacy
-from .dp_sgd_budget import LIBRARY as DP_SGD_LIBRARY
-from .dp_sgd_budget import rounds_trained
 from .round_record import RoundRecord
+from .silo_training import training_ledger
 
 METHOD_NONE = "none"
 METHOD_NO_UPLOADS = "no uploads"
@@ -182,16 +181,18 @@ def ledger_section(rounds: Sequence[RoundRecord], privacy: Sequence[ClientPrivac
         gives the release of one upload (``release_from_report``).
     accountant : ``"rdp"`` (default) or ``"pld"``.
     final : bool
-        False while the run goes on (a DP-SGD ledger is then recomputed every :data:`ACCOUNT_EVERY` rounds).
+        False while the run goes on (a ledger of the silos' own accountants may then lag: ``training_ledger``).
 
     Returns
     -------
     The section: ``rounds``, ``counted`` (which rounds count), ``accountant``, ``adds_privacy_loss`` (False for
     ``none``), one ``LedgerRow`` per client (with its upload's ``mechanism``) and ``notes``. A client whose
-    report cannot be accounted (no per-record figure) gets ε = None and a note.
+    report cannot be accounted (no per-record figure) gets ε = None and a note. Where the silos' training has an
+    accountant of its own (``silo_training``), the section is that accountant's.
     """
-    if any(p.dp_sgd is not None for p in privacy):
-        return dp_sgd_ledger(rounds, privacy, final=final)
+    own = training_ledger(rounds, privacy, final=final)
+    if own is not None:
+        return own
     clients = [p.client for p in privacy]
     releases: dict[int, Release | None] = {}
     problems: dict[int, str] = {}
@@ -238,50 +239,6 @@ def closed_form_ledger(privacy: Sequence[ClientPrivacy], *, rounds: int = 1) -> 
     notes = (CLOSED_FORM_NOTE, *((RELEASED_FILES_NOTE,) if privacy and not any(p.local_only for p in privacy)
                                  else ()))
     return LedgerSection(rounds, CLOSED_FORM_COUNTED, None, False, rows, notes)
-
-
-DP_SGD_COUNTED = ("rounds in which the client trained (selected and not lost; a client dropped after training counts "
-                  "too), local_steps DP-SGD steps each")
-
-
-ACCOUNT_EVERY = 10
-"""While a DP-SGD run goes on, its ledger is recomputed every this many rounds (a PLD of the whole run takes about
-0.2 s per silo and relation); the final ledger covers every round."""
-
-
-def dp_sgd_ledger(rounds: Sequence[RoundRecord], privacy: Sequence[ClientPrivacy], *,
-                  final: bool = True) -> LedgerSection:
-    """Build the ``privacy_ledger`` of a DP-SGD run: each silo's accountant over every step it took so far.
-
-    Each client's row gives ε at its δ under both neighbouring relations (``epsilon`` is the run's relation,
-    ``neighbours``), its rounds and steps, and how far it is from its target (``target_epsilon``). Unless
-    ``final``, the figures cover the rounds up to the last multiple of :data:`ACCOUNT_EVERY` (``as_of_round``).
-    """
-    as_of = len(rounds) if final else len(rounds) - len(rounds) % ACCOUNT_EVERY
-    rounds = rounds[:as_of]
-    evaluated = sum(r.model_evaluated for r in rounds)  # each such round's model by every silo (one lost, too)
-    rows = []
-    for p in privacy:
-        dp = p.dp_sgd
-        if dp is None:
-            raise ValueError(f"client {p.client} has no DP-SGD budget in a DP-SGD run")
-        trained = rounds_trained(rounds, dp.client)
-        both = dp.epsilons(trained)
-        rows.append(DpSgdLedgerRow(dp.client, trained, trained * dp.local_steps, both[dp.neighbours], dp.delta,
-                                   both[accounting.REPLACE_ONE], both[accounting.ADD_REMOVE], dp.neighbours,
-                                   dp.target_epsilon, dp.noise_multiplier, dp.sampling_probability, dp.clip,
-                                   f"{accounting.METHOD} (DP-SGD: Poisson-sampled Gaussian)",
-                                   evaluation_releases=evaluated, evaluation_epsilon=dp.evaluation_epsilon(evaluated),
-                                   evaluation_sigma=None if dp.evaluation is None else dp.evaluation.sigma))
-    notes = (f"record-level DP-SGD ({DP_SGD_LIBRARY}) of every silo over the {len(rounds)} rounds so far: each "
-             f"silo's steps composed by one accountant ({accounting.METHOD}), epsilon at its delta under replace-one "
-             "and add-remove",
-             "evaluation_*: each silo's evaluation replies on its test records (disjoint from its training "
-             "records), released with Gaussian noise (stage2_federate.evaluation_noise), "
-             + ("one per round so far" if evaluated == len(rounds) else
-                f"one per evaluated round so far ({evaluated} of the {len(rounds)} rounds: eval_every)")
-             + "; the same epsilon under both relations, inf where they left in clear")
-    return LedgerSection(len(rounds), DP_SGD_COUNTED, PLD, True, tuple(rows), notes, dp_sgd=True, as_of_round=as_of)
 
 
 def ledger_caption(section: LedgerSection) -> str:

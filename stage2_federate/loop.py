@@ -41,13 +41,13 @@ from ldpfl.mechanisms.gaussian_statistics import GaussianStatistics
 from .checkpoint import Snapshot, check_inputs, server_state
 from .config import SGD
 from .model import parameter_count
-from .outliers import upload_noise_scales, upload_signal_bound
 from .plan import FederationPlan
 from .reply_checks import ReplyLimits, check_evaluations, check_training, rejection_note
 from .round_record import ClientEvaluation, Evaluation, Rejection, RoundRecord, evaluation_of
 from .rounds import Broadcast, ClientResult, draw_dropouts, round_record, server_step
 from .run_outputs import RunWriter
 from .schedule import is_evaluated
+from .silo_training import training_method, upload_noise_scales, upload_signal_bound
 from .upload_hashes import UploadHistory
 
 STATISTICS_RELEASE = GaussianStatistics.NAME
@@ -103,17 +103,16 @@ class Transport(Protocol):
 def reply_limits(plan: FederationPlan) -> ReplyLimits:
     """Return what the server checks every reply against (``reply_checks``): the plan's sizes, noise and test rows.
 
-    The noise scale of a silo is its perturbation's σ_i; under DP-SGD, the std of the noise on its mean clipped
-    gradient, σ·C / (q·n) (a small silo's update is noisier, and is not refused for it). Outside DP-SGD the
-    default bound also grows with a silo's training rows (more local steps). A silo whose file is a ``stats:K``
-    release (mechanism ``gaussian-stats``) shares no test row: the rows of its clean test file are unknown here.
+    The noise scale of a silo is what its training component says of an honest reply, given its perturbation's
+    σ_i (``SiloTraining.reply_noise``: σ_i itself, or e.g. σ·C / (q·n), the std of the noise on a mean clipped
+    gradient: a small silo's update is noisier, and is not refused for it). Where a silo's local steps grow with
+    its training rows, the default bound grows with them too. A silo whose file is a ``stats:K`` release
+    (mechanism ``gaussian-stats``) shares no test row: the rows of its clean test file are unknown here.
     """
-    noise: dict[int, float | None] = {cid: p.noise_scale for cid, p in plan.perturbations.items()}
-    train_rows = {c.index: int(c.train_rows) for c in plan.clients}  # more rows, more local steps
-    if plan.training.dp_sgd is not None:  # local steps fixed; the noise differs
-        noise = {cid: dp.noise_multiplier * dp.clip / max(dp.sampling_probability * dp.records, 1e-12)
-                 for cid, dp in plan.training.dp_sgd.items()}
-        train_rows = {}
+    silo = plan.training.silo
+    noise = {cid: silo(cid).reply_noise(p.noise_scale) for cid, p in plan.perturbations.items()}
+    train_rows = {c.index: int(c.train_rows) for c in plan.clients  # more rows, more local steps
+                  if silo(c.index).steps_grow_with_rows}
     return ReplyLimits(dim=parameter_count(plan.model), target=plan.rule.target,
                        max_update_norm=plan.config.max_update_norm, noise_scales=noise,
                        test_rows={c.index: int(c.test_rows) for c in plan.clients}, train_rows=train_rows,
@@ -144,34 +143,6 @@ def check_policy(round_number: int, selected: Sequence[int], trained: int, notes
                                  + "; ".join(notes))
 
 
-class DpSgdTargetError(LdpflError, ValueError):
-    """A resumed DP-SGD run asks for more rounds than its σ was calibrated for (its target would be exceeded)."""
-
-
-def check_dp_sgd_extension(plan: FederationPlan, payload: dict[str, Any]) -> None:
-    """Refuse to extend a DP-SGD run with a target ε past the rounds its σ was calibrated for.
-
-    σ of each silo was calibrated for ``rounds × local_steps`` steps of the run as it started; more rounds would
-    spend more than ``target_epsilon``; likewise its evaluation noise for the replies of the run's evaluated rounds
-    (``schedule.evaluations``) at ``eval_epsilon``.
-    (With a given ``noise_multiplier`` and no ``eval_epsilon`` the run may go on: the ledger reports what it spends.)
-    """
-    config = plan.config
-    started = payload.get("config", {})
-    if not config.dp_sgd or int(started.get("rounds", config.rounds)) == config.rounds:
-        return
-    if config.target_epsilon is None and config.eval_epsilon is not None and math.isfinite(config.eval_epsilon):
-        raise DpSgdTargetError(f"`rounds` {config.rounds}: this DP-SGD run's evaluation noise was calibrated for "
-                               f"{started.get('rounds')} rounds at eval epsilon {config.eval_epsilon:g} per silo; "
-                               "other rounds would exceed it. Start a new run")
-    if config.target_epsilon is None:
-        return
-    raise DpSgdTargetError(f"`rounds` {config.rounds}: this DP-SGD run was calibrated for {started.get('rounds')} "
-                           f"rounds at target epsilon {config.target_epsilon:g} per silo; other rounds would change "
-                           "sigma or exceed the target. Start a new run (its silos' records are then spent again: "
-                           "the two runs' epsilons add up)")
-
-
 def restore(plan: FederationPlan, payload: dict[str, Any], path: Path, inputs: dict[str, str]
             ) -> tuple[list[RoundRecord], int]:
     """Load a checked checkpoint (``checkpoint.load_checkpoint``) into ``plan``; return its history and next round.
@@ -179,7 +150,7 @@ def restore(plan: FederationPlan, payload: dict[str, Any], path: Path, inputs: d
     Refuses a checkpoint trained on other client files than ``inputs`` (``checkpoint.check_inputs``).
     """
     check_inputs(path, payload, inputs)
-    check_dp_sgd_extension(plan, payload)
+    training_method(plan.config).check_resume(plan.config, payload.get("config", {}))
     plan.model.load_state_dict(payload["model"])
     plan.streams.restore(payload["rng"])
     plan.server_optimizer.restore(server_state(path, payload))
@@ -229,9 +200,9 @@ def run_rounds(plan: FederationPlan, transport: Transport, writer: RunWriter, hi
             on_kept(record)
 
     epsilons = {cid: p.epsilon for cid, p in plan.perturbations.items()}
-    lr, plain = plan.training.lr, plan.training.optimizer == SGD  # issue 42: DP-SGD names by noise and label mix
-    plan.strategy.upload_noise = upload_noise_scales(plan.training.dp_sgd, lr=lr, plain_sgd=plain)
-    plan.strategy.upload_signal = upload_signal_bound(plan.training.dp_sgd, lr=lr, plain_sgd=plain)
+    lr, plain = plan.training.lr, plan.training.optimizer == SGD  # issue 42: named by noise and label mix
+    plan.strategy.upload_noise = upload_noise_scales(plan.training.silos, lr=lr, plain_sgd=plain)
+    plan.strategy.upload_signal = upload_signal_bound(plan.training.silos, lr=lr, plain_sgd=plain)
     limits, clean = reply_limits(plan), plan.config.eval_clean
     every, rounds = plan.config.eval_every, plan.config.rounds
     pending: _Trained | None = None

@@ -2,7 +2,7 @@
 
 Each type is an annotation that pydantic reads when it validates a record (``flower_engine.protocol.decode``):
 exact JSON types, counts ≥ 0, budgets finite and > 0, and the project's own values (a privacy report, a release
-guarantee, a label release, the run's label noise, a silo's DP-SGD) read by their own ``from_dict``/``from_json``.
+guarantee, a label release, the run's label noise, a silo's training) read by their own ``from_dict``/``from_json``.
 They live beside the records' owners, below ``flower_engine``, so that :mod:`.client_description` (a record the
 silos send) uses them without importing the Flower engine. Imports neither flwr nor torch.
 """
@@ -18,8 +18,8 @@ from ldpfl.contract.label_release import LabelRelease
 from ldpfl.contract.release_guarantee import ReleaseGuarantee
 from ldpfl.mechanisms.report import PrivacyReport
 
-from .dp_sgd_budget import DpSgdClient
 from .label_noise import LabelNoise
+from .silo_training import SiloTraining, read_training
 
 STRICT = ConfigDict(strict=True, extra="forbid")
 """pydantic's settings of every record: exact JSON types (no "3" for 3) and exactly the record's fields."""
@@ -56,13 +56,13 @@ def _read_label_noise(value: object) -> LabelNoise:
     return noise
 
 
-def _read_dp_sgd(value: object) -> DpSgdClient:
-    """Read a silo's DP-SGD as a message carries it (``DpSgdClient.to_dict``)."""
-    if isinstance(value, DpSgdClient):
+def _read_training(value: object) -> SiloTraining:
+    """Read a silo's training as a message carries it (``SiloTraining.wire_form``, read by ``read_training``)."""
+    if isinstance(value, SiloTraining):
         return value
     if not isinstance(value, Mapping):
-        raise ValueError(f"dp_sgd must be a JSON object, got {value!r}")
-    return DpSgdClient.from_dict(value)
+        raise ValueError(f"training must be a JSON object, got {value!r}")
+    return read_training(value)
 
 
 WireReport = Annotated[PrivacyReport, PlainValidator(_read_report)]
@@ -73,5 +73,5 @@ WireLabelRelease = Annotated[LabelRelease, PlainValidator(_read_label_release)]
 """A ``LabelRelease`` field of a message, read by ``LabelRelease.from_json``."""
 WireLabelNoise = Annotated[LabelNoise, PlainValidator(_read_label_noise)]
 """The run's ``LabelNoise`` in a message, read by ``LabelNoise.from_dict``."""
-WireDpSgd = Annotated[DpSgdClient, PlainValidator(_read_dp_sgd)]
-"""A silo's ``DpSgdClient`` in a message, read by ``DpSgdClient.from_dict``."""
+WireTraining = Annotated[SiloTraining, PlainValidator(_read_training)]
+"""A silo's training (``silo_training``) in a message, read by ``read_training``."""

@@ -24,8 +24,8 @@ aggregated silo, which the round's record writes (``metrics.json``'s ``outliers`
 
 A silo is *named* in the round:
 
-* in a DP-SGD run (the strategy was given each silo's upload noise, :func:`upload_noise_scales`), when its
-  ``noise_distance`` exceeds its ``noise_bound``, whatever the rule (its discount is still reported). The raw
+* in a DP-SGD run (the strategy was given each silo's upload noise: ``silo_training.upload_noise_scales``), when
+  its ``noise_distance`` exceeds its ``noise_bound``, whatever the rule (its discount is still reported). The raw
   distance and the discount cannot tell noise from poison there: a silo's DP-SGD noise scales as 1/n_i, so small
   honest silos sit far from the median, and a poison smaller than the noise in every coordinate is kept by the
   median's band (docs/RESULTS.md section 11);
@@ -41,7 +41,7 @@ import functools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 from scipy.special import ndtr
@@ -171,79 +171,6 @@ def kept_discounts(uploads: Sequence[np.ndarray], trimmed: int) -> np.ndarray:
     return np.clip(1.0 - kept.mean(axis=1) / expected, 0.0, 1.0)
 
 
-class DpSgdSilo(Protocol):
-    """What :func:`upload_noise_scales` reads of a silo's DP-SGD (``dp_sgd_budget.DpSgdClient``)."""
-
-    @property
-    def noise_multiplier(self) -> float:
-        """σ."""
-
-    @property
-    def clip(self) -> float:
-        """C."""
-
-    @property
-    def sampling_probability(self) -> float:
-        """The Poisson sampling rate q."""
-
-    @property
-    def local_steps(self) -> int:
-        """T, the DP-SGD steps per round."""
-
-    @property
-    def records(self) -> int:
-        """n_i, the silo's training records."""
-
-
-def dp_sgd_noise_scale(*, lr: float, noise_multiplier: float, clip: float, sampling_probability: float,
-                       records: int, local_steps: int) -> float:
-    """Return s_i, the standard deviation per coordinate of the DP-SGD noise in a silo's upload (plain SGD steps).
-
-    Each step (Abadi et al. 2016, Algorithm 1; ``dp_sgd.CsprngDPOptimizer``) adds N(0, σ²C²) per coordinate to the
-    sum of the clipped gradients and divides by the expected batch q·n_i; SGD then moves the weights by −lr times
-    that. Over T steps the upload is w − (lr / (q·n_i))·Σ_t (Σ clip(g) + ξ_t): the noise Σ_t ξ_t is N(0, T σ²C²)
-    per coordinate whatever the gradients, so s_i = lr·σ·C·√T / (q·n_i).
-    """
-    values = {"lr": lr, "noise_multiplier": noise_multiplier, "clip": clip,
-              "sampling_probability": sampling_probability, "records": records, "local_steps": local_steps}
-    for name, value in values.items():
-        if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
-            raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
-    return lr * noise_multiplier * clip * math.sqrt(local_steps) / (sampling_probability * records)
-
-
-def upload_noise_scales(dp_clients: Mapping[int, DpSgdSilo] | None, *, lr: float, plain_sgd: bool,
-                        ) -> dict[int, float] | None:
-    """Return each silo's s_i (:func:`dp_sgd_noise_scale`) for a DP-SGD run with plain SGD steps, else None.
-
-    ``records`` is the plan's training-row count of the silo: the file's, checked against the manifest before the
-    run (``contract.run_dir``), or the row count a Flower node reported, which the server bounds. None without
-    DP-SGD, and unless the silos take ``plain_sgd`` steps: Adam divides by a running root mean square of the noisy
-    gradients, so its upload is not the noise times a known constant, and the run's report names silos by the raw
-    distance instead.
-    """
-    if dp_clients is None or not plain_sgd:
-        return None
-    return {int(cid): dp_sgd_noise_scale(lr=lr, noise_multiplier=dp.noise_multiplier, clip=dp.clip,
-                                         sampling_probability=dp.sampling_probability, records=dp.records,
-                                         local_steps=dp.local_steps)
-            for cid, dp in dp_clients.items()}
-
-
-def upload_signal_bound(dp_clients: Mapping[int, DpSgdSilo] | None, *, lr: float, plain_sgd: bool) -> float | None:
-    """Return B, a bound on the norm of the gradient part of any honest DP-SGD upload (plain SGD steps), else None.
-
-    Each step moves the weights by lr times the sum of clipped gradients (each of norm ≤ C) over the expected batch
-    q·n_i, so by at most lr·C·|B_t|/(q·n_i); the Poisson batch |B_t| exceeds q·n_i·(1 + 4/√(q·n_i)) with
-    probability < 1e-4. Over T steps: B = max_i lr·C·T·(1 + 4/√(q·n_i)). Two classes' mean gradients then differ by
-    at most 2B, which bounds the label-mix model's class variances (``label_mix_reference``).
-    """
-    if dp_clients is None or not plain_sgd:
-        return None
-    return max(lr * dp.clip * dp.local_steps * (1.0 + 4.0 / math.sqrt(dp.sampling_probability * dp.records))
-               for dp in dp_clients.values())
-
-
 GRID_POINTS = 4001
 """Points of the log-spaced grid on which :func:`order_statistic_moments` integrates (relative error < 1e-7)."""
 
@@ -304,8 +231,8 @@ def noise_distances(uploads: Sequence[np.ndarray], scales: Sequence[float], z: f
 
     The reference of silo i is m_−i, the coordinate-wise lower median of the *other* n − 1 uploads (their median
     for an even n), so silo i's noise is independent of it. If every silo's upload is a common mean plus its own
-    Gaussian noise of scale s_j per coordinate (:func:`dp_sgd_noise_scale`), each coordinate of u_i − m_−i is
-    s_i·z − M with z ~ N(0, 1) independent of M, the k-th smallest of the others' noises; so
+    Gaussian noise of scale s_j per coordinate (``silo_training.dp_sgd_budget.upload_noise_scale``), each coordinate
+    of u_i − m_−i is s_i·z − M with z ~ N(0, 1) independent of M, the k-th smallest of the others' noises; so
 
         E‖u_i − m_−i‖² = d·v_i,  v_i = s_i² + E[M²],
         κ_i = Var[(s_i z − M)²] / v_i² = (3 s_i⁴ + 6 s_i² E[M²] + E[M⁴]) / v_i² − 1
@@ -349,7 +276,7 @@ def mix_distances(uploads: Sequence[np.ndarray], scales: Sequence[float], mixes:
     prediction and its DP-SGD noise leave (``label_mix_reference.mix_prediction``): at most about 1 for an honest
     silo (√(χ²_d / d) when the heterogeneity granted is the true one, less where it is more), so its bound is
     :func:`noise_bound` with κ = 2; not divided by the round's median, which a generous variance would lower.
-    ``signal_bound``: :func:`upload_signal_bound`, which caps each class variance at (2B)²/d.
+    ``signal_bound``: ``silo_training.upload_signal_bound``, which caps each class variance at (2B)²/d.
     """
     dim = int(np.asarray(uploads[0]).size)
     cap = None if signal_bound is None else (2.0 * signal_bound) ** 2 / dim
@@ -361,7 +288,7 @@ def report(clients: Sequence[int], uploads: Sequence[np.ndarray], discounts: Seq
            label_mixes: Mapping[int, Sequence[int]] | None = None, signal_bound: float | None = None) -> OutlierReport:
     """Return the round's report over ``clients`` (``discounts`` None: FedAvg's report, names by distance).
 
-    ``noise_scales``: each silo's DP-SGD noise per coordinate (:func:`upload_noise_scales`); given, silos are
+    ``noise_scales``: each silo's DP-SGD noise per coordinate (``silo_training.upload_noise_scales``); given, silos are
     named by their noise distance (:func:`noise_distances`) instead of their discount or distance. ``label_mixes``:
     each silo's training label histogram; given too, with 3 silos or more, a silo is named only when its label mix
     does not explain that distance either (:func:`mix_distances`, its class variances capped by ``signal_bound``): an

@@ -26,9 +26,8 @@ from ldpfl.contract.schema import FormatError
 from . import budgets
 from .client_description import ClientDescription
 from .client_privacy import ClientPrivacy
-from .config import DEFAULT_LR, DEVICES, DP_SGD_LR, FederationConfig
+from .config import DEVICES, FederationConfig
 from .data import FederatedData, load_client
-from .dp_sgd_budget import DpSgdClient, plan_client
 from .label_claims import LabelClaimCap, cap_unchecked, screen_files
 from .label_noise import resolve_label_noise
 from .left_out import LeftOut, enough_remain, needed_silos
@@ -51,6 +50,7 @@ from .perturbation import (
 from .resources import check_model
 from .rounds import LocalTraining
 from .server_optimizers import ServerOptimizer, create_server_optimizer
+from .silo_training import training_method
 from .strategies import FedAW, SignAggregation, Strategy, StrategyOptions, create_strategy
 from .streaming import ResidencyBudget
 from .streams import Streams
@@ -217,29 +217,10 @@ class LocalPlan(FederationPlan):
 
 
 def resolve_lr(config: FederationConfig) -> float:
-    """Return the local learning rate: ``lr``, else LDPFL's 0.001, or :data:`DP_SGD_LR` under DP-SGD."""
+    """Return the local learning rate: ``lr``, else the default of the silos' way of training (``silo_training``)."""
     if config.lr is not None:
         return float(config.lr)
-    return DP_SGD_LR if config.dp_sgd else DEFAULT_LR
-
-
-def plan_dp_sgd(config: FederationConfig, clients: Sequence[ClientDescription]) -> dict[int, DpSgdClient] | None:
-    """Each client's DP-SGD (σ calibrated for its own q over every step of the run), or None without ``dp_sgd``.
-
-    Calibrations are cached by (target, δ, q, steps): silos of one size share one.
-    """
-    if not config.dp_sgd:
-        return None
-    try:
-        return {c.index: plan_client(c.index, c.train_rows, clip=config.dp_clip, delta=config.dp_delta,
-                                     neighbours=config.neighbours, rounds=config.rounds,
-                                     local_steps=config.local_steps, sample_rate=config.dp_sample_rate,
-                                     batch_size=config.batch_size, noise_multiplier=config.noise_multiplier,
-                                     target_epsilon=config.target_epsilon, eval_epsilon=config.eval_epsilon,
-                                     eval_every=config.eval_every)
-                for c in clients}
-    except ValueError as error:
-        raise ParameterError(f"`dp_sgd`: {error}") from None
+    return training_method(config).default_lr
 
 
 def resolved_settings(*, device: torch.device, training: LocalTraining, dim: int, target: str, rule: ServerRule,
@@ -290,14 +271,14 @@ def build_plan(config: FederationConfig, clients: Sequence[ClientDescription], *
     rule = ServerRule.for_perturbation(config.perturbation, target, config.server_lr)
     label_noise = resolve_label_noise(config.label_noise_correction,  # issue 22: every file's T must agree
                                       [(c.file, c.label_release) for c in ordered])
-    dp_clients = plan_dp_sgd(config, ordered)
+    silos = training_method(config).plan(config, [(c.index, c.train_rows) for c in ordered])
     training = LocalTraining(resolve_optimizer(config.optimizer, first.dataset), resolve_lr(config),
-                             config.local_epochs, config.batch_size, label_noise, dp_clients)
+                             config.local_epochs, config.batch_size, label_noise, silos)
     privacy = tuple(
         ClientPrivacy(c.index, perturbations[c.index].report(randomness.mode, randomness.generator_name),
                       perturbations[c.index].target, perturbations[c.index].noise_scale, c.file, c.feature_mechanism,
                       c.feature_privacy, c.release_guarantee,
-                      None if dp_clients is None else dp_clients[c.index], bool(c.local_only))
+                      silos[c.index], bool(c.local_only))
         for c in ordered)
     budgeted = perturbation_wiring(config.perturbation).budget
     extra = dict(engine or {})

@@ -2,9 +2,10 @@
 
 LDPFL Algorithm 1 lines 17-21, as Flower splits it between a ``ClientApp`` and a ``ServerApp``:
 
-* :func:`client_step` (the client's ``fit``): load the global weights, train ``local_epochs`` epochs
-  (line 19), perturb the parameters or the update with the client's own mechanism and budget (line 20;
-  WU 3.1, PLDP Algorithm 1 line 19, DP-FedAW eq. 9); an upload that is not finite is excluded;
+* :func:`client_step` (the client's ``fit``): load the global weights, train as the silo trains (line 19:
+  ``local_epochs`` epochs, or its ``silo_training`` component's steps), perturb the parameters or the update with
+  the client's own mechanism and budget (line 20; WU 3.1, PLDP Algorithm 1 line 19, DP-FedAW eq. 9); an upload
+  that is not finite is excluded;
 * :func:`server_step` (the strategy's ``aggregate_fit``): combine the surviving uploads (line 21, or WU
   eqs. 12-16, PLDP eq. 7, DP-FedAW eq. 10) and apply the server rule; with no upload, or a non-finite
   result, the previous model is kept.
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -26,13 +27,12 @@ import torch
 from ldpfl.mechanisms.base import require_generator
 
 from .data import ClientSplit
-from .dp_sgd import train_dp_sgd
-from .dp_sgd_budget import DpSgdClient
-from .evaluation_noise import LOSS_BOUND
 from .label_noise import LabelNoise
-from .model import FederatedMLP, evaluation_sums, get_vector, make_optimizer, set_vector, train_local
+from .model import FederatedMLP, evaluation_sums, get_vector, make_optimizer, set_vector
 from .perturbation import ClientPerturbation, ServerRule
 from .round_record import RoundRecord, SplitSums
+from .silo_training import PLAIN, SiloTraining
+from .silo_training.evaluation_noise import LOSS_BOUND, EvaluationNoise
 from .strategies import Aggregate, Strategy
 from .streaming import StreamedSplit
 
@@ -42,7 +42,7 @@ class LocalTraining:
     """How every client trains in a round (LDPFL IV-E): optimizer, learning rate, epochs el, batch size.
 
     ``label_noise``: the files' k-RR label noise and its loss correction (``label_noise``), None: plain CE.
-    ``dp_sgd``: each client's record-level DP-SGD (``dp_sgd.DpSgdClient``), which then replaces the epochs.
+    ``silos``: how each client trains (``silo_training``; a client not listed trains plainly: :data:`PLAIN`).
     """
 
     optimizer: str
@@ -50,7 +50,11 @@ class LocalTraining:
     epochs: int
     batch_size: int
     label_noise: LabelNoise | None = None
-    dp_sgd: Mapping[int, DpSgdClient] | None = None
+    silos: Mapping[int, SiloTraining] = field(default_factory=dict)
+
+    def silo(self, client: int) -> SiloTraining:
+        """Return how ``client`` trains."""
+        return self.silos.get(client, PLAIN)
 
 
 @dataclass(frozen=True)
@@ -115,12 +119,9 @@ def client_step(model: FederatedMLP, broadcast: Broadcast, split: ClientSplit | 
     cid = perturbation.client
     set_vector(model, broadcast.weights)
     optimizer = make_optimizer(training.optimizer, model.parameters(), training.lr)
-    if training.dp_sgd is not None:  # record-level DP-SGD: its noise and batches from the client's own stream
-        stats = train_dp_sgd(model, split, training.dp_sgd[cid], optimizer=optimizer, generator=generator, rng=rng,
-                             label_noise=training.label_noise)
-    else:
-        stats = train_local(model, split, epochs=training.epochs, batch_size=training.batch_size,
-                            optimizer=optimizer, generator=generator, label_noise=training.label_noise)
+    stats = training.silo(cid).local_step(model, split, epochs=training.epochs, batch_size=training.batch_size,
+                                          optimizer=optimizer, generator=generator, rng=rng,
+                                          label_noise=training.label_noise)
     local = get_vector(model).cpu().numpy()
     if not np.all(np.isfinite(local)):
         return ClientResult(cid, None, stats.loss, stats.accuracy,
@@ -134,13 +135,13 @@ def client_step(model: FederatedMLP, broadcast: Broadcast, split: ClientSplit | 
 
 
 def silo_evaluation(model: FederatedMLP, splits: Sequence[ClientSplit | StreamedSplit], batch_size: int,
-                    dp_sgd: DpSgdClient | None, rng: Callable[[], np.random.Generator]) -> SplitSums:
+                    noise: EvaluationNoise | None, rng: Callable[[], np.random.Generator]) -> SplitSums:
     """Return what one silo reports of the global model on its test ``splits`` (both engines' silo side).
 
-    Under DP-SGD with evaluation noise the sums are bounded and released by the Gaussian mechanism
-    (``evaluation_noise``; ``rng`` makes the silo's stream for this round); otherwise they are exact.
+    With its training's evaluation ``noise`` (``SiloTraining.evaluation``) the sums are bounded and released by
+    the Gaussian mechanism (``evaluation_noise``; ``rng`` makes the silo's stream for this round); otherwise they
+    are exact.
     """
-    noise = None if dp_sgd is None else dp_sgd.evaluation
     if noise is None:
         return SplitSums(*evaluation_sums(model, splits, batch_size))
     return noise.release(*evaluation_sums(model, splits, batch_size, loss_bound=LOSS_BOUND), rng=rng())

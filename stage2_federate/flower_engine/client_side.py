@@ -198,10 +198,8 @@ class Trainer:
     def train(self, config: FederationConfig, setup: ClientSetup, client: ClientDataset, vector: np.ndarray, *,
               generator: torch.Generator, rng: np.random.Generator) -> ClientResult:
         """LDPFL Algorithm 1 lines 19-20 on this client: ``rounds.client_step`` (train, then perturb here)."""
-        dp_sgd = setup.dp_sgd
         training = LocalTraining(setup.optimizer, setup.lr, config.local_epochs, config.batch_size,
-                                 setup.label_noise,
-                                 None if dp_sgd is None else {dp_sgd.client: dp_sgd})
+                                 setup.label_noise, {client.index: setup.training})
         return client_step(self.model, self.broadcast(vector), client.train, client_perturbation(config, setup, client),
                            training, generator=generator, rng=rng)
 
@@ -209,15 +207,16 @@ class Trainer:
                  model_round: int) -> dict[str, tuple[float, int, int]]:
         """Return the sums of the global model (round ``model_round``'s) per test split.
 
-        ``test``: the test split, under DP-SGD released with the Gaussian noise of ``rounds.silo_evaluation``
-        from this client's stream for that round (the local engine's draws); ``clean`` (with ``eval_clean``): the
-        client's local-only clean test file (``data.load_clean_tests``). Summed over the clients, these give the
-        local engine's evaluation on the union of the splits.
+        ``test``: the test split, released with the noise its training gives it (``SiloTraining.evaluation``,
+        ``rounds.silo_evaluation``) from this client's stream for that round (the local engine's draws); ``clean``
+        (with ``eval_clean``): the client's local-only clean test file (``data.load_clean_tests``). Summed over the
+        clients, these give the local engine's evaluation on the union of the splits.
         """
         set_vector(self.model, self.broadcast(vector).weights)
         sums: dict[str, tuple[float, int, int]] = {}
-        if setup.dp_sgd is not None and setup.dp_sgd.evaluation is not None:
-            noised = silo_evaluation(self.model, [client.test], config.eval_batch_size, setup.dp_sgd,
+        noise = setup.training.evaluation
+        if noise is not None:
+            noised = silo_evaluation(self.model, [client.test], config.eval_batch_size, noise,
                                      lambda: evaluation_generator(mech.make_randomness(config.seed),
                                                                   setup.position, model_round))
             sums["test"] = (noised.loss_sum, noised.correct, noised.rows)

@@ -50,9 +50,10 @@ from ldpfl.stage2_federate.message_fields import (
     Count,
     Finite,
     FinitePositive,
-    WireDpSgd,
     WireLabelNoise,
+    WireTraining,
 )
+from ldpfl.stage2_federate.silo_training import PLAIN
 
 APP_NAME = "ldpfl-flower"
 PUBLISHER = "ldpfl"
@@ -362,8 +363,8 @@ class ClientSetup(JsonRecord):
     ``position``, as in the local engine's ``Streams``); ``epsilon``, ``range_length`` and ``centre`` are
     its resolved ε_i, L_i and c_i (None when the perturbation takes none); ``dim`` the model's size;
     ``label_noise`` the run's ``LabelNoise`` (T and the loss correction; None: plain cross-entropy);
-    ``dp_sgd`` the client's ``DpSgdClient`` (σ, C, q, steps; None without ``dp_sgd``), resolved by the server.
-    On the wire each is its JSON form (the dataclass's fields).
+    ``training`` how the client trains (``silo_training``: e.g. its σ, C, q and steps), resolved by the server.
+    On the wire each is its JSON form (the dataclass's fields; ``training`` its ``wire_form``).
     """
 
     position: Count
@@ -377,7 +378,11 @@ class ClientSetup(JsonRecord):
     range_length: FinitePositive | None
     centre: Finite | None
     label_noise: WireLabelNoise | None = None
-    dp_sgd: WireDpSgd | None = None
+    training: WireTraining = PLAIN
+
+    def json_form(self) -> dict[str, Any]:
+        """Return the fields as JSON values, ``training`` as its ``wire_form`` (keyed by its kind)."""
+        return {**dataclasses.asdict(self), "training": self.training.wire_form()}
 
 
 @dataclass(frozen=True)

@@ -113,7 +113,7 @@ def client_setups(plan: FederationPlan) -> dict[int, ClientSetup]:
         range_length=None if clients_plan.ranges is None else clients_plan.ranges[position],
         centre=None if clients_plan.centres is None else clients_plan.centres[position],
         label_noise=label_noise,
-        dp_sgd=None if training.dp_sgd is None else training.dp_sgd[c.index])
+        training=training.silo(c.index))
         for position, c in enumerate(plan.clients)}
 
 

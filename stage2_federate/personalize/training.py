@@ -18,9 +18,9 @@ import torch
 from torch.nn import functional as F
 
 from ldpfl.stage2_federate.data import ClientSplit
-from ldpfl.stage2_federate.dp_sgd import train_dp_sgd
-from ldpfl.stage2_federate.dp_sgd_budget import DpSgdClient
 from ldpfl.stage2_federate.model import ADAM, FederatedMLP, initialize, make_optimizer, train_local
+from ldpfl.stage2_federate.silo_training.dp_sgd import train_dp_sgd
+from ldpfl.stage2_federate.silo_training.dp_sgd_budget import DpSgdClient
 
 from .accountant import SiloAccountant
 from .base_model import BaseModel

@@ -25,10 +25,10 @@ from federate_files import write_run
 
 import ldpfl
 from ldpfl.mechanisms import FLOAT32
-from ldpfl.stage2_federate import evaluation_noise as noise
 from ldpfl.stage2_federate.config import FederationConfig
 from ldpfl.stage2_federate.federation import run_federation
 from ldpfl.stage2_federate.model_file import read_model
+from ldpfl.stage2_federate.silo_training import evaluation_noise as noise
 
 federate = command("federate")
 DP = dict(hidden=(), dp_sgd=True, device="cpu", seed=3, lr=2.0)

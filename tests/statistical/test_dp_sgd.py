@@ -16,9 +16,9 @@ import pytest
 import torch
 
 from ldpfl.stage2_federate.data import ClientSplit
-from ldpfl.stage2_federate.dp_sgd import train_dp_sgd
-from ldpfl.stage2_federate.dp_sgd_budget import DpSgdClient
 from ldpfl.stage2_federate.model import FederatedMLP, get_vector, make_optimizer, set_vector
+from ldpfl.stage2_federate.silo_training.dp_sgd import train_dp_sgd
+from ldpfl.stage2_federate.silo_training.dp_sgd_budget import DpSgdClient
 
 WIDTH, CLASSES, ROWS = 30, 3, 40
 SIGMA, CLIP = 2.0, 0.5

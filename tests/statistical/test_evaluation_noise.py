@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from ldpfl.mechanisms import accounting
-from ldpfl.stage2_federate import evaluation_noise as noise
+from ldpfl.stage2_federate.silo_training import evaluation_noise as noise
 
 DRAWS = 20_000
 

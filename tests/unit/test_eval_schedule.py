@@ -14,10 +14,10 @@ import pytest
 
 from ldpfl.common.errors import ParameterError
 from ldpfl.stage2_federate.config import FederationConfig
-from ldpfl.stage2_federate.dp_sgd_budget import plan_client
-from ldpfl.stage2_federate.evaluation_noise import calibrate
 from ldpfl.stage2_federate.round_record import RoundRecord
 from ldpfl.stage2_federate.schedule import evaluations, is_evaluated
+from ldpfl.stage2_federate.silo_training.dp_sgd_budget import plan_client
+from ldpfl.stage2_federate.silo_training.evaluation_noise import calibrate
 
 
 def evaluated_rounds(every: int, rounds: int) -> list[int]:

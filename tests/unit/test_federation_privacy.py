@@ -30,11 +30,12 @@ from ldpfl.contract.release_guarantee import (
 )
 from ldpfl.stage2_federate import ledger as lg
 from ldpfl.stage2_federate.client_privacy import ClientPrivacy
-from ldpfl.stage2_federate.dp_sgd_budget import DpSgdClient
-from ldpfl.stage2_federate.evaluation_noise import EvaluationNoise
 from ldpfl.stage2_federate.guarantee import federation_guarantee
 from ldpfl.stage2_federate.round_record import RoundRecord
 from ldpfl.stage2_federate.schedule import evaluations, is_evaluated
+from ldpfl.stage2_federate.silo_training import PLAIN
+from ldpfl.stage2_federate.silo_training.dp_sgd_budget import DpSgdClient
+from ldpfl.stage2_federate.silo_training.evaluation_noise import EvaluationNoise
 
 
 def file_guarantee(epsilon: float) -> ReleaseGuarantee:
@@ -47,7 +48,7 @@ def client(index: int, *, perturbation: str = "gaussian", file_epsilon: float = 
     upload = mech.create_mechanism(perturbation, **params).report().with_randomness("seeded", "PCG64")
     feature = mech.create_mechanism("uer", epsilon=0.5, alpha=10.0).report().with_randomness("seeded", "PCG64")
     return ClientPrivacy(index, upload, "parameters", upload.sigma, f"client_{index:03d}.h5", "uer", feature,
-                         file_guarantee(file_epsilon), dp_sgd, local_only)
+                         file_guarantee(file_epsilon), dp_sgd or PLAIN, local_only)
 
 
 def round_of(number: int, selected: tuple[int, ...], dropped: tuple[int, ...] = ()) -> RoundRecord:

@@ -28,16 +28,17 @@ import torch
 
 from ldpfl.stage2_federate import outliers as out
 from ldpfl.stage2_federate.data import ClientSplit
-from ldpfl.stage2_federate.dp_sgd import train_dp_sgd
-from ldpfl.stage2_federate.dp_sgd_budget import DpSgdClient
 from ldpfl.stage2_federate.model import FederatedMLP, get_vector, make_optimizer
+from ldpfl.stage2_federate.silo_training import PLAIN, upload_noise_scales
+from ldpfl.stage2_federate.silo_training.dp_sgd import train_dp_sgd
+from ldpfl.stage2_federate.silo_training.dp_sgd_budget import DpSgdClient, upload_noise_scale
 
 DIRICHLET_ROWS = (2318, 5102, 3007, 1153, 4296, 19283, 2765, 8455, 6021, 1139)  # 17-fold, as section 11's split
 DIM = 20_000
 
 
 def _scales(rows: tuple[int, ...]) -> np.ndarray:
-    return np.array([out.dp_sgd_noise_scale(lr=2.0, noise_multiplier=3.436, clip=0.1, sampling_probability=0.1365,
+    return np.array([upload_noise_scale(lr=2.0, noise_multiplier=3.436, clip=0.1, sampling_probability=0.1365,
                                             records=n, local_steps=1) for n in rows])
 
 
@@ -48,17 +49,17 @@ def _honest(rng: np.random.Generator, scales: np.ndarray, dim: int = DIM) -> lis
 
 def test_the_noise_scale_is_lr_sigma_clip_root_steps_over_the_expected_batch() -> None:
     # section 11's IID silo: 4 · 3.436 · 0.1 / (0.1365 · 5400) = 1.8646e-3 per coordinate
-    assert out.dp_sgd_noise_scale(lr=4.0, noise_multiplier=3.436, clip=0.1, sampling_probability=0.1365,
+    assert upload_noise_scale(lr=4.0, noise_multiplier=3.436, clip=0.1, sampling_probability=0.1365,
                                   records=5400, local_steps=1) == pytest.approx(1.37440 / 737.1, rel=1e-4)
-    assert out.dp_sgd_noise_scale(lr=1.0, noise_multiplier=1.0, clip=1.0, sampling_probability=0.5, records=10,
+    assert upload_noise_scale(lr=1.0, noise_multiplier=1.0, clip=1.0, sampling_probability=0.5, records=10,
                                   local_steps=4) == pytest.approx(2.0 / 5.0)
     with pytest.raises(ValueError, match=r"records must be a finite number > 0, got 0"):
-        out.dp_sgd_noise_scale(lr=1.0, noise_multiplier=1.0, clip=1.0, sampling_probability=0.5, records=0,
+        upload_noise_scale(lr=1.0, noise_multiplier=1.0, clip=1.0, sampling_probability=0.5, records=0,
                                local_steps=1)
     dp = {3: DpSgdClient(3, 2.0, 0.5, 0.25, 2, 1e-5, "add-remove", 80)}
-    assert out.upload_noise_scales(dp, lr=0.5, plain_sgd=True) == {3: pytest.approx(0.5 * 2 * 0.5 * math.sqrt(2) / 20)}
-    assert out.upload_noise_scales(dp, lr=0.5, plain_sgd=False) is None  # Adam's step is not linear in the noise
-    assert out.upload_noise_scales(None, lr=0.5, plain_sgd=True) is None
+    assert upload_noise_scales(dp, lr=0.5, plain_sgd=True) == {3: pytest.approx(0.5 * 2 * 0.5 * math.sqrt(2) / 20)}
+    assert upload_noise_scales(dp, lr=0.5, plain_sgd=False) is None  # Adam's step is not linear in the noise
+    assert upload_noise_scales({3: PLAIN}, lr=0.5, plain_sgd=True) is None  # plain training
 
 
 def test_the_noise_scale_matches_what_train_dp_sgd_puts_in_an_upload() -> None:
@@ -71,7 +72,7 @@ def test_the_noise_scale_matches_what_train_dp_sgd_puts_in_an_upload() -> None:
     train_dp_sgd(model, split, dp, optimizer=make_optimizer("sgd", model.parameters(), lr),
                  generator=torch.Generator().manual_seed(1), rng=np.random.default_rng(1))
     change = (get_vector(model) - start).numpy().astype(np.float64)[: width * classes]  # the weights, not the biases
-    expected = out.upload_noise_scales({0: dp}, lr=lr, plain_sgd=True)[0]
+    expected = upload_noise_scales({0: dp}, lr=lr, plain_sgd=True)[0]
     assert change.var() / expected**2 == pytest.approx(1.0, abs=6 * math.sqrt(2 / change.size))
 
 

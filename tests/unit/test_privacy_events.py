@@ -13,7 +13,7 @@ from ldpfl.contract import release_guarantee as rg
 from ldpfl.contract.label_release import CLEAR_LABELS, SYNTHETIC_LABELS, LabelRelease
 from ldpfl.mechanisms import accounting
 from ldpfl.mechanisms import privacy_events as ev
-from ldpfl.stage2_federate import evaluation_noise
+from ldpfl.stage2_federate.silo_training import evaluation_noise
 
 #: the file attribute ``label_release`` (contract): a record of the file, whose release is its ``event()``
 FILE_RECORDS = {"LabelRelease"}

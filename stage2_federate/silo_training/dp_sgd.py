@@ -30,18 +30,20 @@ from __future__ import annotations
 import functools
 import math
 import warnings
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
 from ldpfl.mechanisms.base import require_generator
+from ldpfl.stage2_federate.data import ClientSplit
+from ldpfl.stage2_federate.label_noise import LabelNoise, label_loss
+from ldpfl.stage2_federate.model import FederatedMLP, TrainStats
+from ldpfl.stage2_federate.streaming import StreamedSplit
 
-from .data import ClientSplit
-from .dp_sgd_budget import DpSgdClient
-from .label_noise import LabelNoise, label_loss
-from .model import FederatedMLP, TrainStats
-from .streaming import StreamedSplit
+if TYPE_CHECKING:
+    from .dp_sgd_budget import DpSgdClient
+
 
 
 @functools.cache

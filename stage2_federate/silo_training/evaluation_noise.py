@@ -41,8 +41,7 @@ from ldpfl.mechanisms import accounting
 from ldpfl.mechanisms.base import require_generator
 from ldpfl.mechanisms.privacy_events import GaussianEvent
 from ldpfl.mechanisms.validation import require_finite_positive
-
-from .round_record import SplitSums
+from ldpfl.stage2_federate.round_record import SplitSums
 
 LOSS_BOUND = 10.0
 """Nats: each test record's cross-entropy is clipped to [0, LOSS_BOUND] before it is summed (the sum's range)."""
