@@ -130,7 +130,7 @@ class FederationConfig:
     target_epsilon: float | None = None
     neighbours: str = REPLACE_ONE
     # The test records' budget: each silo's evaluation replies get Gaussian noise calibrated to it over the run
-    # (stage2_federate.silo_training.evaluation_noise); None: the DP-SGD target (else what its planned steps spend); inf: clear.
+    # (silo_training.evaluation_noise); None: the DP-SGD target (else what its planned steps spend); inf: clear.
     eval_epsilon: float | None = None
     # The global model is evaluated after every eval_every-th round and after the last (``schedule``): fewer
     # evaluation replies, so under DP-SGD less noise on each at the same ``eval_epsilon``.

@@ -12,13 +12,15 @@ ever sums what is in range. A reply is refused when:
   :data:`DEFAULT_NORM_FACTOR` × the *lower median* of the update norms of the round's well-formed uploads (the
   ⌈n/2⌉-th smallest: with two silos the smaller one, so one silo alone never sets the scale), times
   max(1, σ_i / the median σ) for a silo whose perturbation adds more noise than the others' (σ_i of its
-  mechanism, known to the server: an honest silo with a smaller ε is not refused for its noise; under DP-SGD
-  the noise std of its mean clipped gradient, σ·C / (q·n): a small silo's update is noisier), and, outside
-  DP-SGD, times max(1, n_i / the median n) for a silo with more training rows than the others' (more local
+  mechanism, known to the server: an honest silo with a smaller ε is not refused for its noise; where the silo's
+  training adds noise of its own, the scale its training component states, ``SiloTraining.reply_noise``, e.g.
+  σ·C / (q·n) for noisy clipped gradients: a small silo's update is noisier), and, where its local steps grow
+  with its rows, times max(1, n_i / the median n) for a silo with more training rows than the others' (more local
   steps move its parameters further). With one upload the default refuses nothing;
 * its training metrics are out of range: the accuracy outside [0, 1], or the loss negative; with an upload,
   neither may be infinite (a silo that sent no upload, its training diverged, may report ∞). NaN means
-  "not measured" (a DP-SGD silo whose Poisson batches were all empty) and is left out of the round's mean;
+  "not measured" (a silo whose training reports none, e.g. Poisson batches that were all empty) and is left out
+  of the round's mean;
 * its evaluation sums are out of range: the rows other than the silo's test rows as the coordinator knows
   them (its file, or its manifest-checked summary), the correct predictions not an integer in [0, rows], the
   summed loss not finite or negative. A clean-test evaluation (``eval_clean``) covers the test split's rows too,

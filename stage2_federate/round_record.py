@@ -9,8 +9,9 @@ client cannot be lost, so the local engine's rows have no ``lost``).
 wrong dtype or shape, not finite, past the update-norm bound; metrics or evaluation sums out of range), with the
 server's reason: such a silo is left out of the round, never aggregated nor counted in the figures.
 ``outliers`` (only with a robust rule, or FedAvg's ``outlier_report``) says which silos the rule discounted, clipped
-or flagged, and by how much (``outliers``); in a DP-SGD run with SGD steps also each silo's distance in units of its
-own noise and its bound (``noise_distance``, ``noise_bound``) and the round's ``noise_median``, which name the silos.
+or flagged, and by how much (``outliers``); where the silos' training noise is known (``silo_training``: noisy
+SGD steps) also each silo's distance in units of its own noise and its bound (``noise_distance``,
+``noise_bound``) and the round's ``noise_median``, which name the silos.
 ``per_client`` holds the global model's loss and accuracy on each silo's test rows (the union figures are
 ``test_loss`` and ``test_accuracy``). A round whose model is not evaluated (``eval_every``: ``schedule``) has
 NaN test figures (``null`` in ``metrics.json``, empty in ``metrics.csv``), no ``per_client`` and

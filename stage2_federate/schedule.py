@@ -2,8 +2,8 @@
 
 A run of R rounds evaluates the global model after every round t with t mod K = 0, and after the last round
 (t = R), whose model is the run's result: ⌈R / K⌉ evaluations in all. The round loop asks :func:`is_evaluated`
-for each round; the DP-SGD calibration plans :func:`evaluations` of the whole run as the silos' evaluation
-releases (``dp_sgd_budget.plan_client``). Nothing here draws a random number or reads a file.
+for each round; a silo training component that calibrates its evaluation noise plans :func:`evaluations` of the
+whole run as the silos' evaluation releases (``silo_training``). Nothing here draws a random number or reads a file.
 """
 
 from __future__ import annotations

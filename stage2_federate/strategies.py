@@ -73,8 +73,8 @@ class Strategy:
     NAME: ClassVar[str] = ""
     SOURCE: ClassVar[str] = ""
     SUMMARY: ClassVar[str] = ""
-    upload_noise: Mapping[int, float] | None = None  # DP-SGD: each silo's s_i; its report names by it (outliers)
-    upload_signal: float | None = None  # DP-SGD: the bound B on an honest upload's gradient part (outliers)
+    upload_noise: Mapping[int, float] | None = None  # each silo's training noise s_i: names by it (outliers)
+    upload_signal: float | None = None  # the bound B on an honest upload's gradient part (outliers)
 
     def __init__(self, clients: Sequence[ClientDescription], options: StrategyOptions = StrategyOptions(),
                  noise_scales: NoiseScales | None = None):
@@ -425,7 +425,7 @@ class NormClippedMean(Strategy):
     The update is ``upload - global`` for uploaded parameters (the upload itself for uploaded updates); the
     mean of the clipped updates is added back to the global model for a parameters target. The bound is the
     lower median of the round's update norms, so no client moves the model further than a typical one.
-    Clipping is post-processing: it keeps any DP guarantee of the uploads (record-level DP-SGD included).
+    Clipping is post-processing: it keeps any DP guarantee of the uploads (a record-level one included).
     Each silo's discount is the fraction of its update the clipping took away (``outliers``).
     """
 

@@ -1,6 +1,6 @@
 """Stale and copied uploads (issue 42): an upload whose bytes the server has seen before is refused and named.
 
-An honest silo never repeats itself: under DP-SGD or a perturbation its upload carries fresh noise, and without
+An honest silo never repeats itself: with noisy training or a perturbation its upload carries fresh noise; without
 noise its update is a function of the new global model and of its own training stream, which moves on every round.
 So an upload equal, byte for byte, to one of the silo's own uploads of an earlier round is *stale* (resent), one
 equal to another silo's upload of an earlier round is *replayed*, and two equal uploads of one round are *copied*:

@@ -11,7 +11,7 @@ import pytest
 import torch
 from federate_files import write_run
 
-import ldpfl.stage2_federate.rounds as round_steps
+import ldpfl.stage2_federate.model as round_steps  # plain local training: silo_training.plain calls it
 from ldpfl import mechanisms as mech
 from ldpfl.mechanisms.randomness import generator_name_of, secure_generator_name
 from ldpfl.stage2_federate.federation import FederationConfig, Streams, run_federation
