@@ -19,7 +19,7 @@ Modules (one concern each):
 * ``streams``      - every random stream of a run, with exact save and restore;
 * ``plan``         - everything a run fixes before round 1 (model, perturbations, strategy, records);
 * ``rounds``       - one round as a client step and a server step, pure of I/O (shared by engines);
-* ``silo_training`` - how a silo trains, one component per way (plain, DP-SGD): its step, reply bound,
+* ``silo_training`` - how a silo trains, one component per way (plain, record-level noisy): its step, reply bound,
   accountant and resume rule, asked by the loop, the reply checks, the ledger and the guarantee;
 * ``server_optimizers`` - the server's step after the strategy, with state kept across rounds (FedAvgM, FedAdam);
 * ``loop``, ``driver`` - the round loop behind a ``Transport`` and the run around it, one for both engines;
