@@ -8,7 +8,7 @@ once a run completes unless asked to keep it.
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -122,6 +122,37 @@ def check_inputs(path: Path, payload: Mapping[str, Any], inputs: Mapping[str, st
         ([f"{', '.join(new)} not in the checkpoint's run"] if new else [])
     raise ParameterError(f"cannot resume {path}: it was trained on other client files than this run directory's "
                      f"({'; '.join(parts)}); start afresh with `overwrite` or choose another `out_dir`")
+
+
+def check_silos(path: Path, payload: Mapping[str, Any], federated: Collection[int],
+                left_out: Sequence[Mapping[str, Any]] = ()) -> None:
+    """Refuse to resume the local engine's checkpoint with other silos than its rounds federated (one line).
+
+    The checkpoint holds the clients' random streams by position, not by client index (``Streams.state``), so a
+    resumed run must federate the silos it started with. A silo the checkpoint's rounds selected that this run
+    leaves out (its file refused now: ``left_out``, ``run.left_out``'s entries) is named with the reason; another
+    count of silos (a silo left out before round 1 whose file verifies now) is refused too. Without this check a
+    silo left out now and another back in would swap streams silently.
+
+    Raises
+    ------
+    ParameterError
+        ``federated`` (the client indices of this run) are not the checkpoint's silos.
+    """
+    trained = sorted({int(c) for row in payload.get("history", ()) for c in row.get("selected", ())})
+    gone = [c for c in trained if c not in set(federated)]
+    streams = payload.get("rng", {}).get("perturb")
+    held = len(streams) if isinstance(streams, Sequence) else len(federated)
+    if not gone and held == len(federated):
+        return
+    reasons = [str(x.get("reason")) for x in left_out if x.get("client") in gone]
+    why = (f"its rounds trained client {', '.join(map(str, gone))}, which this run leaves out"
+           + (f" ({'; '.join(reasons)})" if reasons else "")) if gone else (
+        f"it holds the random streams of {held} silos, this run federates {len(federated)} "
+        f"(clients {', '.join(map(str, sorted(federated)))})")
+    raise ParameterError(f"cannot resume {path}: {why}: a resumed run federates the silos it started with (the "
+                         "checkpoint holds their random streams by position); restore the silo's file, or start "
+                         "afresh with `overwrite` or choose another `out_dir`")
 
 
 def check_engine(path: Path, payload: Mapping[str, Any], engine: str) -> None:

@@ -39,7 +39,7 @@ from ldpfl.common.errors import ParameterError
 from ldpfl.contract.layout import FEDERATION_DIR
 
 from . import outdir
-from .checkpoint import client_digests, load_checkpoint
+from .checkpoint import check_inputs, check_silos, client_digests, load_checkpoint
 from .closed_form import run_closed_form
 from .config import FederationConfig
 from .console import print_warning
@@ -138,6 +138,10 @@ def _run_locked(run_dir: Path, config: FederationConfig, target_dir: Path, paths
     payload = load_checkpoint(checkpoint_path, config) if resume else None
     plan = plan_federation(run_dir, config, min_clients=min_clients)  # leaves out a silo whose claim is refused
     inputs = client_digests(plan.data)
+    if payload is not None:  # other files first, then a silo left out now that the checkpoint's rounds trained
+        check_inputs(checkpoint_path, payload, inputs)
+        check_silos(checkpoint_path, payload, [c.index for c in plan.data.clients],
+                    plan.record["run"].get("left_out", []))
     writer = RunWriter(target_dir, config, plan.record, plan.privacy, inputs)
     driver = RunDriver.restored(plan, writer, payload, inputs)
     if payload is None and overwrite:
