@@ -34,6 +34,15 @@ choice. Everything calls the package's functions; nothing of the product is re-i
     nohup nice -n 10 .venv/bin/python experiments/exp12_poisoned_silos.py --out docs/results > runs/exp12.log 2>&1 &
     nohup nice -n 10 .venv/bin/python experiments/exp12_poisoned_silos.py --rules median --rerun \
         --out docs/results > runs/exp12_noise.log 2>&1 &   # the DP-SGD statistic's key rows
+    nohup nice -n 10 .venv/bin/python experiments/exp12_poisoned_silos.py --rules trimmed-mean \
+        --out runs/exp12_tm_noise > runs/exp12_tm_noise/log 2>&1 &   # the trimmed mean's, beside the others
+    .venv/bin/python experiments/exp12_poisoned_silos.py --merge runs/exp12_tm_noise --out docs/results
+
+``--merge DIR`` runs nothing: it adds DIR's records (same setting) to ``--out``'s, replacing a record of the same
+scenario, rule and statistic (``named_by``), and rewrites the table. Since the label-mix reference, a silo is named
+when its noise distance and its label-mix distance both pass their bounds; each silo's share of rounds past the
+noise distance's bound alone is recorded beside (``noise.named_share``), comparable with the median's rows named by
+the noise distance alone.
 """
 
 from __future__ import annotations
@@ -85,6 +94,13 @@ SCENARIOS = {  # name: (partition, what silo POISONER does to its training label
 }
 SECTION7_LR = {"iid": 4.0, "dirichlet-0.1": 2.0}  # exp8's validation choices (exp8_shared_features_federated_*.json)
 COMMAND = "nice -n 10 .venv/bin/python experiments/exp12_poisoned_silos.py --out docs/results"  # all 12 runs
+SCRIPT = "nice -n 10 .venv/bin/python experiments/exp12_poisoned_silos.py"
+MERGED = (f"`{COMMAND}` (the 12 first runs, named by discount or distance); `{SCRIPT} --rules median --rerun "
+          f"--out docs/results` (the median's four, named by the DP-SGD noise distance); `{SCRIPT} --rules "
+          "trimmed-mean --out runs/exp12_tm_noise`, then `.venv/bin/python experiments/exp12_poisoned_silos.py "
+          "--merge runs/exp12_tm_noise --out docs/results` (the trimmed mean's four, named by the noise distance "
+          "and label mix)")
+"""The runs behind docs/results' table, as a ``--merge`` into it names them."""
 
 
 def poisoned_labels(labels: np.ndarray, rows: np.ndarray, attack: str | None) -> np.ndarray:
@@ -150,15 +166,24 @@ def silo_figures(reports: list[out.OutlierReport]) -> list[dict]:
                   "distance_past_bound_share": float(np.mean(distance > out.OUTLIER_BOUND))}
         if all(s.noise_distance is not None for s in entries):
             noise = np.array([s.noise_distance for s in entries])
+            bounds = np.array([s.noise_bound for s in entries])
             figure["noise"] = {"distance_mean": float(noise.mean()), "distance_quartiles": _spread(noise),
                                "distance_min": float(noise.min()), "distance_max": float(noise.max()),
-                               "bound": float(np.mean([s.noise_bound for s in entries]))}
+                               "bound": float(bounds.mean()),
+                               "named_share": float(np.mean(noise > bounds))}  # by the noise distance alone
         if all(s.mix_distance is not None for s in entries):  # runs since the label-mix reference
             mix = np.array([s.mix_distance for s in entries])
             figure["mix"] = {"distance_mean": float(mix.mean()), "distance_quartiles": _spread(mix),
                              "distance_max": float(mix.max())}
         figures.append(figure)
     return figures
+
+
+def noise_alone_summary(reports: list[out.OutlierReport]) -> list[int]:
+    """The silos whose noise distance alone passes its bound in more than half of the rounds (label mix aside)."""
+    past = [sum(bool(s.noise_distance is not None and s.noise_bound is not None and s.noise_distance > s.noise_bound)
+                for r in reports for s in r.silos if s.client == client) for client in range(SILOS)]
+    return [client for client in range(SILOS) if 2 * past[client] > len(reports)]
 
 
 def _noise_cell(silo: dict) -> str:
@@ -169,14 +194,27 @@ def _noise_cell(silo: dict) -> str:
         "" if mix is None else f" (label mix {mix['distance_mean']:.4f})")
 
 
+def _noise_alone(record: dict) -> str:
+    """Silo 9's and the most-named honest silo's share of rounds past the noise distance's bound alone."""
+    silos = record["silos"]
+    if record.get("named_by") == "DP-SGD noise distance":  # named by it alone
+        shares = [s["named_share"] for s in silos]
+    elif all("named_share" in s.get("noise", {}) for s in silos):
+        shares = [s["noise"]["named_share"] for s in silos]
+    else:
+        return "–"
+    return f"{100 * shares[POISONER]:.1f} / {100 * max(shares[:POISONER]):.1f}"
+
+
 def table(records: list[dict]) -> str:
     """The Markdown table: accuracy, gaps to the honest runs of the partition, named shares, the summary's names."""
     clean = {(r["partition"], r["rule"]): r["accuracy"] for r in records if r["attack"] is None}
     lines = ["| scenario | rule | named by | test accuracy | vs honest, same rule (pp) | vs honest FedAvg (pp) | "
-             "silo 9 named (% of rounds) | silos 0-8 named, most (% of rounds) | named in the summary | "
+             "silo 9 named (% of rounds) | silos 0-8 named, most (% of rounds) | by the noise distance alone: "
+             "silo 9 / silos 0-8 most (% of rounds) | named in the summary | "
              "silo 9 mean discount / distance | silo 9 noise distance / bound | silos 0-8 noise distance, "
              "largest mean | seconds |",
-             "|---|---|---|---:|---:|---:|---:|---:|---|---|---|---|---:|"]
+             "|---|---|---|---:|---:|---:|---:|---:|---|---|---|---|---|---:|"]
     for r in records:
         gaps = [f"{100 * (r['accuracy'] - clean[key]):+.2f}" if key in clean else "–"
                 for key in ((r["partition"], r["rule"]), (r["partition"], "fedavg"))]
@@ -189,7 +227,8 @@ def table(records: list[dict]) -> str:
         lines.append(f"| {who} | {r['rule_label']} | {r.get('named_by', 'discount or distance')} | "
                      f"{100 * r['accuracy']:.2f} % | {gaps[0]} | {gaps[1]} | "
                      f"{100 * silos[POISONER]['named_share']:.1f} | "
-                     f"{100 * max(s['named_share'] for s in silos[:POISONER]):.1f} | {names or 'none'} | "
+                     f"{100 * max(s['named_share'] for s in silos[:POISONER]):.1f} | {_noise_alone(r)} | "
+                     f"{names or 'none'} | "
                      f"{silos[POISONER]['discount_mean']:.3f} / {silos[POISONER]['distance_mean']:.3f} | "
                      f"{_noise_cell(silos[POISONER])} | "
                      f"{worst} | "
@@ -207,9 +246,14 @@ def main() -> None:
     parser.add_argument("--lr", type=float, default=None, help="default: section 7's choice for the partition")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--rerun", action="store_true", help="replace the chosen runs' records")
+    parser.add_argument("--merge", type=Path, default=None,
+                        help="run nothing: add this directory's records to --out's and rewrite the table")
     parser.add_argument("--cache", type=Path, default=Path("runs/exp8_cache/fmnist_scatter"))
     parser.add_argument("--out", type=Path, default=Path("docs/results"))
     args = parser.parse_args()
+    if args.merge is not None:
+        merge(args.merge, args.out)
+        return
     torch.set_num_threads(1)
     x, y = features(args.cache, "fashion-mnist")
     pool, test_rows = pools("fashion-mnist", y)
@@ -256,6 +300,7 @@ def main() -> None:
                 "lr": lr, "accuracy": accuracy(model, x, y, test_rows),
                 "silos": silo_figures(reports),
                 "named_in_summary": [p.to_dict() for p in out.persistent_outliers(reports)],
+                **({"named_by_noise_alone_in_summary": noise_alone_summary(reports)} if noisy else {}),
                 "poisoner_discount_every_10_rounds": [round(r.silos[POISONER].discount, 4) for r in reports[::10]],
                 "poisoner_distance_every_10_rounds": [round(r.silos[POISONER].distance, 3) for r in reports[::10]],
                 **({"poisoner_noise_distance_every_10_rounds": [round(float(r.silos[POISONER].noise_distance), 4)
@@ -274,7 +319,38 @@ def main() -> None:
     line = f"`{command}`"
     if args.rerun or args.rules != list(RULES) or args.scenarios != list(SCENARIOS):
         line += f" (these runs; the others: `{COMMAND}`)"
-    (args.out / "exp12_poisoned_silos.md").write_text(
+    write_table(args.out, line, setting, statistic, records)
+    print(table(records))
+
+
+def _setting(saved: dict) -> dict:
+    return {("generator_root" if key == "seed" else key): value for key, value in saved.get("setting", {}).items()}
+
+
+def merge(source: Path, target: Path) -> None:
+    """Add ``source``'s records to ``target``'s (same setting), replacing those of the same run and statistic."""
+    added = json.loads((source / "exp12_poisoned_silos.json").read_text())
+    path = target / "exp12_poisoned_silos.json"
+    saved = json.loads(path.read_text())
+    if _setting(added) != _setting(saved):
+        raise SystemExit(f"{source} was run in another setting than {target}: nothing merged")
+
+    def key(record: dict) -> tuple:
+        return record["scenario"], record["rule"], record.get("named_by")
+
+    new = {key(r) for r in added["records"]}
+    records = [r for r in saved["records"] if key(r) not in new] + added["records"]
+    records.sort(key=lambda r: (list(SCENARIOS).index(r["scenario"]), RULES.index(r["rule"])))  # stable: old first
+    statistic = {**saved.get("noise_statistic", {}), **added.get("noise_statistic", {})}
+    path.write_text(json.dumps({"setting": saved["setting"], "noise_statistic": statistic, "records": records},
+                               indent=1))
+    write_table(target, MERGED, _setting(saved), statistic, records)
+    print(table(records))
+
+
+def write_table(out_dir: Path, line: str, setting: dict, statistic: dict, records: list[dict]) -> None:
+    """Write ``exp12_poisoned_silos.md``: the command line(s), the setting, the table of ``records``."""
+    (out_dir / "exp12_poisoned_silos.md").write_text(
         "# Poisoned silos named: one label-flipping or near-constant silo of 10 (Fashion-MNIST, ScatterNet, "
         "DP-SGD)\n\n"
         f"{line}\n\nSetting: {json.dumps(setting)}. DP-SGD statistic: {json.dumps(statistic)}. Test accuracy "
@@ -284,9 +360,10 @@ def main() -> None:
         "statistic named by discount ≥ DISCOUNT_BOUND (median, trimmed mean) or distance > OUTLIER_BOUND "
         "(FedAvg's report). The summary names a silo named in more than half of its rounds. Distance: ‖u_i − m‖ "
         "over the round's lower-median distance (1: a typical silo). Noise distance: ‖u_i − m_−i‖ / √(d·v_i) "
-        "over the round's median of it (1: a typical silo), mean over the 300 rounds, and its mean bound.\n\n"
+        "over the round's median of it (1: a typical silo), mean over the 300 rounds, and its mean bound. 'DP-SGD "
+        "noise distance and label mix': named when both pass their bounds (label-mix distance in brackets); 'by "
+        "the noise distance alone': the share of rounds past its bound, label mix aside.\n\n"
         f"{table(records)}\n")
-    print(table(records))
 
 
 if __name__ == "__main__":
