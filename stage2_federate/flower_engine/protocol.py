@@ -285,8 +285,17 @@ class JsonRecord:
         return json.dumps(self.json_form())
 
     def json_form(self) -> dict[str, Any]:
-        """Return the record's fields as JSON values (a record with typed fields writes their JSON forms)."""
-        return dataclasses.asdict(self)  # type: ignore[call-overload]
+        """Return the record's fields as JSON values (a record with typed fields writes their JSON forms).
+
+        A field that is itself a record is written by its own ``json_form`` (``ClientSetup`` inside an
+        instruction writes its training's ``wire_form``, not the dataclass's fields).
+        """
+        form: dict[str, Any] = dataclasses.asdict(self)  # type: ignore[call-overload]
+        for field in dataclasses.fields(self):  # type: ignore[arg-type]
+            value = getattr(self, field.name)
+            if isinstance(value, JsonRecord):
+                form[field.name] = value.json_form()
+        return form
 
     @classmethod
     def from_json(cls: type[Record], text: str) -> Record:
