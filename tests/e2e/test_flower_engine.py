@@ -23,6 +23,7 @@ import torch
 from federate_files import write_run
 from flower_helpers import leftovers
 
+from ldpfl.mechanisms import accounting
 from ldpfl.stage2_federate.client_description import ClientDescription
 from ldpfl.stage2_federate.config import FederationConfig
 from ldpfl.stage2_federate.data import load_run
@@ -47,6 +48,7 @@ from ldpfl.stage2_federate.flower_engine.protocol import (
 )
 from ldpfl.stage2_federate.flower_engine.server_side import plan_from_summaries
 from ldpfl.stage2_federate.plan import plan_federation
+from ldpfl.stage2_federate.silo_training.dp_sgd_budget import DpSgdClient
 
 CONFIG = dict(rounds=3, clients_per_round=2, hidden=(16,), device="cpu", drop_per_round=1, seed=1,
               perturbation="gaussian", client_epsilons=(2.0, 4.0, 8.0), aggregation="weighted")
@@ -224,6 +226,10 @@ def test_messages_round_trip_and_a_malformed_one_names_its_field(three_clients) 
     for record in (train, EvaluateInstruction(setup), TrainReply(client=1, note=None),
                    TrainReply(client=0, note="upload not finite; excluded")):
         assert type(record).from_json(record.to_json()) == record
+    # a setup inside an instruction keeps its training: DP-SGD read back as DP-SGD, never as plain training
+    dp = dataclasses.replace(setup, training=DpSgdClient(1, 1.1, 0.5, 0.25, 2, 1e-5, accounting.ADD_REMOVE, 48))
+    for record in (dataclasses.replace(train, setup=dp), EvaluateInstruction(dp)):
+        assert type(record).from_json(record.to_json()).setup.training == dp.training
     text = description_to_json(summaries[0])
     missing = object()
 
