@@ -96,10 +96,10 @@ SECTION7_LR = {"iid": 4.0, "dirichlet-0.1": 2.0}  # exp8's validation choices (e
 COMMAND = "nice -n 10 .venv/bin/python experiments/exp12_poisoned_silos.py --out docs/results"  # all 12 runs
 SCRIPT = "nice -n 10 .venv/bin/python experiments/exp12_poisoned_silos.py"
 MERGED = (f"`{COMMAND}` (the 12 first runs, named by discount or distance); `{SCRIPT} --rules median --rerun "
-          f"--out docs/results` (the median's four, named by the DP-SGD noise distance); `{SCRIPT} --rules "
-          "trimmed-mean --out runs/exp12_tm_noise`, then `.venv/bin/python experiments/exp12_poisoned_silos.py "
-          "--merge runs/exp12_tm_noise --out docs/results` (the trimmed mean's four, named by the noise distance "
-          "and label mix)")
+          f"--out docs/results` (the median's four, named by the DP-SGD noise distance); `{SCRIPT} --rules median "
+          "trimmed-mean --out runs/exp12_mix2`, then `.venv/bin/python experiments/exp12_poisoned_silos.py --merge "
+          "runs/exp12_mix2 --out docs/results` (both rules' four, named by the noise distance and the label mix: "
+          "the label-mix reference as committed in 67411e5)")
 """The runs behind docs/results' table, as a ``--merge`` into it names them."""
 
 
