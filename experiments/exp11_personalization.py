@@ -66,6 +66,7 @@ from ldpfl.mechanisms import accounting
 from ldpfl.stage2_federate.model import FederatedMLP, evaluate
 from ldpfl.stage2_federate.personalize.accountant import SiloAccountant, check_budget
 from ldpfl.stage2_federate.personalize.base_model import BaseModel
+from ldpfl.stage2_federate.personalize.own_accuracy import class_accuracy
 from ldpfl.stage2_federate.personalize.settings import CLEAR, DP, INTERPOLATE, PersonalizeSettings
 from ldpfl.stage2_federate.personalize.training import (
     choose_weight,
@@ -118,20 +119,18 @@ def loss_acc(model, split) -> tuple[float, float]:
 def test_class_accuracy(model, test, classes: int) -> np.ndarray:
     """The model's accuracy on each class's records of the official test set (``classes`` values)."""
     model.eval()
-    predicted = model(test.inputs(slice(None))).argmax(dim=1).numpy()
-    labels = test.labels.numpy()
-    correct = np.bincount(labels, weights=predicted == labels, minlength=classes)
-    return correct / np.bincount(labels, minlength=classes)
+    figures = class_accuracy(model(test.inputs(slice(None))).argmax(dim=1).numpy(), test.labels.numpy(), classes)
+    return np.array([np.nan if a is None else a for a in figures.per_class])
 
 
-def own_mix(class_accuracy: np.ndarray, mix: np.ndarray) -> float:
+def own_mix(per_class: np.ndarray, mix: np.ndarray) -> float:
     """Σ_c π_ic·acc_c: the accuracy on silo i's label mix π_i, estimated on the official test records.
 
     The partitions split by label only, so within a class a silo's records and the test records follow one
     distribution: this is the silo's expected own-record accuracy, over every official test record of each class
     (about 1,000 a class on Fashion-MNIST) instead of its 5-1,072 held-out records.
     """
-    return float(mix @ class_accuracy)
+    return float(mix @ per_class)
 
 
 def per_silo_choice(grid, val, fit) -> tuple[list[FederatedMLP], list[dict]]:

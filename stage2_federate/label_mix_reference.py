@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 from scipy.optimize import minimize
@@ -57,15 +58,14 @@ __all__ = ["MixPrediction", "fit_class_variances", "mix_prediction"]
 _LARGEST_RATIO = 1e6  # τ_c² / median s² at most, where no bound on the updates is given
 
 
+@dataclass(frozen=True)
 class MixPrediction:
     """Each silo's residual from its leave-one-out prediction (eq. 3) and that residual's variance per coordinate."""
 
-    def __init__(self, residual_norms: np.ndarray, variances: np.ndarray, class_variances: np.ndarray,
-                 dim: int) -> None:
-        self.residual_norms = residual_norms  # ‖u_i − μ_i‖
-        self.variances = variances  # v_i, per coordinate
-        self.class_variances = class_variances  # row i: the τ_c² silo i's prediction used (fitted without it)
-        self.dim = dim
+    residual_norms: np.ndarray  # ‖u_i − μ_i‖
+    variances: np.ndarray  # v_i, per coordinate
+    class_variances: np.ndarray  # row i: the τ_c² silo i's prediction used (fitted without it)
+    dim: int
 
     @property
     def units(self) -> np.ndarray:
