@@ -34,7 +34,7 @@ _with_options = options(
                       "epsilon = inf if shipped). dp: DP-SGD fine-tuning that continues the silo's own accountant "
                       "(the federation's sigma, q and clip; the silo's epsilon covers both; the model may be "
                       "released). interpolate: w * global + (1 - w) * the silo's alone model (a linear head trained "
-                      "in house), w chosen on the silo's validation records (LOCAL-ONLY)."),
+                      "in house), w chosen on the silo's training records by cross-fitting (LOCAL-ONLY)."),
     click.option("--model", "model_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
                  help="The global model  [default: RUN_DIR/federation/model.pt; --method dp reads metrics.json "
                       "beside it]"),
@@ -59,9 +59,9 @@ _with_options = options(
     click.option("--max-epsilon", type=float, default=None,
                  help="dp: refuse, before training, a fine-tuning that takes the silo's epsilon (federation plus "
                       "fine-tuning, at the federation's delta and neighbouring relation) past this."),
-    click.option("--validation", type=float, default=_DEFAULTS["validation"], show_default=True,
-                 help="interpolate: share of the training records that choose the weight (the rest train the "
-                      "alone model); the test records never do."),
+    click.option("--folds", type=click.IntRange(min=2), default=_DEFAULTS["folds"], show_default=True,
+                 help="interpolate: the weight is chosen over the training records by cross-fitting, each record "
+                      "scored by an alone model trained on the other folds; the test records never choose."),
     click.option("--weights", type=click.IntRange(min=2), default=_DEFAULTS["weights"], show_default=True,
                  help="interpolate: weights tried, evenly from 0 (alone) to 1 (global)."),
     click.option("--seed", type=click.IntRange(min=0), default=None,
@@ -77,7 +77,7 @@ _with_options = options(
 @_with_options
 def personalize_command(run_dir: Path, client_index: int, method: str, model_path: Path | None, resume: Path | None,
                         out_dir: Path | None, overwrite: bool, epochs: int, batch_size: int, lr: float | None,
-                        steps: int, momentum: float, max_epsilon: float | None, validation: float, weights: int,
+                        steps: int, momentum: float, max_epsilon: float | None, folds: int, weights: int,
                         seed: int | None, threads: int | None, as_json: bool, quiet: bool) -> None:
     """Personalize the federated model on one silo, on its own machine, from its own records.
 
@@ -98,7 +98,7 @@ def personalize_command(run_dir: Path, client_index: int, method: str, model_pat
     """
     result = personalize(run_dir, client_index=client_index, method=method, model=model_path, resume=resume,
                          out=out_dir, overwrite=overwrite, epochs=epochs, batch_size=batch_size, lr=lr, steps=steps,
-                         momentum=momentum, max_epsilon=max_epsilon, validation=validation, weights=weights,
+                         momentum=momentum, max_epsilon=max_epsilon, folds=folds, weights=weights,
                          seed=seed, threads=threads, progress_bars=not quiet and not as_json)
     if as_json:
         echo_json(result.to_dict())

@@ -10,7 +10,8 @@ method lets it travel. Three methods:
   same records): the silo's guarantee covers the federation's steps and the fine-tuning's, composed by the one
   accountant (``ldpfl.mechanisms.accounting``), so the model may be released.
 * ``interpolate``: θ = w·θ_global + (1 − w)·θ_alone of a linear head, where θ_alone is the silo's own model
-  trained in house and w is chosen on the silo's validation records (a part of its training records) only.
+  trained in house on every training record and w is chosen on those records by cross-fitting (each scored by an
+  alone model trained without its fold), never on the test records.
   Local-only, like ``clear``.
 
 Every method reports the silo's own held-out accuracy (overall and per class) of the global and the personalized

@@ -11,8 +11,9 @@ Personalization trains on the records the silo holds in clear, never on a random
   rows to :func:`from_rows`. That is the app's work (it composes stage 1); without the data the job is refused,
   saying what is needed.
 
-The validation records that choose the interpolation weight are a random part of the training records
-(:func:`validation_split`); the held-out test split is used for the own-record evaluation alone.
+The interpolation weight is chosen by cross-fitting over the training records (:func:`fold_assignment`: each
+record is scored by an alone model trained without its fold); the held-out test split is used for the own-record
+evaluation alone.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from ldpfl.contract.released_statistics import is_statistics_file
 from ldpfl.contract.schema import ClientMetadata
 from ldpfl.mechanisms.base import PACKED_BITS, require_generator
 
-__all__ = ["NoCleanRecords", "OwnRecords", "PersonalizeError", "from_rows", "own_records", "validation_split"]
+__all__ = ["NoCleanRecords", "OwnRecords", "PersonalizeError", "fold_assignment", "from_rows", "own_records"]
 
 
 class PersonalizeError(ParameterError):
@@ -145,21 +146,19 @@ def from_rows(run_dir: str | Path, client_index: int, train: tuple[np.ndarray, n
                       np.asarray(train[1], np.int64), np.ascontiguousarray(test[0]), np.asarray(test[1], np.int64))
 
 
-def validation_split(records: int, fraction: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """Return the rows that fit a model and the validation rows that choose among models (a random split).
-
-    ``round(fraction · records)`` rows validate, at least one, and at least one row fits.
+def fold_assignment(records: int, folds: int, rng: np.random.Generator) -> np.ndarray:
+    """Return each training record's fold in 0..folds-1: a random permutation dealt in turn (sizes differ by ≤ 1).
 
     Raises
     ------
     PersonalizeError
-        Fewer than two records, or ``validation`` outside (0, 1).
+        Fewer than two records, or fewer than two folds.
     """
     require_generator(rng)
-    if not 0.0 < fraction < 1.0:
-        raise PersonalizeError(f"`validation` must lie in (0, 1), got {fraction!r}")
+    if isinstance(folds, bool) or not isinstance(folds, int) or folds < 2:
+        raise PersonalizeError(f"`folds` must be an integer >= 2, got {folds!r}")
     if records < 2:
-        raise PersonalizeError(f"choosing on validation records needs at least 2 training records, got {records}")
-    count = min(max(1, round(fraction * records)), records - 1)
-    order = rng.permutation(records)
-    return np.sort(order[count:]), np.sort(order[:count])
+        raise PersonalizeError(f"choosing on held-out folds needs at least 2 training records, got {records}")
+    fold = np.empty(records, dtype=np.int64)
+    fold[rng.permutation(records)] = np.arange(records) % min(folds, records)
+    return fold

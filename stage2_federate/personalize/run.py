@@ -25,7 +25,7 @@ from .accountant import SiloAccountant, check_budget, from_federation, resumed_a
 from .base_model import PERSONALIZATION, BaseModel, check_base_model, personalization_of
 from .outputs import MODEL, read_json_object, read_summary
 from .own_accuracy import own_heldout, own_heldout_lines
-from .records import OwnRecords, PersonalizeError, own_records, validation_split
+from .records import OwnRecords, PersonalizeError, fold_assignment, own_records
 from .settings import DP, INTERPOLATE, PersonalizeSettings
 
 __all__ = ["Personalization", "Prepared", "personalize_silo", "prepare", "summary_lines"]
@@ -130,17 +130,17 @@ def personalize_silo(prepared: Prepared, randomness: Randomness) -> Personalizat
         accountant = accountant.after(settings.steps)
         details["accountant"] = accountant.to_json()
     elif settings.method == INTERPOLATE:
-        fit, held = validation_split(len(train), settings.validation, split_rng)
-        alone = training.train_alone(base, training.as_split(records.train_features, records.train_labels, width,
-                                                             packed, fit), settings, generator=generator)
-        validation = training.as_split(records.train_features, records.train_labels, width, packed, held)
-        weight, table = training.choose_weight(start, alone, validation, settings.grid())
+        fold = fold_assignment(len(train), settings.folds, split_rng)
+        weight, table = training.cross_fitted_weight(start, base, records.train_features, records.train_labels,
+                                                     fold, settings, width=width, packed=packed, generator=generator)
+        alone = training.train_alone(base, train, settings, generator=generator)
         model = training.interpolate(start, alone, weight)
         details["interpolation"] = {
-            "weight": weight, "of": "the global model (1 - weight: the silo's alone model)",
-            "chosen_on": f"validation records: {len(held)} of the silo's {len(train)} training records (the alone "
-                         f"model trained on the other {len(fit)}); the test records play no part",
-            "validation_rows": held.tolist(), "table": table}
+            "weight": weight, "of": "the global model (1 - weight: the silo's alone model, trained on every training "
+                                    "record)",
+            "chosen_on": f"the silo's {len(train)} training records by {int(fold.max()) + 1}-fold cross-fitting (each "
+                         "scored by an alone model trained on the other folds); the test records play no part",
+            "fold_sizes": np.bincount(fold).tolist(), "table": table}
         figures["alone"] = evaluation.own_accuracy(alone, test).to_json()
     else:
         training.fine_tune_clear(model, train, settings, generator=generator)
@@ -174,7 +174,7 @@ def summary_lines(summary: Mapping[str, Any]) -> list[str]:
              *own_heldout_lines(summary["own_heldout"], {"personalized": f"personalized ({summary['method']}{local})"})]
     if "interpolation" in summary:
         lines.append(f"interpolation weight of the global model {summary['interpolation']['weight']:.3g}, chosen on "
-                     "validation records only")
+                     "the training records by cross-fitting (the test records play no part)")
     lines.append(summary["shipping"]["note"])
     if "out" in summary:
         lines.append(f"written to {summary['out']}")

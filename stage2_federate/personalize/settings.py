@@ -1,7 +1,8 @@
 """The parameters of a personalization, validated at construction (each error names its parameter). Torch-free.
 
 The hyperparameters are the user's (or these defaults); nothing is tuned on the silo's test records. The one
-choice made from data, the interpolation weight, is made on validation records drawn from the training records.
+choice made from data, the interpolation weight, is made on the training records by cross-fitting (each record scored
+by an alone model trained without it).
 """
 
 from __future__ import annotations
@@ -48,8 +49,9 @@ class PersonalizeSettings:
     max_epsilon : float, optional
         ``dp``: refuse, before training, a fine-tuning that takes the silo's ε (federation plus fine-tuning, its
         neighbouring relation) past this.
-    validation : float
-        ``interpolate``: the share of the training records that choose the weight (the rest train the alone model).
+    folds : int
+        ``interpolate``: the weight is chosen by ``folds``-fold cross-fitting over the training records (each record
+        scored by an alone model trained on the other folds); the alone model that is mixed trains on them all.
     weights : int
         ``interpolate``: the weights tried, evenly from 0 (alone) to 1 (global).
     """
@@ -61,7 +63,7 @@ class PersonalizeSettings:
     steps: int = 30
     momentum: float = 0.0
     max_epsilon: float | None = None
-    validation: float = 0.2
+    folds: int = 5
     weights: int = 11
 
     def __post_init__(self) -> None:
@@ -81,8 +83,9 @@ class PersonalizeSettings:
             if self.method != DP:
                 raise PersonalizeError(f"`max_epsilon` bounds DP fine-tuning (`method` dp); {self.method} makes a "
                                        "local-only model (epsilon = inf if shipped)")
-        if not (isinstance(self.validation, int | float) and 0.0 < self.validation < 1.0):
-            raise PersonalizeError(f"`validation` must lie in (0, 1), got {self.validation!r}")
+        _positive_int("folds", self.folds)
+        if self.folds < 2:
+            raise PersonalizeError(f"`folds` must be >= 2, got {self.folds}")
         _positive_int("weights", self.weights)
         if self.weights < 2:
             raise PersonalizeError(f"`weights` must be >= 2 (0 and 1 at least), got {self.weights}")
@@ -107,5 +110,5 @@ class PersonalizeSettings:
         """Return the settings that apply to the method, with the learning rate resolved."""
         values = asdict(self) | {"lr": self.learning_rate}
         used = {CLEAR: ("epochs", "batch_size"), DP: ("steps", "momentum", "max_epsilon"),
-                INTERPOLATE: ("epochs", "batch_size", "validation", "weights")}[self.method]
+                INTERPOLATE: ("epochs", "batch_size", "folds", "weights")}[self.method]
         return {k: v for k, v in values.items() if k in ("method", "lr", *used)}

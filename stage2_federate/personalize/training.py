@@ -4,9 +4,12 @@
 * :func:`fine_tune_dp`: DP-SGD (``stage2_federate.dp_sgd.train_dp_sgd``: Poisson batches at rate q, per-record
   clipping to C, N(0, σ²C²) noise from the silo's numpy stream) with the accountant's σ, q and C, over the same
   training records the federation's steps covered; plain SGD with momentum.
-* :func:`train_alone` and :func:`choose_weight`: the silo's own linear head trained in house from the federation's
-  initialization (zero, as Wu et al.'s logistic regression), and the weight w of θ = w·θ_global + (1 − w)·θ_alone
-  with the best accuracy on the validation records (ties: the lower validation loss, then the larger w).
+* :func:`train_alone` and :func:`cross_fitted_weight`: the silo's own linear head trained in house from the
+  federation's initialization (zero, as Wu et al.'s logistic regression), and the weight w of
+  θ = w·θ_global + (1 − w)·θ_alone with the best accuracy over the training records, each scored by an alone model
+  trained without its fold (cross-fitting: every record helps choose, none is scored by a model that saw it;
+  ties: the lower loss, then the larger w). For a linear head θ_w's logits are w·z_global + (1 − w)·z_alone, so
+  one pass per fold scores every weight.
 
 Every draw comes from the generators passed in.
 """
@@ -27,8 +30,8 @@ from .base_model import BaseModel
 from .records import PersonalizeError
 from .settings import PersonalizeSettings
 
-__all__ = ["as_split", "choose_weight", "fine_tune_clear", "fine_tune_dp", "interpolate", "load_model",
-           "train_alone"]
+__all__ = ["as_split", "choose_weight", "cross_fitted_weight", "fine_tune_clear", "fine_tune_dp", "interpolate",
+           "load_model", "logits", "out_of_fold_logits", "train_alone"]
 
 
 def load_model(base: BaseModel) -> FederatedMLP:
@@ -92,32 +95,65 @@ def interpolate(first: FederatedMLP, second: FederatedMLP, weight: float) -> Fed
 
 
 @torch.no_grad()
-def _loss_and_accuracy(model: FederatedMLP, split: ClientSplit) -> tuple[float, float]:
+def logits(model: FederatedMLP, split: ClientSplit) -> torch.Tensor:
+    """Return the model's logits of every row of ``split`` (evaluation mode)."""
     model.eval()
-    inputs, labels = split.inputs(slice(None)), split.labels
-    logits = model(inputs)
-    return float(F.cross_entropy(logits, labels)), float((logits.argmax(dim=1) == labels).double().mean())
+    return model(split.inputs(slice(None)))
 
 
-def choose_weight(global_model: FederatedMLP, alone: FederatedMLP, validation: ClientSplit,
+def choose_weight(global_logits: torch.Tensor, alone_logits: torch.Tensor, labels: torch.Tensor,
                   grid: list[float]) -> tuple[float, list[dict[str, float]]]:
-    """Return the weight of the global model with the best validation accuracy, and every weight's figures.
+    """Return the weight of the global model with the best accuracy on ``labels``, and every weight's figures.
 
-    Ties go to the lower validation loss, then to the larger weight (more of the shared model).
+    θ_w = w·θ_global + (1 − w)·θ_alone of a linear head has logits w·z_global + (1 − w)·z_alone. Ties go to the
+    lower loss, then to the larger weight (more of the shared model).
 
     Raises
     ------
     PersonalizeError
-        A model with hidden layers (their units are not aligned between the two models) or no validation record.
+        No record to choose on.
+    """
+    if not len(labels):
+        raise PersonalizeError("`method` interpolate needs records to choose the weight on")
+    table = []
+    for weight in grid:
+        mixed = weight * global_logits + (1.0 - weight) * alone_logits
+        table.append({"weight": weight, "accuracy": float((mixed.argmax(dim=1) == labels).double().mean()),
+                      "loss": float(F.cross_entropy(mixed, labels))})
+    best = max(table, key=lambda row: (row["accuracy"], -row["loss"], row["weight"]))
+    return best["weight"], table
+
+
+def out_of_fold_logits(base: BaseModel, features: np.ndarray, labels: np.ndarray, fold: np.ndarray,
+                       settings: PersonalizeSettings, *, width: int, packed: bool,
+                       generator: torch.Generator) -> torch.Tensor:
+    """Return each record's logits under :func:`train_alone` on the other folds (``fold``: each record's fold)."""
+    scores = torch.empty(len(labels), base.num_classes)
+    for k in np.unique(fold):
+        held = np.flatnonzero(fold == k)
+        alone = train_alone(base, as_split(features, labels, width, packed, np.flatnonzero(fold != k)), settings,
+                            generator=generator)
+        scores[torch.from_numpy(held)] = logits(alone, as_split(features, labels, width, packed, held))
+    return scores
+
+
+def cross_fitted_weight(global_model: FederatedMLP, base: BaseModel, features: np.ndarray, labels: np.ndarray,
+                        fold: np.ndarray, settings: PersonalizeSettings, *, width: int, packed: bool,
+                        generator: torch.Generator) -> tuple[float, list[dict[str, float]]]:
+    """Return :func:`choose_weight` over the training records, each scored out of its fold.
+
+    ``fold`` gives each record's fold (``records.fold_assignment``); each fold's alone model is
+    :func:`train_alone` on the other folds with ``settings``.
+
+    Raises
+    ------
+    PersonalizeError
+        A model with hidden layers (their units are not aligned between the two models).
     """
     if global_model.hidden:
         raise PersonalizeError(f"`method` interpolate mixes the weights of a linear head; this model has hidden "
                                f"layers {list(global_model.hidden)} (use `method` clear or dp)")
-    if not len(validation):
-        raise PersonalizeError("`method` interpolate needs validation records")
-    table = []
-    for weight in grid:
-        loss, accuracy = _loss_and_accuracy(interpolate(global_model, alone, weight), validation)
-        table.append({"weight": weight, "validation_accuracy": accuracy, "validation_loss": loss})
-    best = max(table, key=lambda row: (row["validation_accuracy"], -row["validation_loss"], row["weight"]))
-    return best["weight"], table
+    alone = out_of_fold_logits(base, features, labels, fold, settings, width=width, packed=packed,
+                               generator=generator)
+    everything = as_split(features, labels, width, packed)
+    return choose_weight(logits(global_model, everything), alone, everything.labels, settings.grid())

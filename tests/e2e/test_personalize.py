@@ -4,8 +4,8 @@ One real run: MNIST-5k through the weight-free ScatterNet, 2 silos, local-only f
 of a linear head with σ given (no calibration). Checked: the silo's ε over the federation and the fine-tuning (and
 a resumed fine-tuning) is dp-accounting's own for the total steps; a clear-personalized model is marked local-only,
 said so by ``predict`` and refused where a released model is expected; the interpolation weight does not move when
-the test records change (it is chosen on validation records only); every refusal is one line, exit 2, nothing
-written.
+the test records change (it is chosen on the training records only, by cross-fitting); every refusal is one line,
+exit 2, nothing written.
 """
 
 from __future__ import annotations
@@ -173,7 +173,7 @@ def test_personalize_prints_the_own_figures_per_class(run, clear):
     assert made["personalized"]["local_only"] is True and made["released"] is False
 
 
-def test_the_interpolation_weight_is_chosen_on_validation_records_only(run):
+def test_the_interpolation_weight_is_chosen_on_training_records_only(run):
     settings = PersonalizeSettings("interpolate", epochs=3)
     prepared = prepare(run, 0, settings, model=run / "federation" / "model.pt")
     first = personalize_silo(prepared, make_randomness(5))
@@ -184,9 +184,9 @@ def test_the_interpolation_weight_is_chosen_on_validation_records_only(run):
     a, b = first.summary["interpolation"], second.summary["interpolation"]
     assert a["weight"] == b["weight"] and a["table"] == b["table"]
     assert first.summary["own_heldout"]["personalized"] != second.summary["own_heldout"]["personalized"]
-    best = max(row["validation_accuracy"] for row in a["table"])
-    assert next(r for r in a["table"] if r["weight"] == a["weight"])["validation_accuracy"] == best
-    assert len(a["validation_rows"]) == round(0.2 * 270) and max(a["validation_rows"]) < 270
+    best = max(row["accuracy"] for row in a["table"])
+    assert next(r for r in a["table"] if r["weight"] == a["weight"])["accuracy"] == best
+    assert a["fold_sizes"] == [54] * 5  # the 270 training records, each scored once out of its fold
 
 
 def _crafted(run: Path, tmp_path: Path, width: int | None = None, **changes) -> Path:
