@@ -15,7 +15,7 @@ validation and its own held-out set (``silo_splits``), a linear head. For each s
   (``personalize.training.fine_tune_clear``), learning rate chosen per silo on its validation rows: local-only;
 * ``personalized-dp``: 30 more DP-SGD steps on the silo's training rows with the federation's σ, q and clip
   (``personalize.training.fine_tune_dp``), continuing the silo's accountant
-  (``personalize.accountant.SiloAccountant``: 300 + 30 steps composed by ``ldpfl.mechanisms.accounting``), SGD
+  (``silo_training.accountant.SiloAccountant``: 300 + 30 steps composed by ``ldpfl.mechanisms.accounting``), SGD
   momentum 0.9, learning rate chosen per silo on its validation rows: releasable at the reported total ε;
 * ``interpolated``: w·θ_global + (1 − w)·θ_alone-in-house, w in {0, 0.1, ..., 1} chosen per silo by
   cross-fitting (``personalize.training``): each training row scored by the in-house recipe trained on the other
@@ -68,7 +68,6 @@ from exp8_shared_features import (
 
 from ldpfl.mechanisms import accounting
 from ldpfl.stage2_federate.model import FederatedMLP, evaluate
-from ldpfl.stage2_federate.personalize.accountant import SiloAccountant, check_budget
 from ldpfl.stage2_federate.personalize.base_model import BaseModel
 from ldpfl.stage2_federate.personalize.own_accuracy import class_accuracy
 from ldpfl.stage2_federate.personalize.records import fold_assignment
@@ -82,6 +81,7 @@ from ldpfl.stage2_federate.personalize.training import (
     out_of_fold_logits,
     train_alone,
 )
+from ldpfl.stage2_federate.silo_training.accountant import SiloAccountant, check_budget
 
 FOLDS = 5  # the interpolation weight's cross-fitting
 CACHE = Path("runs/exp11_cache")  # each federation's global model, reused by a rerun of the same split, ε and seed

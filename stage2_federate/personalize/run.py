@@ -20,8 +20,13 @@ import numpy as np
 from ldpfl.contract.layout import METRICS_JSON
 from ldpfl.contract.released_statistics import is_statistics_file
 from ldpfl.mechanisms.randomness import Randomness
+from ldpfl.stage2_federate.silo_training.accountant import (
+    SiloAccountant,
+    check_budget,
+    from_federation,
+    resumed_accountant,
+)
 
-from .accountant import SiloAccountant, check_budget, from_federation, resumed_accountant
 from .base_model import PERSONALIZATION, BaseModel, check_base_model, personalization_of
 from .outputs import MODEL, read_json_object, read_summary
 from .own_accuracy import own_heldout, own_heldout_lines
@@ -63,7 +68,7 @@ def prepare(run_dir: str | Path, client_index: int, settings: PersonalizeSetting
         records = own_records(run_dir, client_index)
     if settings.method == DP and is_statistics_file(records.metadata):
         raise PersonalizeError(f"{records.client_file.name} released statistics once ({records.metadata.release}) "
-                               "and its federation trained on their synthetic records: no DP-SGD accountant covers "
+                               "and its federation trained on their synthetic records: no training accountant covers "
                                "the silo's own records, so DP fine-tuning on them has none to continue; use `method` "
                                "clear or interpolate (local-only models)")
     common = dict(client=client_index, file_sha256=records.file_sha256, records=len(records.train_labels))
@@ -126,8 +131,7 @@ def personalize_silo(prepared: Prepared, randomness: Randomness) -> Personalizat
     figures: dict[str, Any] = {}
     if settings.method == DP:
         assert accountant is not None
-        training.fine_tune_dp(model, train, accountant, settings, generator=generator, rng=noise_rng)
-        accountant = accountant.after(settings.steps)
+        accountant = training.fine_tune_dp(model, train, accountant, settings, generator=generator, rng=noise_rng)
         details["accountant"] = accountant.to_json()
     elif settings.method == INTERPOLATE:
         fold = fold_assignment(len(train), settings.folds, split_rng)
@@ -154,9 +158,7 @@ def personalize_silo(prepared: Prepared, randomness: Randomness) -> Personalizat
             "local_only": local_only, "epsilon": epsilon,
             "note": (f"LOCAL ONLY: trained on client {records.client_index}'s records in clear; epsilon = inf if "
                      "shipped" if local_only else
-                     f"DP-SGD over the federation and the fine-tuning: ({epsilon:.6g}, {accountant.delta:g})-DP "
-                     f"({accountant.neighbours}) in each of client {records.client_index}'s training records"
-                     if accountant is not None else "")}
+                     accountant.note() if accountant is not None else "")}
     record = {**base.trained_on, PERSONALIZATION: mark}
     summary = {"client_index": records.client_index, "method": settings.method, "local_only": local_only,
                "shipping": {"allowed": not local_only, "epsilon": epsilon, "note": mark["note"]},

@@ -36,14 +36,14 @@ class PersonalizeSettings:
     Attributes
     ----------
     method : {"clear", "dp", "interpolate"}
-        Clear fine-tuning (local-only), DP-SGD fine-tuning on the silo's accountant (releasable), or the
+        Clear fine-tuning (local-only), DP fine-tuning continuing the silo's accountant (releasable), or the
         interpolation of the global and the silo's own model (local-only).
     epochs, batch_size : int
         In-house training (``clear``; the alone model of ``interpolate``): Adam over shuffled batches.
     lr : float, optional
         Learning rate; default Adam's ``CLEAR_LR`` in house, SGD's ``DP_SGD_LR`` (the federation's) for ``dp``.
     steps : int
-        ``dp``: DP-SGD steps (Poisson batches at the federation's rate q).
+        ``dp``: noisy steps of the silo's training (Poisson batches at the federation's rate q).
     momentum : float
         ``dp``: SGD momentum over the fine-tuning's steps, in [0, 1).
     max_epsilon : float, optional

@@ -1,9 +1,9 @@
 """The three personalizations of a global model on a silo's records (torch).
 
 * :func:`fine_tune_clear`: Adam over shuffled batches of the silo's training records, from the global weights.
-* :func:`fine_tune_dp`: DP-SGD (``stage2_federate.dp_sgd.train_dp_sgd``: Poisson batches at rate q, per-record
-  clipping to C, N(0, σ²C²) noise from the silo's numpy stream) with the accountant's σ, q and C, over the same
-  training records the federation's steps covered; plain SGD with momentum.
+* :func:`fine_tune_dp`: the silo's noisy training continued (``silo_training.continuation``) with the
+  accountant's σ, q and C, over the same training records the federation's steps covered; plain SGD with
+  momentum.
 * :func:`train_alone` and :func:`cross_fitted_weight`: the silo's own linear head trained in house from the
   federation's initialization (zero, as Wu et al.'s logistic regression), and the weight w of
   θ = w·θ_global + (1 − w)·θ_alone with the best accuracy over the training records, each scored by an alone model
@@ -22,10 +22,9 @@ from torch.nn import functional as F
 
 from ldpfl.stage2_federate.data import ClientSplit
 from ldpfl.stage2_federate.model import ADAM, FederatedMLP, initialize, make_optimizer, train_local
-from ldpfl.stage2_federate.silo_training.dp_sgd import train_dp_sgd
-from ldpfl.stage2_federate.silo_training.dp_sgd_budget import DpSgdClient
+from ldpfl.stage2_federate.silo_training.accountant import SiloAccountant
+from ldpfl.stage2_federate.silo_training.continuation import continue_training
 
-from .accountant import SiloAccountant
 from .base_model import BaseModel
 from .records import PersonalizeError
 from .settings import PersonalizeSettings
@@ -59,21 +58,20 @@ def fine_tune_clear(model: FederatedMLP, split: ClientSplit, settings: Personali
 
 
 def fine_tune_dp(model: FederatedMLP, split: ClientSplit, accountant: SiloAccountant,
-                 settings: PersonalizeSettings, *, generator: torch.Generator, rng: np.random.Generator) -> None:
-    """Take ``settings.steps`` DP-SGD steps on ``model`` in place with the accountant's σ, q and C.
+                 settings: PersonalizeSettings, *, generator: torch.Generator,
+                 rng: np.random.Generator) -> SiloAccountant:
+    """Continue the silo's training for ``settings.steps`` steps on ``model`` in place; return its accountant after.
+
+    ``silo_training.continuation``: the federation's σ, q and C over the same records; plain SGD with momentum.
 
     Raises
     ------
-    PersonalizeError
+    AccountantError
         The split does not hold the accountant's records (its count differs).
     """
-    if len(split) != accountant.records:
-        raise PersonalizeError(f"the silo holds {len(split)} training records, its accountant covers "
-                               f"{accountant.records}: not the records the federation trained on")
-    dp = DpSgdClient(accountant.client, accountant.noise_multiplier, accountant.clip, accountant.sampling_probability,
-                     settings.steps, accountant.delta, accountant.neighbours, accountant.records)
     optimizer = torch.optim.SGD(model.parameters(), lr=settings.learning_rate, momentum=settings.momentum)
-    train_dp_sgd(model, split, dp, optimizer=optimizer, generator=generator, rng=rng)
+    return continue_training(model, split, accountant, settings.steps, optimizer=optimizer, generator=generator,
+                             rng=rng)
 
 
 def train_alone(base: BaseModel, split: ClientSplit, settings: PersonalizeSettings, *,

@@ -274,7 +274,7 @@ def test_a_released_statistics_file_personalizes_on_the_silos_rebuilt_clean_reco
 
 def test_dp_fine_tuning_of_a_released_statistics_file_is_refused(stats_run, tmp_path):
     line = _refused(stats_run, tmp_path, "--method", "dp")
-    assert "released statistics once (stats:16)" in line and "no DP-SGD accountant covers" in line
+    assert "released statistics once (stats:16)" in line and "no training accountant covers" in line
 
 
 def test_a_statistics_file_without_the_silos_data_split_is_refused(stats_run, tmp_path):

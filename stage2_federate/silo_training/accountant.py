@@ -1,4 +1,4 @@
-"""A silo's DP-SGD accountant, continued from its federation into its DP fine-tuning. Torch-free.
+"""A silo's DP-SGD accountant, continued after its federation (personalization's DP fine-tuning). Torch-free.
 
 The federation's ``metrics.json`` records each silo's DP-SGD (σ, clip C, Poisson rate q over its n training
 records, δ, the neighbouring relation: ``privacy[i].dp_sgd``) and the steps it took (``privacy_ledger``). DP
@@ -16,11 +16,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ldpfl.common.errors import ParameterError
 from ldpfl.mechanisms import accounting
 
-from .records import PersonalizeError
+__all__ = ["AccountantError", "SiloAccountant", "check_budget", "from_federation", "resumed_accountant"]
 
-__all__ = ["SiloAccountant", "check_budget", "from_federation", "resumed_accountant"]
+
+class AccountantError(ParameterError):
+    """An accountant that cannot be continued (a ``ValueError``: the CLI's exit code 2, one line)."""
 
 
 @dataclass(frozen=True)
@@ -57,6 +60,12 @@ class SiloAccountant:
                               self.clip, self.delta, self.neighbours, self.records, self.federation_steps,
                               (*self.fine_tuning_steps, int(steps)))
 
+    def note(self) -> str:
+        """Return what the silo's guarantee covers, in words (a personalized model's mark)."""
+        epsilon = self.epsilons()[self.neighbours]
+        return (f"DP-SGD over the federation and the fine-tuning: ({epsilon:.6g}, {self.delta:g})-DP "
+                f"({self.neighbours}) in each of client {self.client}'s training records")
+
     def to_json(self) -> dict[str, Any]:
         """Return the JSON form (``personalization.json``'s ``accountant``), with ε under both relations."""
         epsilons = self.epsilons()
@@ -82,13 +91,13 @@ def from_federation(metrics: Mapping[str, Any], where: str | Path, *, client: in
 
     Raises
     ------
-    PersonalizeError
+    AccountantError
         The federation did not train with DP-SGD, records no accountant of this silo, or one over another number
         of training records than the silo's file holds.
     """
     config: Mapping[str, Any] = metrics["config"] if isinstance(metrics.get("config"), Mapping) else {}
     if not config.get("dp_sgd"):
-        raise PersonalizeError(f"DP fine-tuning continues the silo's DP-SGD accountant, but the federation of {where} "
+        raise AccountantError(f"DP fine-tuning continues the silo's DP-SGD accountant, but the federation of {where} "
                                "did not train with DP-SGD (ldpfl federate --dp-sgd); use `method` clear or "
                                "interpolate (local-only models)")
     entries = [p for p in metrics.get("privacy") or () if isinstance(p, Mapping) and p.get("client") == client]
@@ -97,9 +106,9 @@ def from_federation(metrics: Mapping[str, Any], where: str | Path, *, client: in
     rows = [r for r in listed or () if isinstance(r, Mapping) and r.get("client") == client]
     dp = entries[0].get("dp_sgd") if entries else None
     if not isinstance(dp, Mapping) or not rows or "steps" not in rows[0]:
-        raise PersonalizeError(f"{where} records no DP-SGD accountant of client {client}; check `client_index`")
+        raise AccountantError(f"{where} records no DP-SGD accountant of client {client}; check `client_index`")
     if int(dp["client"]) != client or int(dp["records"]) != records:
-        raise PersonalizeError(f"the accountant in {where} is client {dp['client']}'s over {dp['records']} training "
+        raise AccountantError(f"the accountant in {where} is client {dp['client']}'s over {dp['records']} training "
                                f"records, not client {client}'s over its {records}: another silo's accountant")
     return SiloAccountant(client, file_sha256, float(dp["noise_multiplier"]), float(dp["sampling_probability"]),
                           float(dp["clip"]), float(dp["delta"]), accounting.require_neighbours(str(dp["neighbours"])),
@@ -112,7 +121,7 @@ def resumed_accountant(record: Mapping[str, Any], where: str | Path, *, client: 
 
     Raises
     ------
-    PersonalizeError
+    AccountantError
         No accountant in the record, or one of another silo, client file or number of records.
     """
     data = record.get("accountant")
@@ -121,9 +130,9 @@ def resumed_accountant(record: Mapping[str, Any], where: str | Path, *, client: 
     except (KeyError, TypeError, ValueError):
         accountant = None
     if accountant is None:
-        raise PersonalizeError(f"{where} records no DP-SGD accountant (`resume` continues a DP personalization)")
+        raise AccountantError(f"{where} records no DP-SGD accountant (`resume` continues a DP personalization)")
     if accountant.client != client or accountant.file_sha256 != file_sha256 or accountant.records != records:
-        raise PersonalizeError(f"`resume` {where} holds client {accountant.client}'s accountant (file sha256 "
+        raise AccountantError(f"`resume` {where} holds client {accountant.client}'s accountant (file sha256 "
                                f"{accountant.file_sha256[:12]}..., {accountant.records} records), not client "
                                f"{client}'s (sha256 {file_sha256[:12]}..., {records} records): another silo's "
                                "accountant")
@@ -135,16 +144,16 @@ def check_budget(accountant: SiloAccountant, steps: int, max_epsilon: float | No
 
     Raises
     ------
-    PersonalizeError
+    AccountantError
         The total would pass ``max_epsilon``.
     """
     total = accountant.epsilons(steps)[accountant.neighbours]
     if max_epsilon is not None and not total <= max_epsilon:
         before = accountant.epsilons()[accountant.neighbours]
-        raise PersonalizeError(f"{steps} DP fine-tuning steps would take client {accountant.client} from epsilon "
+        raise AccountantError(f"{steps} DP fine-tuning steps would take client {accountant.client} from epsilon "
                                f"{before:.4g} ({accountant.steps} steps) to {total:.4g} ({accountant.neighbours}, "
                                f"delta {accountant.delta:g}), past `max_epsilon` {max_epsilon:g}; take fewer "
                                "`steps`")
     if not math.isfinite(total):
-        raise PersonalizeError(f"client {accountant.client}'s epsilon after {steps} more steps is not finite")
+        raise AccountantError(f"client {accountant.client}'s epsilon after {steps} more steps is not finite")
     return total
