@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -105,10 +106,13 @@ def test_sigkilled_parallel_export_leaves_no_orphan_and_reruns_cleanly(tmp_path)
 def test_rerun_waits_for_a_stale_worker_then_proceeds(tmp_path, monkeypatch) -> None:
     run = tmp_path / "run"
     run.mkdir()
+    # the holder keeps the lock until the test releases it (a line on its stdin): no race with a slow machine
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import time\nfrom ldpfl.stage1_features.export.worker_guard import hold_workers_lock\n"
-                               f"lock = hold_workers_lock({str(run)!r})\nprint('held', flush=True)\ntime.sleep(2.5)\n"],
-        stdout=subprocess.PIPE, text=True)
+        [sys.executable, "-c", "import sys\nfrom ldpfl.stage1_features.export.worker_guard import hold_workers_lock\n"
+                               f"lock = hold_workers_lock({str(run)!r})\nprint('held', flush=True)\n"
+                               "sys.stdin.readline()\n"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    release = threading.Timer(1.0, lambda: holder.communicate("go\n"))
     try:
         assert holder.stdout.readline().strip() == "held"
         monkeypatch.setattr(worker_guard, "STALE_WAIT_SECONDS", 0.5)
@@ -118,10 +122,12 @@ def test_rerun_waits_for_a_stale_worker_then_proceeds(tmp_path, monkeypatch) -> 
                        progress=False)
         monkeypatch.setattr(worker_guard.wait_for_stale_workers, "__defaults__", (30.0,))
         started = time.monotonic()
+        release.start()  # the holder exits a second into the wait
         run_export(ExportConfig(dataset="mnist5k", extractor="none", limit=40, clients=1, seed=1), run,
                    progress=False)  # waits for the holder to exit, then exports
         assert time.monotonic() - started < 30
     finally:
+        release.cancel()
         holder.kill()
         holder.wait()
     assert len(validate_run(run)[1]) == 1
