@@ -8,13 +8,16 @@
   federation's initialization (zero, as Wu et al.'s logistic regression), and the weight w of
   θ = w·θ_global + (1 − w)·θ_alone with the best accuracy over the training records, each scored by an alone model
   trained without its fold (cross-fitting: every record helps choose, none is scored by a model that saw it;
-  ties: the lower loss, then the larger w). For a linear head θ_w's logits are w·z_global + (1 − w)·z_alone, so
-  one pass per fold scores every weight.
+  ties: the lower loss, then the larger w), kept only where it beats the alone model by more than one standard
+  error. For a linear head θ_w's logits are w·z_global + (1 − w)·z_alone, so one pass per fold scores every
+  weight.
 
 Every draw comes from the generators passed in.
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import torch
@@ -101,10 +104,13 @@ def logits(model: FederatedMLP, split: ClientSplit) -> torch.Tensor:
 
 def choose_weight(global_logits: torch.Tensor, alone_logits: torch.Tensor, labels: torch.Tensor,
                   grid: list[float]) -> tuple[float, list[dict[str, float]]]:
-    """Return the weight of the global model with the best accuracy on ``labels``, and every weight's figures.
+    """Return the weight of the global model chosen on ``labels``, and every weight's figures.
 
-    θ_w = w·θ_global + (1 − w)·θ_alone of a linear head has logits w·z_global + (1 − w)·z_alone. Ties go to the
-    lower loss, then to the larger weight (more of the shared model).
+    θ_w = w·θ_global + (1 − w)·θ_alone of a linear head has logits w·z_global + (1 − w)·z_alone. The best weight
+    (accuracy, ties: the lower loss, then the larger w) is taken only when it beats the alone model (w = 0) by more
+    than one standard error of the paired difference, SE = sd(c_w − c_0)/√n over the records' correct indicators
+    (the one-standard-error rule, Breiman et al. 1984); otherwise the silo keeps its own model, so a choice on few
+    records does not trade the model it has for noise.
 
     Raises
     ------
@@ -113,13 +119,19 @@ def choose_weight(global_logits: torch.Tensor, alone_logits: torch.Tensor, label
     """
     if not len(labels):
         raise PersonalizeError("`method` interpolate needs records to choose the weight on")
-    table = []
+    table, correct = [], {}
     for weight in grid:
         mixed = weight * global_logits + (1.0 - weight) * alone_logits
-        table.append({"weight": weight, "accuracy": float((mixed.argmax(dim=1) == labels).double().mean()),
+        correct[weight] = (mixed.argmax(dim=1) == labels).double()
+        table.append({"weight": weight, "accuracy": float(correct[weight].mean()),
                       "loss": float(F.cross_entropy(mixed, labels))})
-    best = max(table, key=lambda row: (row["accuracy"], -row["loss"], row["weight"]))
-    return best["weight"], table
+    best = max(table, key=lambda row: (row["accuracy"], -row["loss"], row["weight"]))["weight"]
+    if 0.0 in correct and best != 0.0:
+        gain = correct[best] - correct[0.0]
+        standard_error = float(gain.std(correction=0)) / math.sqrt(len(gain))
+        if not float(gain.mean()) > standard_error:
+            best = 0.0
+    return best, table
 
 
 def out_of_fold_logits(base: BaseModel, features: np.ndarray, labels: np.ndarray, fold: np.ndarray,

@@ -75,3 +75,20 @@ def test_no_record_is_scored_by_an_alone_model_that_saw_it():
     out_of_fold = next(row for row in table if row["weight"] == 0.0)["accuracy"]
     standard_error = math.sqrt(0.1 * 0.9 / RECORDS)
     assert abs(out_of_fold - 0.1) < 4 * standard_error  # chance, Binomial(150, 0.1) / 150
+
+
+def test_the_global_model_is_mixed_in_only_past_one_standard_error():
+    labels = torch.tensor([0, 1] * 50)
+    right = torch.nn.functional.one_hot(labels, 2).double() * 5  # logits that classify every record right
+    wrong = right.flip(1)
+    # the global model wins 3 more of 100 records than the alone one: gain 0.03 against SE √(0.03·0.97/100) ≈ 0.017
+    alone, better = wrong.clone(), wrong.clone()
+    alone[:60], better[:63] = right[:60], right[:63]
+    weight, table = choose_weight(better, alone, labels, [0.0, 1.0])
+    assert weight == 1.0 and table[1]["accuracy"] == pytest.approx(0.63)
+    # a net gain of one record of 20, won on two and lost on one: 0.05 against SE √((3/20 − 0.05²)/20) ≈ 0.086
+    few, mixed = wrong[:20].clone(), wrong[:20].clone()
+    few[:10], mixed[1:12] = right[:10], right[1:12]
+    weight, small = choose_weight(mixed, few, labels[:20], [0.0, 1.0])
+    assert small[1]["accuracy"] - small[0]["accuracy"] == pytest.approx(0.05)
+    assert weight == 0.0  # the silo keeps its own model
