@@ -185,7 +185,8 @@ def test_the_interpolation_weight_is_chosen_on_training_records_only(run):
     assert a["weight"] == b["weight"] and a["table"] == b["table"]
     assert first.summary["own_heldout"]["personalized"] != second.summary["own_heldout"]["personalized"]
     best = max(row["accuracy"] for row in a["table"])
-    assert next(r for r in a["table"] if r["weight"] == a["weight"])["accuracy"] == best
+    chosen = next(r for r in a["table"] if r["weight"] == a["weight"])["accuracy"]
+    assert chosen == best or a["weight"] == 0.0  # the best, or the silo's own model (the one-SE rule)
     assert a["fold_sizes"] == [54] * 5  # the 270 training records, each scored once out of its fold
 
 
