@@ -18,17 +18,19 @@ aggregated silo, which the round's record writes (``metrics.json``'s ``outliers`
   uploads themselves: shifting every upload by the global model changes no distance, so parameters and updates give
   the same figure.
 
-* ``noise_distance`` (runs whose silos train with DP-SGD and plain SGD steps): the silo's distance from the others'
-  coordinate-wise median in units of what DP-SGD's noise alone puts there, relative to the round's typical silo
-  (:func:`noise_distances`; 1: a typical silo), with its own bound ``noise_bound`` (:func:`noise_bound`).
+* ``noise_distance`` (runs whose silos' training states the noise it puts in each upload: ``silo_training``'s
+  ``upload_noise_scales``): the silo's distance from the others' coordinate-wise median in units of what that
+  training noise alone puts there, relative to the round's typical silo (:func:`noise_distances`; 1: a typical
+  silo), with its own bound ``noise_bound`` (:func:`noise_bound`).
 
 A silo is *named* in the round:
 
-* in a DP-SGD run (the strategy was given each silo's upload noise: ``silo_training.upload_noise_scales``), when
-  its ``noise_distance`` exceeds its ``noise_bound``, whatever the rule (its discount is still reported). The raw
-  distance and the discount cannot tell noise from poison there: a silo's DP-SGD noise scales as 1/n_i, so small
-  honest silos sit far from the median, and a poison smaller than the noise in every coordinate is kept by the
-  median's band (docs/RESULTS.md section 11);
+* in a run of a noisy training method (the strategy was given each silo's upload noise:
+  ``silo_training.upload_noise_scales``), when its ``noise_distance`` exceeds its ``noise_bound``, whatever the rule
+  (its discount is still reported). The raw distance and the discount cannot tell noise from poison there: a silo's
+  training noise may scale as 1/n_i (``SiloTraining.upload_noise``), so small honest silos sit far from the median,
+  and a poison smaller than the noise in every coordinate is kept by the median's band (docs/RESULTS.md
+  section 11);
 * otherwise when its discount reaches :data:`DISCOUNT_BOUND` (a robust rule), or, in FedAvg's report, when its
   distance exceeds :data:`OUTLIER_BOUND`.
 
@@ -54,17 +56,17 @@ DISCOUNT_BOUND = 0.5
 OUTLIER_BOUND = 3.0
 """FedAvg's outlier report flags a silo more than this many times as far from the round's median as a typical silo.
 
-For n honest silos whose updates are a common mean plus independent noise of one scale (DP-SGD's Gaussian noise,
-the sampling noise of IID silos), ‖u_i − m‖² is a sum of d coordinates with the same expectation for every silo,
-so the ratio concentrates at 1 with a relative spread of order 1/√d (a few per cent at d ≥ 1000). The bound 3
-leaves honest heterogeneity (non-IID silos) a factor of 3; a silo it does not flag can pull the mean at most
+For n honest silos whose updates are a common mean plus independent noise of one scale (a noisy training method's
+Gaussian noise, the sampling noise of IID silos), ‖u_i − m‖² is a sum of d coordinates with the same expectation for
+every silo, so the ratio concentrates at 1 with a relative spread of order 1/√d (a few per cent at d ≥ 1000). The
+bound 3 leaves honest heterogeneity (non-IID silos) a factor of 3; a silo it does not flag can pull the mean at most
 3·D/n further from the median than a typical silo does. See docs/cross-silo.md.
 """
 
 NOISE_Z = 7.5
-"""z of the DP-SGD bound: a silo is named when its noise distance exceeds 1 + z·√κ_i / (2√d) (:func:`noise_bound`).
+"""z of the noise bound: a silo is named when its noise distance exceeds 1 + z·√κ_i / (2√d) (:func:`noise_bound`).
 
-Under pure DP-SGD noise a silo's squared distance r_i² (:func:`noise_distances`) is a mean of d independent
+Under pure training noise a silo's squared distance r_i² (:func:`noise_distances`) is a mean of d independent
 per-coordinate terms of mean 1 and variance κ_i (2 when the reference carries no noise: the chi-square), so r_i is 1
 within a standard deviation σ_i = √κ_i / (2√d) (1/√(2d) for κ = 2: the chi distribution's concentration), and normal
 to within a skewness of order √(8/d) (0.014 at d = 39,700; valid for d ≥ 1000). Dividing by the round's median r_j
@@ -88,12 +90,12 @@ class SiloDiscount:
     discount: float
     distance: float
     named: bool
-    noise_distance: float | None = None  # DP-SGD runs: r_i / median_j r_j (:func:`noise_distances`), else None
-    noise_bound: float | None = None  # DP-SGD runs: the bound it is named past (:func:`noise_bound`), else None
-    mix_distance: float | None = None  # DP-SGD runs of ≥ 3 silos: its label-mix distance (:func:`mix_distances`)
+    noise_distance: float | None = None  # noisy training: r_i / median_j r_j (:func:`noise_distances`), else None
+    noise_bound: float | None = None  # noisy training: the bound it is named past (:func:`noise_bound`), else None
+    mix_distance: float | None = None  # noisy training, ≥ 3 silos: its label-mix distance (:func:`mix_distances`)
 
     def to_dict(self) -> dict[str, Any]:
-        """Return the entry as written in ``metrics.json`` (the noise figures only in a DP-SGD run)."""
+        """Return the entry as written in ``metrics.json`` (the noise figures only where the training states them)."""
         row: dict[str, Any] = {"client": self.client, "discount": round(self.discount, 6),
                                "distance": round(self.distance, 6), "named": self.named}
         if self.noise_distance is not None and self.noise_bound is not None:
@@ -117,7 +119,7 @@ class OutlierReport:
 
     action: str
     silos: tuple[SiloDiscount, ...]
-    noise_median: float | None = None  # DP-SGD runs: the round's median r_j (1 when the noise model holds)
+    noise_median: float | None = None  # noisy training: the round's median r_j (1 when the noise model holds)
 
     @property
     def named(self) -> tuple[int, ...]:
@@ -227,11 +229,11 @@ class NoiseDistances:
 
 
 def noise_distances(uploads: Sequence[np.ndarray], scales: Sequence[float], z: float = NOISE_Z) -> NoiseDistances:
-    """Return each upload's distance from the others' median in units of its DP-SGD noise (docs/cross-silo.md).
+    """Return each upload's distance from the others' median in units of its training noise (docs/cross-silo.md).
 
     The reference of silo i is m_−i, the coordinate-wise lower median of the *other* n − 1 uploads (their median
     for an even n), so silo i's noise is independent of it. If every silo's upload is a common mean plus its own
-    Gaussian noise of scale s_j per coordinate (``silo_training.dp_sgd_budget.upload_noise_scale``), each coordinate
+    Gaussian noise of scale s_j per coordinate (``SiloTraining.upload_noise``), each coordinate
     of u_i − m_−i is s_i·z − M with z ~ N(0, 1) independent of M, the k-th smallest of the others' noises; so
 
         E‖u_i − m_−i‖² = d·v_i,  v_i = s_i² + E[M²],
@@ -273,7 +275,7 @@ def mix_distances(uploads: Sequence[np.ndarray], scales: Sequence[float], mixes:
     """Return each silo's label-mix distance r_i and its bound (``label_mix_reference``).
 
     r_i is silo i's distance from what the other silos predict for its training label mix, in units of what that
-    prediction and its DP-SGD noise leave (``label_mix_reference.mix_prediction``): at most about 1 for an honest
+    prediction and its training noise leave (``label_mix_reference.mix_prediction``): at most about 1 for an honest
     silo (√(χ²_d / d) when the heterogeneity granted is the true one, less where it is more), so its bound is
     :func:`noise_bound` with κ = 2; not divided by the round's median, which a generous variance would lower.
     ``signal_bound``: ``silo_training.upload_signal_bound``, which caps each class variance at (2B)²/d.
@@ -288,8 +290,8 @@ def report(clients: Sequence[int], uploads: Sequence[np.ndarray], discounts: Seq
            label_mixes: Mapping[int, Sequence[int]] | None = None, signal_bound: float | None = None) -> OutlierReport:
     """Return the round's report over ``clients`` (``discounts`` None: FedAvg's report, names by distance).
 
-    ``noise_scales``: each silo's DP-SGD noise per coordinate (``silo_training.upload_noise_scales``); given, silos are
-    named by their noise distance (:func:`noise_distances`) instead of their discount or distance. ``label_mixes``:
+    ``noise_scales``: each silo's training noise per coordinate (``silo_training.upload_noise_scales``); given, silos
+    are named by their noise distance (:func:`noise_distances`) instead of their discount or distance. ``label_mixes``:
     each silo's training label histogram; given too, with 3 silos or more, a silo is named only when its label mix
     does not explain that distance either (:func:`mix_distances`, its class variances capped by ``signal_bound``): an
     honest silo of a skewed mix is far from the others' median, but not from what they predict for its mix.
@@ -323,7 +325,7 @@ class PersistentOutlier:
     rounds: int
     mean_discount: float
     mean_distance: float
-    mean_noise_distance: float | None = None  # DP-SGD runs: its mean noise distance (named by it), else None
+    mean_noise_distance: float | None = None  # noisy training: its mean noise distance (named by it), else None
 
     def to_dict(self) -> dict[str, Any]:
         """Return the entry as written (``metrics.json``'s ``named_outliers``, ``--json``)."""
@@ -334,13 +336,13 @@ class PersistentOutlier:
             row["mean_noise_distance"] = round(self.mean_noise_distance, 6)
         return row
 
-    def line(self) -> str:
-        """Return the summary's line on the silo."""
+    def line(self, *, noise: str) -> str:
+        """Return the summary's line on the silo; ``noise``: its training noise (``silo_training.UPLOAD_NOISE``)."""
         how = f"mean discount {self.mean_discount:.2f}, " if self.action != FLAGGED else ""
-        if self.mean_noise_distance is not None:  # named by its distance in units of its own DP-SGD noise
+        if self.mean_noise_distance is not None:  # named by its distance in units of its own training noise
             return (f"silo {self.client}: {self.action} in {self.named_rounds} of the {self.rounds} rounds it was "
                     f"aggregated in ({how}mean distance {self.mean_noise_distance:.3f} x the typical silo's from "
-                    "the median in units of its own DP-SGD noise)")
+                    f"the median in units of its own {noise})")
         return (f"silo {self.client}: {self.action} in {self.named_rounds} of the {self.rounds} rounds it was "
                 f"aggregated in ({how}mean distance {self.mean_distance:.2f} x the typical silo's from the median)")
 

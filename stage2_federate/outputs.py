@@ -27,6 +27,7 @@ from .guarantee import federation_guarantee
 from .outliers import OutlierReport, persistent_outliers
 from .pooled_figure import final_round_flags, summary_line
 from .round_record import RoundRecord
+from .silo_training import UPLOAD_NOISE
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -209,7 +210,7 @@ def outlier_lines(rounds: Sequence[Mapping[str, Any]]) -> list[str]:
     named = persistent_outliers(reports)
     if not named:
         return [f"outliers: no silo {reports[-1].action} in most rounds"]
-    return [f"outliers: {p.line()}" for p in named]
+    return [f"outliers: {p.line(noise=UPLOAD_NOISE)}" for p in named]
 
 
 def pooled_figure_lines(rounds: Sequence[Mapping[str, Any]]) -> list[str]:

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from .base import SiloTraining, TrainingMethod
 from .dp_sgd_budget import KEY as DP_SGD_KEY
+from .dp_sgd_budget import UPLOAD_NOISE as DP_SGD_UPLOAD_NOISE
 from .dp_sgd_budget import DpSgdClient
 from .dp_sgd_ledger import SCOPES as DP_SGD_SCOPES
 from .dp_sgd_method import DpSgdMethod, DpSgdTargetError
@@ -37,6 +38,8 @@ TRAINING_SCOPES = DP_SGD_SCOPES
 """The scopes that a silo's training states of its own guarantee (a run's weakest guarantee keeps them)."""
 ENTRY_KEYS = (DP_SGD_KEY, "local_only")
 """The keys the components add to a silo's privacy entry (``SiloTraining.entry_json``)."""
+UPLOAD_NOISE = DP_SGD_UPLOAD_NOISE
+"""What the run's summary calls the noise :func:`upload_noise_scales` gives (only DP-SGD's training states one)."""
 
 
 def training_method(config: FederationConfig) -> TrainingMethod:
@@ -90,6 +93,6 @@ def upload_signal_bound(silos: Mapping[int, SiloTraining], *, lr: float, plain_s
     return max(b for b in bounds if b is not None)
 
 
-__all__ = ["ENTRY_KEYS", "PLAIN", "TRAINING_SCOPES", "DpSgdClient", "DpSgdMethod", "DpSgdTargetError",
+__all__ = ["ENTRY_KEYS", "PLAIN", "TRAINING_SCOPES", "UPLOAD_NOISE", "DpSgdClient", "DpSgdMethod", "DpSgdTargetError",
            "PlainMethod", "PlainTraining", "SiloTraining", "TrainingMethod", "read_training", "training_ledger",
            "training_method", "upload_noise_scales", "upload_signal_bound"]

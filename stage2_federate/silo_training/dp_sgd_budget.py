@@ -38,6 +38,8 @@ if TYPE_CHECKING:
 
 KEY = "dp_sgd"
 """Its key in a silo's ``metrics.json`` privacy entry and in a Flower client's setup."""
+UPLOAD_NOISE = "DP-SGD noise"
+"""What the run's summary calls the noise :meth:`DpSgdClient.upload_noise` states (``outliers``' noise distance)."""
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ import torch
 from ldpfl.stage2_federate import outliers as out
 from ldpfl.stage2_federate.data import ClientSplit
 from ldpfl.stage2_federate.model import FederatedMLP, get_vector, make_optimizer
-from ldpfl.stage2_federate.silo_training import PLAIN, upload_noise_scales
+from ldpfl.stage2_federate.silo_training import PLAIN, UPLOAD_NOISE, upload_noise_scales
 from ldpfl.stage2_federate.silo_training.dp_sgd import train_dp_sgd
 from ldpfl.stage2_federate.silo_training.dp_sgd_budget import DpSgdClient, upload_noise_scale
 
@@ -137,7 +137,7 @@ def test_the_report_names_by_noise_and_round_trips() -> None:
     named = out.persistent_outliers([report, report, None])
     assert [(p.client, p.named_rounds, p.rounds) for p in named] == [(0, 2, 2)]
     assert named[0].to_dict()["mean_noise_distance"] > report.silos[0].noise_bound
-    assert "in units of its own DP-SGD noise" in named[0].line()
+    assert "in units of its own DP-SGD noise" in named[0].line(noise=UPLOAD_NOISE)  # the component names its noise
     # two silos: each is the other's reference, both at the same ratio: nobody is named
     assert out.noise_distances(uploads[:2], scales[:2]).named.tolist() == [False, False]
     with pytest.raises(ValueError, match=r"scales must be 3 finite numbers > 0"):
