@@ -32,8 +32,9 @@ if TYPE_CHECKING:
 class ClientDescription:
     """What the server knows of client ``index``: its file's sizes, labels and feature metadata, never a record.
 
-    The rows weigh its upload (``sample_weighted``) and set its DP-SGD sampling; the training label histogram
-    sets its DP-FedAW weight; the file's feature metadata fixes the model's shape and its privacy records.
+    The rows weigh its upload (``sample_weighted``) and plan its training (``silo_training``: a noisy method's
+    sampling rate and reply bound); the training label histogram sets its DP-FedAW weight; the file's feature
+    metadata fixes the model's shape and its privacy records.
     """
 
     __pydantic_config__ = STRICT  # a description read from a message: exactly these fields, exact JSON types

@@ -1,4 +1,4 @@
-"""Each DP-SGD upload's distance from what the other silos predict for its label mix (issue 42, non-IID runs).
+"""Each noisy upload's distance from what the other silos predict for its label mix (issue 42, non-IID runs).
 
 ``outliers.noise_distances`` measures silo i against the others' median: right when honest silos share one mean
 update, wrong when their label mixes differ. Under a label-skewed split (Dirichlet 0.1, shards) an honest silo's
@@ -8,9 +8,10 @@ coordinate by coordinate, an honest upload is
 
     u_i = β + Σ_c π_ic·Δ_c + e_i,     e_i ~ N(0, s_i²),                                        (1)
 
-β the part every silo shares, Δ_c class c's departure from it and s_i the silo's DP-SGD noise per coordinate
-(``outliers.dp_sgd_noise_scale``). Δ_c is unknown; it is given a prior Δ_c ~ N(0, τ_c²), one variance per class
-for all coordinates, and β a flat one. Then the n uploads of one coordinate are Gaussian with covariance
+β the part every silo shares, Δ_c class c's departure from it and s_i the noise per coordinate that the silo's
+training method puts in its upload (``silo_training.upload_noise_scales``). Δ_c is unknown; it is given a prior
+Δ_c ~ N(0, τ_c²), one variance per class for all coordinates, and β a flat one. Then the n uploads of one
+coordinate are Gaussian with covariance
 
     A = P·diag(τ²)·Pᵀ + diag(s²)                                                             (2)
 
@@ -22,7 +23,7 @@ prediction of its upload from the *other* silos (universal kriging, Cressie 1993
 
 k = P₋ᵢ·diag(τ²)·π_i, k_ii = π_iᵀ diag(τ²) π_i. The variances come from the other silos too: the τ_c² that
 maximize the restricted likelihood (REML, Patterson & Thompson 1971) of their uploads' d coordinates, which share
-them, each capped by how far two classes' mean updates can be apart (``outliers.upload_signal_bound``). Silo i's
+them, each capped by how far two classes' mean updates can be apart (``silo_training.upload_signal_bound``). Silo i's
 own upload must not explain itself: fitted with it, one far upload among near-equal mixes is absorbed by a large
 τ_c along their tiny differences. A class along which the others' mixes do not vary is not seen by their fit, so
 every class is granted the largest variance they show (heterogeneity seen anywhere may be anywhere).
@@ -118,8 +119,8 @@ def mix_prediction(uploads: Sequence[np.ndarray], scales: Sequence[float], mixes
     """Return each upload's residual from what the other silos predict for its label mix (eqs. 1-3).
 
     ``uploads``: the n silos' uploads (parameters or updates: β absorbs the global model); ``scales``: each
-    silo's DP-SGD noise per coordinate; ``mixes``: each silo's training label histogram (normalized here);
-    ``largest_class_variance``: the cap on each τ_c² (``outliers.upload_signal_bound``), per coordinate.
+    silo's training noise per coordinate; ``mixes``: each silo's training label histogram (normalized here);
+    ``largest_class_variance``: the cap on each τ_c² (``silo_training.upload_signal_bound``), per coordinate.
 
     A poisoned upload is in the fit and among the predictors of the others: where the mixes differ (non-IID) it
     can bend an honest silo's prediction past the bound too (docs/cross-silo.md); where they are alike, its weight

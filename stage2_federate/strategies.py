@@ -134,7 +134,7 @@ class Strategy:
 
     @property
     def noise_facts(self) -> dict[str, Any]:
-        """What a DP-SGD report names by: each silo's noise scale and its training label histogram (``outliers``)."""
+        """What a report names by: each silo's training noise and label histogram, the signal bound (``outliers``)."""
         mixes = {c: description.label_histogram for c, description in self.clients.items()}
         return {"noise_scales": self.upload_noise, "label_mixes": mixes, "signal_bound": self.upload_signal}
 
