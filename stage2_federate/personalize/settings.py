@@ -11,7 +11,7 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from ldpfl.stage2_federate.config import DP_SGD_LR
+from ldpfl.stage2_federate.silo_training.accountant import CONTINUED_LR
 
 from .records import PersonalizeError
 
@@ -41,7 +41,7 @@ class PersonalizeSettings:
     epochs, batch_size : int
         In-house training (``clear``; the alone model of ``interpolate``): Adam over shuffled batches.
     lr : float, optional
-        Learning rate; default Adam's ``CLEAR_LR`` in house, SGD's ``DP_SGD_LR`` (the federation's) for ``dp``.
+        Learning rate; default Adam's ``CLEAR_LR`` in house, SGD's ``CONTINUED_LR`` (the federation's) for ``dp``.
     steps : int
         ``dp``: noisy steps of the silo's training (Poisson batches at the federation's rate q).
     momentum : float
@@ -100,7 +100,7 @@ class PersonalizeSettings:
         """Return ``lr``, or the method's default."""
         if self.lr is not None:
             return float(self.lr)
-        return DP_SGD_LR if self.method == DP else CLEAR_LR
+        return CONTINUED_LR if self.method == DP else CLEAR_LR
 
     def grid(self) -> list[float]:
         """Return the interpolation weights tried (of the global model), 0 to 1."""

@@ -19,7 +19,13 @@ from typing import Any
 from ldpfl.common.errors import ParameterError
 from ldpfl.mechanisms import accounting
 
-__all__ = ["AccountantError", "SiloAccountant", "check_budget", "from_federation", "resumed_accountant"]
+from .dp_sgd_method import DpSgdMethod
+
+__all__ = ["CONTINUED_LR", "AccountantError", "SiloAccountant", "check_budget", "from_federation", "resumed_accountant"]
+
+
+CONTINUED_LR = DpSgdMethod.default_lr
+"""SGD's learning rate of continued training by default: the federation's."""
 
 
 class AccountantError(ParameterError):

@@ -1,6 +1,7 @@
 """Issue 42: under DP-SGD the rules name silos by their distance in units of their own noise (``outliers``).
 
-Through ``run_federation`` (the loop gives the strategy each silo's DP-SGD noise, ``outliers.upload_noise_scales``):
+Through ``run_federation`` (the loop gives the strategy each silo's DP-SGD noise,
+``silo_training.upload_noise_scales``):
 the round records carry each silo's noise distance and bound and the round's median, the summary and
 ``metrics.json`` name a poisoning silo by it, and under Adam (whose step is not linear in the noise) the report falls
 back to the raw distance. The model is small (d = 314): the bound is 1 + 7.5·√κ/(2√d) ≈ 1.3, and the poisoning

@@ -1,7 +1,8 @@
 """Issue 42: the DP-SGD outlier statistic (``outliers.noise_distances``) names poison, not small honest silos.
 
 Synthetic uploads: a common mean plus each silo's own Gaussian noise of scale s_i ∝ 1/n_i, as DP-SGD puts there
-(``outliers.dp_sgd_noise_scale``, checked against ``dp_sgd.train_dp_sgd`` itself). Tolerances from the math:
+(``silo_training.dp_sgd_budget.upload_noise_scale``, checked against ``dp_sgd.train_dp_sgd`` itself).
+Tolerances from the math:
 
 * the noise scale of one DP-SGD run: the per-coordinate variance of D = 20,000 coordinates of pure noise is within
   6 standard errors √(2/D) of s_i²;
