@@ -46,20 +46,3 @@ def sample_input():
 def packed_run(tmp_path_factory):
     """A run directory of 4 clients' packed-bit files (64 training rows, 8 features each; tests/federate_files.py)."""
     return write_run(tmp_path_factory.mktemp("packed"), clients=4, rows=64, features=8)
-
-
-LONGEST_FILES = (  # measured: 1.5-6 minutes each (`--durations=0`), mostly Flower's round floor, longest first
-    "e2e/test_flower_engine.py", "hardening/test_faulty_silo.py", "e2e/test_flower_superlink.py",
-    "e2e/test_dp_extractor.py", "e2e/test_flower_superlink_files.py", "e2e/test_keras_backends.py",
-    "e2e/test_demo.py", "e2e/test_ray_export.py")
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Collect the longest files first, so that ``-n 4 --dist loadfile --no-loadscope-reorder`` starts them at once
-    and the short files fill in around them (longest-first scheduling). xdist's own order (files with the most
-    tests first) sent these few-test files last, where one ran alone at the end."""
-    def rank(item: pytest.Item) -> int:
-        path = item.path.as_posix()
-        return next((j for j, name in enumerate(LONGEST_FILES) if path.endswith(name)), len(LONGEST_FILES))
-
-    items.sort(key=rank)  # stable: every other order is kept
