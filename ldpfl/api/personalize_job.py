@@ -88,9 +88,9 @@ class PersonalizeResult:
 def personalize(run_dir: StrPath, *, client_index: int, method: str, model: StrPath | None = None,
                 resume: StrPath | None = None, out: StrPath | None = None, overwrite: bool = False,
                 epochs: int = 10, batch_size: int = 32, lr: float | None = None, steps: int = 30,
-                momentum: float = 0.0, max_epsilon: float | None = None, folds: int = 5, weights: int = 11,
-                seed: int | None = None, threads: int | None = None, progress: ProgressCallback | None = None,
-                progress_bars: bool = False) -> PersonalizeResult:
+                momentum: float = 0.0, proximal: float = 0.0, max_epsilon: float | None = None, folds: int = 5,
+                weights: int = 11, seed: int | None = None, threads: int | None = None,
+                progress: ProgressCallback | None = None, progress_bars: bool = False) -> PersonalizeResult:
     """Personalize the federation's global model on one silo, on its machine, from its own records.
 
     Parameters
@@ -112,7 +112,7 @@ def personalize(run_dir: StrPath, *, client_index: int, method: str, model: StrP
         The output folder; default ``RUN_DIR/personalized/client_NNN.METHOD``.
     overwrite : bool
         Replace a personalization already in ``out``.
-    epochs, batch_size, lr, steps, momentum, max_epsilon, folds, weights
+    epochs, batch_size, lr, steps, momentum, proximal, max_epsilon, folds, weights
         See ``ldpfl.stage2_federate.personalize.settings.PersonalizeSettings``.
     seed : int, optional
         Reproducible randomness (testing only: no privacy against anyone who knows it); default the OS CSPRNG.
@@ -132,7 +132,8 @@ def personalize(run_dir: StrPath, *, client_index: int, method: str, model: StrP
         the silo's accountant, ``resume`` of another silo's accountant.
     """
     settings = PersonalizeSettings(method, epochs=epochs, batch_size=batch_size, lr=lr, steps=steps,
-                                   momentum=momentum, max_epsilon=max_epsilon, folds=folds, weights=weights)
+                                   momentum=momentum, proximal=proximal, max_epsilon=max_epsilon, folds=folds,
+                                   weights=weights)
     if isinstance(client_index, bool) or not isinstance(client_index, int) or client_index < 0:
         raise PersonalizeError(f"`client_index` must be an integer >= 0, got {client_index!r}")
     if resume is not None and model is not None:

@@ -23,6 +23,7 @@ _EPILOG = """\b
 Examples:
   ldpfl personalize runs/silos --client-index 0 --method clear
   ldpfl personalize runs/silos --client-index 0 --method dp --steps 30 --max-epsilon 3.5 --json
+  ldpfl personalize runs/silos --client-index 0 --method dp --proximal 0.03
   ldpfl personalize runs/silos --client-index 0 --method interpolate --seed 1
 """
 
@@ -56,6 +57,10 @@ _with_options = options(
                  help="dp: DP-SGD steps (Poisson batches at the federation's rate q)."),
     click.option("--momentum", type=float, default=_DEFAULTS["momentum"], show_default=True,
                  help="dp: SGD momentum over the fine-tuning's steps, in [0, 1)."),
+    click.option("--proximal", type=float, default=_DEFAULTS["proximal"], show_default=True,
+                 help="dp: Ditto's lambda >= 0, a tie lambda/2 * |theta - global|^2 to the global model (a proximal "
+                      "step after each noisy step; no record involved, so the same epsilon): larger keeps more of "
+                      "what the other silos taught. Not with --resume."),
     click.option("--max-epsilon", type=float, default=None,
                  help="dp: refuse, before training, a fine-tuning that takes the silo's epsilon (federation plus "
                       "fine-tuning, at the federation's delta and neighbouring relation) past this."),
@@ -77,8 +82,8 @@ _with_options = options(
 @_with_options
 def personalize_command(run_dir: Path, client_index: int, method: str, model_path: Path | None, resume: Path | None,
                         out_dir: Path | None, overwrite: bool, epochs: int, batch_size: int, lr: float | None,
-                        steps: int, momentum: float, max_epsilon: float | None, folds: int, weights: int,
-                        seed: int | None, threads: int | None, as_json: bool, quiet: bool) -> None:
+                        steps: int, momentum: float, proximal: float, max_epsilon: float | None, folds: int,
+                        weights: int, seed: int | None, threads: int | None, as_json: bool, quiet: bool) -> None:
     """Personalize the federated model on one silo, on its own machine, from its own records.
 
     RUN_DIR is the silo's export directory; the global model is RUN_DIR/federation/model.pt unless --model.
@@ -98,7 +103,7 @@ def personalize_command(run_dir: Path, client_index: int, method: str, model_pat
     """
     result = personalize(run_dir, client_index=client_index, method=method, model=model_path, resume=resume,
                          out=out_dir, overwrite=overwrite, epochs=epochs, batch_size=batch_size, lr=lr, steps=steps,
-                         momentum=momentum, max_epsilon=max_epsilon, folds=folds, weights=weights,
+                         momentum=momentum, proximal=proximal, max_epsilon=max_epsilon, folds=folds, weights=weights,
                          seed=seed, threads=threads, progress_bars=not quiet and not as_json)
     if as_json:
         echo_json(result.to_dict())

@@ -75,6 +75,9 @@ def prepare(run_dir: str | Path, client_index: int, settings: PersonalizeSetting
     if resume is not None:
         if settings.method != DP:
             raise PersonalizeError(f"`resume` continues a DP personalization (`method` dp), not {settings.method}")
+        if settings.proximal:
+            raise PersonalizeError("`proximal` ties the fine-tuning to the global model, which `resume` does not "
+                                   "read: personalize from the global model again (leave out `resume`)")
         summary = read_summary(resume)
         accountant: SiloAccountant | None = resumed_accountant(summary, resume, **common)  # type: ignore[arg-type]
         base = check_base_model(Path(resume) / MODEL, records, resumed=True)

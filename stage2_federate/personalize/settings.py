@@ -46,6 +46,10 @@ class PersonalizeSettings:
         ``dp``: noisy steps of the silo's training (Poisson batches at the federation's rate q).
     momentum : float
         ``dp``: SGD momentum over the fine-tuning's steps, in [0, 1).
+    proximal : float
+        ``dp``: Ditto's λ ≥ 0, the weight of λ/2·‖θ − θ_global‖² that ties the model to the global one (a proximal
+        step after each noisy step, ``proximal.ProximalSGD``): it keeps more of what the federation learned from the
+        other silos. 0: plain SGD.
     max_epsilon : float, optional
         ``dp``: refuse, before training, a fine-tuning that takes the silo's ε (federation plus fine-tuning, its
         neighbouring relation) past this.
@@ -62,6 +66,7 @@ class PersonalizeSettings:
     lr: float | None = None
     steps: int = 30
     momentum: float = 0.0
+    proximal: float = 0.0
     max_epsilon: float | None = None
     folds: int = 5
     weights: int = 11
@@ -76,6 +81,11 @@ class PersonalizeSettings:
             raise PersonalizeError(f"`lr` must be a finite number > 0, got {self.lr!r}")
         if not (isinstance(self.momentum, int | float) and 0.0 <= self.momentum < 1.0):
             raise PersonalizeError(f"`momentum` must lie in [0, 1), got {self.momentum!r}")
+        if not (isinstance(self.proximal, int | float) and math.isfinite(self.proximal) and self.proximal >= 0):
+            raise PersonalizeError(f"`proximal` must be a finite number >= 0, got {self.proximal!r}")
+        if self.proximal and self.method != DP:
+            raise PersonalizeError(f"`proximal` ties DP fine-tuning to the global model (`method` dp), not "
+                                   f"{self.method}")
         if self.max_epsilon is not None:
             if not (isinstance(self.max_epsilon, int | float) and math.isfinite(self.max_epsilon)
                     and self.max_epsilon > 0):
@@ -109,6 +119,6 @@ class PersonalizeSettings:
     def to_json(self) -> dict[str, Any]:
         """Return the settings that apply to the method, with the learning rate resolved."""
         values = asdict(self) | {"lr": self.learning_rate}
-        used = {CLEAR: ("epochs", "batch_size"), DP: ("steps", "momentum", "max_epsilon"),
+        used = {CLEAR: ("epochs", "batch_size"), DP: ("steps", "momentum", "proximal", "max_epsilon"),
                 INTERPOLATE: ("epochs", "batch_size", "folds", "weights")}[self.method]
         return {k: v for k, v in values.items() if k in ("method", "lr", *used)}

@@ -29,6 +29,7 @@ from ldpfl.stage2_federate.silo_training.accountant import SiloAccountant
 from ldpfl.stage2_federate.silo_training.continuation import continue_training
 
 from .base_model import BaseModel
+from .proximal import ProximalSGD
 from .records import PersonalizeError
 from .settings import PersonalizeSettings
 
@@ -65,14 +66,17 @@ def fine_tune_dp(model: FederatedMLP, split: ClientSplit, accountant: SiloAccoun
                  rng: np.random.Generator) -> SiloAccountant:
     """Continue the silo's training for ``settings.steps`` steps on ``model`` in place; return its accountant after.
 
-    ``silo_training.continuation``: the federation's σ, q and C over the same records; plain SGD with momentum.
+    ``silo_training.continuation``: the federation's σ, q and C over the same records; SGD with momentum, followed at
+    each step by the proximal step of Ditto's λ/2·‖θ − θ_start‖² toward the model it starts from (``proximal``;
+    λ = 0: plain SGD). The tie uses no record, so the accountant is the same at every λ.
 
     Raises
     ------
     AccountantError
         The split does not hold the accountant's records (its count differs).
     """
-    optimizer = torch.optim.SGD(model.parameters(), lr=settings.learning_rate, momentum=settings.momentum)
+    optimizer = ProximalSGD(model.parameters(), [p.detach() for p in model.parameters()],
+                            proximal=settings.proximal, lr=settings.learning_rate, momentum=settings.momentum)
     return continue_training(model, split, accountant, settings.steps, optimizer=optimizer, generator=generator,
                              rng=rng)
 

@@ -98,6 +98,23 @@ def test_dp_fine_tuning_continues_the_silos_accountant(run, tmp_path):
     assert len(own["personalized"]["per_class_accuracy"]) == 10 and own["personalized"]["records"] == 30
 
 
+def test_a_proximal_tie_keeps_the_dp_model_nearer_the_global_one_at_the_same_epsilon(run, tmp_path):
+    """Ditto's λ (``proximal``) involves no record: the same accountant, a model nearer the global one."""
+    start = read_model(run / "federation" / "model.pt").state_dict
+    distance = {}
+    for lam in (0.0, 1.0):
+        result = ldpfl.personalize(run, client_index=0, method="dp", steps=5, lr=2.0, proximal=lam, seed=2,
+                                   out=tmp_path / f"dp{lam:g}")
+        assert result.summary["settings"]["proximal"] == lam
+        assert result.summary["accountant"]["steps"] == ROUNDS + 5
+        distance[lam] = (result.epsilon, sum(float((read_model(result.model).state_dict[k] - start[k]).norm() ** 2)
+                                             for k in start) ** 0.5)
+    assert distance[1.0][0] == distance[0.0][0]
+    # the same noise (seed): each tied step divides the deviation by 1 + ηλ = 3, so it stays about one step's
+    # size, while the untied one adds up 5 steps
+    assert 0 < distance[1.0][1] < distance[0.0][1] / 2
+
+
 def test_a_clear_model_is_local_only_and_refused_where_a_released_one_is_expected(run, clear, tmp_path):
     assert clear.local_only and clear.epsilon == float("inf")
     assert read_model(clear.model).trained_on["personalization"]["local_only"] is True
@@ -234,6 +251,20 @@ def test_resuming_on_another_silos_accountant_is_refused(run, tmp_path):
     ldpfl.personalize(run, client_index=1, method="dp", steps=2, seed=1, out=tmp_path / "silo1")
     line = _refused(run, tmp_path, "--method", "dp", "--resume", tmp_path / "silo1")
     assert "client 1's accountant" in line and "another silo's accountant" in line
+
+
+@pytest.mark.parametrize(("args", "fragment"), [
+    (("--method", "clear", "--proximal", 0.5), "--proximal ties DP fine-tuning"),
+    (("--method", "dp", "--proximal", -1), "--proximal must be a finite number >= 0"),
+])
+def test_a_proximal_tie_outside_dp_fine_tuning_is_refused(run, tmp_path, args, fragment):
+    assert fragment in _refused(run, tmp_path, *args)
+
+
+def test_a_proximal_tie_on_a_resume_is_refused(run, tmp_path):
+    ldpfl.personalize(run, client_index=0, method="dp", steps=2, seed=1, out=tmp_path / "first")
+    line = _refused(run, tmp_path, "--method", "dp", "--resume", tmp_path / "first", "--proximal", 0.5)
+    assert "which --resume does not read" in line
 
 
 def test_dp_without_a_dp_sgd_federation_is_refused(run, tmp_path):
