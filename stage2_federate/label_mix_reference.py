@@ -52,7 +52,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.optimize import minimize
 
 __all__ = ["MixPrediction", "fit_class_variances", "mix_prediction"]
 
@@ -92,6 +91,8 @@ def fit_class_variances(uploads: np.ndarray, scales: np.ndarray, mixes: np.ndarr
     every τ_c² (how far two classes' mean updates can be apart); without it, near-equal mixes (IID) could explain
     one far upload by a huge τ_c along their tiny differences.
     """
+    from scipy.optimize import minimize  # lazy: only aggregation calls this, not the ClientApp
+
     n, dim = uploads.shape
     contrasts = _contrasts(n)
     projected = contrasts @ uploads

@@ -46,7 +46,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from scipy.special import ndtr
 
 from .label_mix_reference import mix_prediction
 
@@ -185,6 +184,8 @@ def order_statistic_moments(scales: tuple[float, ...], k: int) -> tuple[float, f
     usual recursion over j). For an even p, E[M^p] = ∫_0^∞ p·x^(p−1)·(P(M > x) + P(M < −x)) dx, integrated by
     the trapezoid rule in ln x from 1e-6·min s_j to 40·max s_j (the rest is below 1e-12 of the result).
     """
+    from scipy.special import ndtr  # lazy: only aggregation calls this, not the ClientApp
+
     s = np.asarray(scales, dtype=np.float64)
     if s.size == 0 or not np.all(np.isfinite(s) & (s > 0)):
         raise ValueError(f"scales must be finite numbers > 0, got {scales!r}")

@@ -425,38 +425,14 @@ def personalized_on_both_engines_alike(run_dir: Path, local_out: Path, flower_ou
 
 
 @pytest.mark.slow
-def test_two_supernodes_on_localhost_equal_the_local_engine(flower, tmp_path, marked) -> None:
-    from ldpfl.stage2_federate.flower_engine.deployment import run_on_superlink
-    from ldpfl.stage2_federate.flower_engine.launch import FlowerOptions, start_superlink, start_supernode
-
-    run_dir = write_run(tmp_path / "run", clients=2, rows=64, features=8)
-    changes = dict(rounds=2, clients_per_round=None, drop_per_round=0, client_epsilons=(4.0, 8.0))
-    local = local_history(run_dir, tmp_path / "local", **changes)
-    daemons = []
-    try:
-        link, port = start_superlink(tmp_path / "work")
-        daemons.append(link)
-        for index in (0, 1):  # each silo serves its own file only
-            daemons.append(start_supernode(tmp_path / "work", f"127.0.0.1:{port}", run_dir / f"client_00{index}.h5",
-                                           index=index, state_dir=tmp_path / f"silo{index}"))
-        result = run_on_superlink(run_dir, FederationConfig(**{**CONFIG, **changes}), superlink=f"127.0.0.1:{port}",
-                                  insecure=True, out_dir=tmp_path / "flower", progress=False,
-                                  options=FlowerOptions(startup_timeout=240, round_timeout=180))
-    finally:
-        left = stop_all(daemons)
-    assert left == []
-    assert_same_rounds(result.history, local)
-    assert not any((tmp_path / "silo0").iterdir()) and not any((tmp_path / "silo1").iterdir())  # resume state deleted
-    assert leftovers(marked) == []
-
-
-@pytest.mark.slow
-def test_a_failing_client_ends_the_run_and_a_dead_supernode_is_lost(flower, tmp_path, marked) -> None:
-    """One SuperLink, two SuperNodes, two runs: the failure cases of a deployment, at the price of one start-up.
+def test_two_supernodes_equal_the_local_engine_a_failing_client_ends_the_run_and_a_dead_supernode_is_lost(
+        flower, tmp_path, marked) -> None:
+    """One SuperLink, two SuperNodes, three runs: a deployment and its failure cases, at the price of one start-up.
 
     Run 1: silo 1's file does not exist, so its ClientApp fails to open it and the run ends at once
-    with that client's reason. The file then appears, and run 2 goes on while silo 1 is killed once
-    round 1 is written. Round 1's record is written when round 2's replies (which carry round 1's
+    with that client's reason. The file then appears. Run 2 (each silo serving its own file only) equals the
+    local engine round for round, and the silos delete their resume state. Run 3 goes on while silo 1 is
+    killed once round 1 is written. Round 1's record is written when round 2's replies (which carry round 1's
     evaluation) are in, so silo 1 has trained round 2; round 2's evaluation, which travels with round 3's
     message, leaves its split out, and round 3 logs client 1 as lost and aggregates client 0 alone.
     """
@@ -471,16 +447,20 @@ def test_a_failing_client_ends_the_run_and_a_dead_supernode_is_lost(flower, tmp_
         start_supernode,
     )
 
-    run_dir = write_run(tmp_path / "run", clients=2, rows=32, features=8)
+    run_dir = write_run(tmp_path / "run", clients=2, rows=64, features=8)
+    changes = dict(rounds=2, clients_per_round=None, drop_per_round=0, client_epsilons=(4.0, 8.0))
+    local = local_history(run_dir, tmp_path / "local", **changes)
     late = tmp_path / "silo1" / "client_001.h5"  # silo 1's file, not there yet
+    states = [tmp_path / "silo0-state", tmp_path / "silo1-state"]
     config = FederationConfig(rounds=2, hidden=(8,), device="cpu", seed=1)
     out = tmp_path / "flower"
     daemons = []
     try:
         link, port = start_superlink(tmp_path / "work")
         daemons.append(link)
-        daemons.append(start_supernode(tmp_path / "work", f"127.0.0.1:{port}", run_dir / "client_000.h5"))
-        daemons.append(start_supernode(tmp_path / "work", f"127.0.0.1:{port}", late))
+        for index, path in enumerate((run_dir / "client_000.h5", late)):
+            daemons.append(start_supernode(tmp_path / "work", f"127.0.0.1:{port}", path, index=index,
+                                           state_dir=states[index]))
         started = time.monotonic()
         with pytest.raises(FlowerRunError, match=r"could not open its client file: FileNotFoundError.*client_001\.h5"):
             run_on_superlink(run_dir, config, superlink=f"127.0.0.1:{port}", insecure=True, out_dir=tmp_path / "failed",
@@ -488,6 +468,12 @@ def test_a_failing_client_ends_the_run_and_a_dead_supernode_is_lost(flower, tmp_
         assert time.monotonic() - started < 240  # an error, not a wait for the time limit
         late.parent.mkdir()
         shutil.copy(run_dir / "client_001.h5", late)
+
+        same = run_on_superlink(run_dir, FederationConfig(**{**CONFIG, **changes}), superlink=f"127.0.0.1:{port}",
+                                insecure=True, out_dir=tmp_path / "same", progress=False,
+                                options=FlowerOptions(startup_timeout=240, round_timeout=180))
+        assert_same_rounds(same.history, local)
+        assert not any(states[0].iterdir()) and not any(states[1].iterdir())  # resume state deleted
 
         def kill_after_round_one() -> None:  # silo 1 dies once round 1 is written
             deadline = time.monotonic() + 600
@@ -521,6 +507,7 @@ def test_a_failing_client_ends_the_run_and_a_dead_supernode_is_lost(flower, tmp_
     assert "client 1: lost in training, not asked to evaluate; its test split is left out" in third["notes"]
     assert any(w.startswith("round 3:") for w in result.warnings)
     assert leftovers(marked) == []
+
 
 def test_each_engine_refuses_the_others_checkpoint(three_clients, tmp_path) -> None:
     from ldpfl.common.errors import ParameterError

@@ -3,10 +3,10 @@
 Without Flower's daemons: the address, the flags, what the coordinator reads (manifest and plan, never a
 client file), the ServerApp's checks of the nodes' files and of the output directory, and the one-line
 errors of an unreachable address and of a server that is no SuperLink. With them (``slow``): TLS failures
-and a busy SuperLink (one SuperLink with TLS), a node serving another run's file, and the deployment itself:
-a SuperLink and two SuperNodes on 127.0.0.1, the command as a subprocess, killed after round 1 and resumed,
-outputs identical to ``--engine local``, and no Flower or Ray process left behind. Item 3: a client file
-replaced during the run, under each failure policy (``--min-clients-per-round``).
+and a busy SuperLink (one SuperLink with TLS), and the deployment itself: a SuperLink and two SuperNodes on
+127.0.0.1 that first refuse a node serving another run's file, then the command as a subprocess, killed after
+round 1 and resumed, outputs identical to ``--engine local``, and no Flower or Ray process left behind. Item 3:
+a client file replaced during the run, under each failure policy (``--min-clients-per-round``).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import contextlib
 import hashlib
 import http.server
 import json
+import shutil
 import signal
 import subprocess
 import sys
@@ -232,23 +233,6 @@ def test_tls_failures_and_a_busy_superlink_are_one_line(flower, tmp_path, marked
     assert watch.running() == [] and leftovers(marked) == []
 
 
-@pytest.mark.slow
-def test_a_supernode_serving_another_runs_file_ends_the_run_before_round_one(flower, tmp_path, marked) -> None:
-    run_dir = write_run(tmp_path / "run", clients=2, rows=32)
-    other = write_run(tmp_path / "other", clients=2, rows=32, seed=99)
-    coordinator = coordinator_copy(run_dir, tmp_path / "coordinator")
-    watch = Descendants()
-    with superlink_with_silos(tmp_path / "work", [run_dir / "client_000.h5", other / "client_001.h5"]) as (port, _):
-        result = run("federate", coordinator, "--engine", "flower", "--superlink", f"127.0.0.1:{port}",
-                     "--insecure", "--quiet", *DEPLOYMENT_FLAGS)
-    watch.stop()
-    line = one_line(result, 1)
-    assert line.startswith("Error: the Flower run failed: client 1: its SuperNode serves client_001.h5 (sha256 ")
-    assert "another run's file" in line
-    assert sorted(p.name for p in coordinator.iterdir()) == ["manifest.json"]  # no federation/ left
-    assert watch.running() == [] and leftovers(marked) == []
-
-
 def ldpfl(*args: object) -> list[str]:
     """The ``ldpfl`` command line as a subprocess's argv."""
     return [sys.executable, "-m", "ldpfl.cli", *map(str, args)]
@@ -259,24 +243,37 @@ def tensors(path: Path) -> dict[str, torch.Tensor]:
 
 
 @pytest.mark.slow
-def test_the_cli_on_two_supernodes_equals_the_local_engine_and_resumes_a_killed_submission(flower, tmp_path,
-                                                                                           marked) -> None:
+def test_the_cli_on_two_supernodes_refuses_another_runs_file_then_equals_the_local_engine_and_resumes(
+        flower, tmp_path, marked) -> None:
     """The issue's done-when: a SuperLink and two SuperNodes on 127.0.0.1, ``ldpfl federate --superlink`` killed
-    after round 1 and resumed with ``--resume``: every round and the model identical to ``--engine local``.
+    after round 1 of 3 and resumed with ``--resume``: every round and the model identical to ``--engine local``.
 
-    The coordinator's run directory holds the manifest only; each silo serves its own file.
+    The coordinator's run directory holds the manifest only; each silo serves its own file. First, on the same
+    deployment, silo 1 serves another run's file (same name, other records): the run ends before round 1 with
+    one line naming client 1, and leaves no ``federation/`` behind. Then the silo restores its own file.
     """
     run_dir = write_run(tmp_path / "silos", clients=2, rows=64)
+    other = write_run(tmp_path / "other", clients=2, rows=64, seed=99)
+    original = tmp_path / "client_001.original.h5"
+    shutil.copy(run_dir / "client_001.h5", original)
     coordinator = coordinator_copy(run_dir, tmp_path / "coordinator")
-    local = run("federate", run_dir, "--out", tmp_path / "local", "--quiet", *DEPLOYMENT_FLAGS, "--rounds", "4")
+    local = run("federate", run_dir, "--out", tmp_path / "local", "--quiet", *DEPLOYMENT_FLAGS)
     assert local.exit_code == 0, local.output
     out = tmp_path / "out"
     watch = Descendants()
     states = [tmp_path / "silo0-state", tmp_path / "silo1-state"]
     with superlink_with_silos(tmp_path / "work", [run_dir / "client_000.h5", run_dir / "client_001.h5"],
                               state_dirs=states) as (port, _):
+        shutil.copy(other / "client_001.h5", run_dir / "client_001.h5")  # silo 1 serves another run's file
+        foreign = run("federate", coordinator, "--engine", "flower", "--superlink", f"127.0.0.1:{port}",
+                      "--insecure", "--quiet", *DEPLOYMENT_FLAGS)
+        line = one_line(foreign, 1)
+        assert line.startswith("Error: the Flower run failed: client 1: its SuperNode serves client_001.h5 (sha256 ")
+        assert "another run's file" in line
+        assert sorted(p.name for p in coordinator.iterdir()) == ["manifest.json"]  # no federation/ left
+        shutil.copy(original, run_dir / "client_001.h5")  # the silo restored its own file
         argv = ldpfl("federate", coordinator, "--engine", "flower", "--superlink", f"127.0.0.1:{port}", "--insecure",
-                     "--round-timeout", "300", "--out", out, *DEPLOYMENT_FLAGS, "--rounds", "4")
+                     "--round-timeout", "300", "--out", out, *DEPLOYMENT_FLAGS)
         first = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         try:
             deadline = time.monotonic() + 600
@@ -295,10 +292,10 @@ def test_the_cli_on_two_supernodes_equals_the_local_engine_and_resumes_a_killed_
     watch.stop()
     result = json.loads(resumed.stdout)
     # the killed command's ServerApp went on; the resumed command asked it to stop between two exchanges
-    assert 1 <= result["resumed_from_round"] < 4
+    assert 1 <= result["resumed_from_round"] < 3
     flower_metrics = json.loads((out / "metrics.json").read_text())
     local_metrics = json.loads((tmp_path / "local" / "metrics.json").read_text())
-    assert len(flower_metrics["rounds"]) == 4
+    assert len(flower_metrics["rounds"]) == 3
     for f, loc in zip(flower_metrics["rounds"], local_metrics["rounds"], strict=True):
         assert f["lost"] == []
         assert {k: v for k, v in f.items() if k not in ("seconds", "lost")} == \

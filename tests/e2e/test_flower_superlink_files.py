@@ -37,7 +37,8 @@ def replace_after_round_one(metrics: Path, target: Path, replacement: Path) -> t
 
 @pytest.mark.slow
 def test_a_client_file_replaced_during_the_run_follows_the_failure_policy(flower, tmp_path, marked) -> None:
-    """One SuperLink, two SuperNodes, three runs; each time silo 1's file is replaced once round 1 is written.
+    """One SuperLink, two SuperNodes, three runs of 3 rounds; each time silo 1's file is replaced once round 1 is
+    written (when round 2's replies are in), so that its round-3 training finds the file changed.
 
     With ``--min-clients-per-round 1`` the run goes on without client 1, whose failure is logged with its
     index and reason; with 2 the run stops at that round, naming the client and the reason; without a
@@ -57,7 +58,7 @@ def test_a_client_file_replaced_during_the_run_follows_the_failure_policy(flower
             out = tmp_path / name
             thread = replace_after_round_one(out / "metrics.json", run_dir / "client_001.h5", other / "client_001.h5")
             results[name] = run("federate", coordinator, "--engine", "flower", "--superlink", f"127.0.0.1:{port}",
-                                "--insecure", "--quiet", "--out", out, *DEPLOYMENT_FLAGS, "--rounds", "4", *policy)
+                                "--insecure", "--quiet", "--out", out, *DEPLOYMENT_FLAGS, *policy)
             thread.join(5)
     watch.stop()
     assert results["one"].exit_code == 0, results["one"].output
@@ -66,7 +67,7 @@ def test_a_client_file_replaced_during_the_run_follows_the_failure_policy(flower
     assert failed and all(r["lost"] == [1] and r["aggregated"] == [0] for r in failed)
     assert any(re.match(r"client 1: failed training in round \d: FileChanged: client_001\.h5 changed since the run "
                         r"started", note) for note in failed[0]["notes"]), failed[0]["notes"]
-    assert rounds[-1]["round"] == 4 and (tmp_path / "one" / "model.pt").is_file()
+    assert rounds[-1]["round"] == 3 and (tmp_path / "one" / "model.pt").is_file()
     line = one_line(results["two"], 1)
     assert re.match(r"Error: the Flower run failed: round \d: 1 of the 2 selected clients trained, fewer than the "
                     r"failure policy's 2 \(min-clients-per-round\): client 1: failed training in round \d: "
