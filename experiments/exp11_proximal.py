@@ -36,9 +36,14 @@ from ldpfl.stage2_federate.silo_training.accountant import SiloAccountant
 LAMBDAS = (0.0, 0.01, 0.03, 0.1, 0.3, 1.0)
 
 
+def validation_key(table: dict, silo: int):
+    """Order (lr, λ) by ``silo``'s validation accuracy, ties by the lower validation loss (exp11's ``pick``)."""
+    return lambda key: (table[key][silo]["val"], -table[key][silo]["val_loss"])
+
+
 def choose(table: dict, silo: int, rule: str) -> tuple[float, float]:
     """The (lr, λ) that ``rule`` picks for ``silo`` from its validation figures."""
-    best = max(table, key=lambda k: (table[k][silo]["val"], -table[k][silo]["val_loss"]))
+    best = max(table, key=validation_key(table, silo))
     if rule == "best":
         return best
     marks = np.asarray(table[best][silo]["marks"], dtype=float)
@@ -47,7 +52,7 @@ def choose(table: dict, silo: int, rule: str) -> tuple[float, float]:
         diff = marks - np.asarray(table[key][silo]["marks"], dtype=float)
         if diff.mean() <= diff.std() / np.sqrt(len(diff)):
             close.append(key)
-    return max(close, key=lambda k: (k[1], table[k][silo]["val"], -table[k][silo]["val_loss"]))
+    return max(close, key=lambda k: (k[1], *validation_key(table, silo)(k)))
 
 
 def main() -> None:
@@ -90,8 +95,7 @@ def main() -> None:
                     table.setdefault((lr, lam), []).append({"val": val_acc, "val_loss": val_loss, "marks": marks,
                                                             "own": loss_acc(model, held)[1],
                                                             "pooled": loss_acc(model, test)[1]})
-        lines = {f"lambda {lam:g}": [max(((lr, lam) for lr in DP_FT_GRID),
-                                         key=lambda k: (table[k][i]["val"], -table[k][i]["val_loss"]))
+        lines = {f"lambda {lam:g}": [max(((lr, lam) for lr in DP_FT_GRID), key=validation_key(table, i))
                                      for i in range(exp8.SILOS)] for lam in LAMBDAS}
         lines |= {rule: [choose(table, i, rule) for i in range(exp8.SILOS)] for rule in ("best", "one-se")}
         for name, picks in lines.items():
